@@ -1,0 +1,82 @@
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::Health;
+
+/// Flags for the admin endpoint, flattened into each service's arguments.
+#[derive(Clone, Debug, clap::Args)]
+pub struct AdminArgs {
+    /// Address of the admin HTTP endpoint serving /healthz, /readyz and /metrics.
+    #[arg(long = "admin-addr", env = "TINK_ADMIN_ADDR", default_value = "0.0.0.0:9090")]
+    pub admin_addr: SocketAddr,
+}
+
+#[derive(Clone)]
+struct AdminState {
+    health: Health,
+    registry: Arc<Registry>,
+}
+
+/// The admin routes: `/healthz` (200 while the process serves), `/readyz` (200 when ready, 503
+/// otherwise) and `/metrics` (OpenMetrics text of `registry`).
+pub fn admin_router(health: Health, registry: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(AdminState { health, registry })
+}
+
+/// Serves [`admin_router`] on `listener` until `shutdown` is cancelled.
+pub async fn serve_admin(
+    listener: TcpListener,
+    health: Health,
+    registry: Arc<Registry>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "admin endpoint listening");
+    }
+    axum::serve(listener, admin_router(health, registry))
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<AdminState>) -> Response {
+    if state.health.is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+async fn metrics(State(state): State<AdminState>) -> Response {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(error) => {
+            tracing::error!(%error, "cannot encode metrics");
+            (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response()
+        }
+    }
+}

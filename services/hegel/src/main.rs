@@ -1,0 +1,9 @@
+//! hegel
+hegel
+#![forbid(unsafe_code)]
+
+fn main() -> std::process::ExitCode {
+    eprintln!("hegel
+hegel {}: not implemented yet; see the project's open issues", env!("CARGO_PKG_VERSION"));
+    std::process::ExitCode::from(2)
+}

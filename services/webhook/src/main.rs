@@ -1,0 +1,9 @@
+//! tink-webhook
+tink-webhook
+#![forbid(unsafe_code)]
+
+fn main() -> std::process::ExitCode {
+    eprintln!("tink-webhook
+tink-webhook {}: not implemented yet; see the project's open issues", env!("CARGO_PKG_VERSION"));
+    std::process::ExitCode::from(2)
+}
