@@ -16,7 +16,11 @@ use crate::Health;
 #[derive(Clone, Debug, clap::Args)]
 pub struct AdminArgs {
     /// Address of the admin HTTP endpoint serving /healthz, /readyz and /metrics.
-    #[arg(long = "admin-addr", env = "TINK_ADMIN_ADDR", default_value = "0.0.0.0:9090")]
+    #[arg(
+        long = "admin-addr",
+        env = "TINK_ADMIN_ADDR",
+        default_value = "0.0.0.0:9090"
+    )]
     pub admin_addr: SocketAddr,
 }
 

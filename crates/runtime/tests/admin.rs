@@ -31,7 +31,11 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
 async fn health_readiness_metrics_and_shutdown() {
     let mut registry = Registry::default();
     let requests = Counter::<u64>::default();
-    registry.register("test_requests", "Requests seen by the test", requests.clone());
+    registry.register(
+        "test_requests",
+        "Requests seen by the test",
+        requests.clone(),
+    );
     requests.inc_by(3);
 
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -46,20 +50,40 @@ async fn health_readiness_metrics_and_shutdown() {
     ));
 
     assert_eq!(get(addr, "/healthz").await.0, 200);
-    assert_eq!(get(addr, "/readyz").await.0, 503, "not ready before set_ready");
+    assert_eq!(
+        get(addr, "/readyz").await.0,
+        503,
+        "not ready before set_ready"
+    );
     health.set_ready(true);
     assert_eq!(get(addr, "/readyz").await.0, 200);
     health.set_ready(false);
-    assert_eq!(get(addr, "/readyz").await.0, 503, "readiness can be withdrawn");
+    assert_eq!(
+        get(addr, "/readyz").await.0,
+        503,
+        "readiness can be withdrawn"
+    );
 
     let (status, body) = get(addr, "/metrics").await;
     assert_eq!(status, 200);
-    assert!(body.contains("test_requests_total 3"), "metrics body: {body}");
-    assert!(body.trim_end().ends_with("# EOF"), "OpenMetrics terminator: {body}");
+    assert!(
+        body.contains("test_requests_total 3"),
+        "metrics body: {body}"
+    );
+    assert!(
+        body.trim_end().ends_with("# EOF"),
+        "OpenMetrics terminator: {body}"
+    );
 
     assert_eq!(get(addr, "/nope").await.0, 404);
 
     shutdown.cancel();
-    server.await.expect("join").expect("serve_admin returns Ok after shutdown");
-    assert!(TcpStream::connect(addr).await.is_err(), "listener closed after shutdown");
+    server
+        .await
+        .expect("join")
+        .expect("serve_admin returns Ok after shutdown");
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "listener closed after shutdown"
+    );
 }
