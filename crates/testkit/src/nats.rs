@@ -1,0 +1,268 @@
+//! NATS helpers: start a real `nats-server -js` on a free loopback port, stopped on drop.
+//!
+//! Each [`NatsServer`] is its own process with its own temporary JetStream store, listening on
+//! `127.0.0.1` only. The port is chosen by nats-server itself (`-p -1`, read back from its ports
+//! file), so parallel tests never race for a port. [`NatsServer::restart`] brings the server
+//! back on the same port with the same store, which is how tests show that a NATS restart loses
+//! no stored message.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), tink_testkit::nats::NatsError> {
+//! let mut nats = tink_testkit::nats::NatsServer::start().await?;
+//! let url = nats.url(); // nats://127.0.0.1:PORT
+//! nats.restart().await?;
+//! # let _ = url; Ok(()) }
+//! ```
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+/// The binary started; Debian package `nats-server`.
+pub const NATS_SERVER_BIN: &str = "nats-server";
+
+/// How long a starting server may take to write its ports file and accept connections.
+const START_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Errors of the NATS helper.
+#[derive(Debug, thiserror::Error)]
+pub enum NatsError {
+    /// The `nats-server` binary is not installed.
+    #[error(
+        "`{NATS_SERVER_BIN}` was not found on PATH; install it with `apt-get install nats-server`"
+    )]
+    BinaryMissing,
+    /// The process could not be started.
+    #[error("cannot start {NATS_SERVER_BIN}: {0}")]
+    Spawn(#[source] io::Error),
+    /// The temporary store directory could not be created.
+    #[error("cannot create a temporary directory for nats-server: {0}")]
+    TempDir(#[source] io::Error),
+    /// The server exited before it was ready.
+    #[error("{NATS_SERVER_BIN} exited during start-up ({status}); its log: {log}")]
+    Exited {
+        /// The exit status.
+        status: std::process::ExitStatus,
+        /// The server's log file.
+        log: PathBuf,
+    },
+    /// The server did not become ready in time.
+    #[error("{NATS_SERVER_BIN} was not ready within {START_DEADLINE:?}; its log: {log}")]
+    NotReady {
+        /// The server's log file.
+        log: PathBuf,
+    },
+    /// Waiting for or killing the process failed.
+    #[error("cannot stop {NATS_SERVER_BIN}: {0}")]
+    Stop(#[source] io::Error),
+}
+
+/// A running `nats-server -js` process with a temporary store; killed when dropped.
+#[derive(Debug)]
+pub struct NatsServer {
+    binary: PathBuf,
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl NatsServer {
+    /// Starts a server on a free loopback port with JetStream and a fresh temporary store, and
+    /// waits until it accepts connections.
+    pub async fn start() -> Result<Self, NatsError> {
+        Self::start_binary(NATS_SERVER_BIN).await
+    }
+
+    /// Like [`start`](Self::start) with another `nats-server` binary (a path or a name on PATH).
+    pub async fn start_binary(binary: impl Into<PathBuf>) -> Result<Self, NatsError> {
+        let dir = tempfile::Builder::new()
+            .prefix("tink-nats-")
+            .tempdir()
+            .map_err(NatsError::TempDir)?;
+        let mut server = NatsServer {
+            binary: binary.into(),
+            child: None,
+            port: 0,
+            dir,
+        };
+        server.launch(None).await?;
+        Ok(server)
+    }
+
+    /// The client URL, `nats://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The JetStream store directory (kept across [`restart`](Self::restart)).
+    pub fn store_dir(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    /// The server's log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("nats-server.log")
+    }
+
+    /// Whether the process is running (not stopped by [`stop`](Self::stop)).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Kills the process (SIGKILL, like a crash) and waits for it to exit. The store is kept, so
+    /// [`restart`](Self::restart) can bring the same data back. Stopping twice is a no-op.
+    pub async fn stop(&mut self) -> Result<(), NatsError> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await.map_err(NatsError::Stop)?;
+        }
+        Ok(())
+    }
+
+    /// Stops the server (if running) and starts it again on the same port with the same store.
+    pub async fn restart(&mut self) -> Result<(), NatsError> {
+        self.stop().await?;
+        let port = self.port;
+        self.launch(Some(port)).await
+    }
+
+    async fn launch(&mut self, port: Option<u16>) -> Result<(), NatsError> {
+        let dir = self.dir.path().to_path_buf();
+        let port_arg = port.map_or_else(|| "-1".to_string(), |p| p.to_string());
+        let mut child = Command::new(&self.binary)
+            .arg("-js")
+            .arg("-sd")
+            .arg(self.store_dir())
+            .args(["-a", "127.0.0.1", "-p", &port_arg])
+            .arg("--ports_file_dir")
+            .arg(&dir)
+            .arg("-l")
+            .arg(self.log_path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => NatsError::BinaryMissing,
+                _ => NatsError::Spawn(e),
+            })?;
+        let pid = child.id().unwrap_or_default();
+        let ports_file = dir.join(format!("{NATS_SERVER_BIN}_{pid}.ports"));
+        let deadline = tokio::time::Instant::now() + START_DEADLINE;
+        loop {
+            if let Some(status) = child.try_wait().map_err(NatsError::Stop)? {
+                return Err(NatsError::Exited {
+                    status,
+                    log: self.log_path(),
+                });
+            }
+            if let Some(found) = read_client_port(&ports_file).await
+                && tokio::net::TcpStream::connect(("127.0.0.1", found))
+                    .await
+                    .is_ok()
+            {
+                self.port = found;
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                // Best effort: the process is killed on drop anyway.
+                let _ = child.kill().await;
+                return Err(NatsError::NotReady {
+                    log: self.log_path(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // A restarted server writes a new ports file; remove this one so the next start reads
+        // its own.
+        let _ = tokio::fs::remove_file(&ports_file).await;
+        self.child = Some(child);
+        Ok(())
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            // kill_on_drop also covers this; starting the kill here makes it immediate.
+            let _ = child.start_kill();
+        }
+    }
+}
+
+/// Reads the client port from a nats-server ports file (`{"nats":["nats://127.0.0.1:PORT"]}`).
+async fn read_client_port(path: &Path) -> Option<u16> {
+    let text = tokio::fs::read_to_string(path).await.ok()?;
+    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let url = value.get("nats")?.as_array()?.first()?.as_str()?;
+    url.rsplit(':').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    /// Speaks the NATS text protocol just enough to see the server's INFO with JetStream on.
+    async fn info_line(port: u16) -> String {
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connects");
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        reader.read_line(&mut line).await.expect("reads INFO");
+        reader.get_mut().shutdown().await.ok();
+        line
+    }
+
+    #[tokio::test]
+    async fn starts_restarts_on_the_same_port_and_stops() {
+        let mut nats = NatsServer::start().await.expect("nats-server starts");
+        let port = nats.port();
+        assert_eq!(nats.url(), format!("nats://127.0.0.1:{port}"));
+        let info = info_line(port).await;
+        assert!(info.starts_with("INFO "), "{info}");
+        assert!(info.contains("\"jetstream\":true"), "{info}");
+
+        nats.restart().await.expect("restarts");
+        assert_eq!(nats.port(), port);
+        assert!(info_line(port).await.starts_with("INFO "));
+        assert!(nats.store_dir().join("jetstream").is_dir());
+
+        nats.stop().await.expect("stops");
+        assert!(!nats.is_running());
+        assert!(
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_binary_names_the_package_to_install() {
+        let err = NatsServer::start_binary("/nonexistent/nats-server")
+            .await
+            .expect_err("no such binary");
+        assert!(matches!(err, NatsError::BinaryMissing), "{err:?}");
+        assert!(
+            err.to_string().contains("apt-get install nats-server"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn two_servers_get_different_ports() {
+        let a = NatsServer::start().await.expect("first starts");
+        let b = NatsServer::start().await.expect("second starts");
+        assert_ne!(a.port(), b.port());
+        assert_ne!(a.store_dir(), b.store_dir());
+    }
+}
