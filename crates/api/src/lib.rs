@@ -1,0 +1,63 @@
+//! The tinkerbell.org API: v1alpha2 (storage) and v1alpha1 types, conversion between them, CRD
+//! generation.
+//!
+//! - [`v1alpha2`]: Hardware, OSIE, Template, Workflow as seeds/000 defines them, plus the
+//!   execution additions of seeds/004 (documented on each type).
+//! - [`Timeout`]: the Go-syntax duration (`90m`, `1h30m`) of `Workflow.spec.timeout` and
+//!   `Action.timeout`.
+//! - [`from_yaml`] / [`from_json`] / [`from_value`]: typed parsing whose errors name the field
+//!   path (`spec.networkInterfaces.aa:bb:cc:dd:ee:ff.dhcp.leaseTime: invalid type ...`).
+#![forbid(unsafe_code)]
+// kube's `printcolumn(type_ = "string", ...)` repeats keys clippy takes for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
+mod duration;
+mod serde_util;
+pub mod v1alpha2;
+
+pub use duration::{DurationError, TIMEOUT_PATTERN, Timeout};
+
+/// The API group of every kind here.
+pub const GROUP: &str = "tinkerbell.org";
+
+/// The annotation holding, on an object of one version, the fields that have no home in it
+/// but came from (and are restored into) the other version.
+pub const CONVERSION_DATA_ANNOTATION: &str = "tinkerbell.org/conversion-data";
+
+/// A document that did not deserialize; the message names the field path.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ParseError {
+    /// The path of the offending field, e.g. `spec.actions[2].timeout` (`.` for the root).
+    pub path: String,
+    /// What was wrong.
+    pub message: String,
+}
+
+impl ParseError {
+    fn from_track<E: std::fmt::Display>(err: serde_path_to_error::Error<E>) -> Self {
+        Self {
+            path: err.path().to_string(),
+            message: err.inner().to_string(),
+        }
+    }
+}
+
+/// Parses a YAML document into `T`; errors name the field path.
+pub fn from_yaml<T: serde::de::DeserializeOwned>(yaml: &str) -> Result<T, ParseError> {
+    let de = serde_yaml::Deserializer::from_str(yaml);
+    serde_path_to_error::deserialize(de).map_err(ParseError::from_track)
+}
+
+/// Parses a JSON document into `T`; errors name the field path.
+pub fn from_json<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, ParseError> {
+    let mut de = serde_json::Deserializer::from_str(json);
+    serde_path_to_error::deserialize(&mut de).map_err(ParseError::from_track)
+}
+
+/// Converts a JSON value into `T`; errors name the field path.
+pub fn from_value<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+) -> Result<T, ParseError> {
+    serde_path_to_error::deserialize(value).map_err(ParseError::from_track)
+}

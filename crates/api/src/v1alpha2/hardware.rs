@@ -1,0 +1,280 @@
+//! `Hardware`: a machine that can execute Workflows.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{LocalObjectReference, patterns, rules};
+use crate::serde_util::{empty_as_none, is_false};
+
+/// The lease time served when `leaseTime` is not given: 24 hours, in seconds.
+pub const DEFAULT_LEASE_TIME: i32 = 86_400;
+
+fn default_lease_time() -> i32 {
+    DEFAULT_LEASE_TIME
+}
+
+/// The desired state of a machine: its network interfaces (DHCP reservations and netboot
+/// switches), boot environment, instance data and storage devices.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "tinkerbell.org",
+    version = "v1alpha2",
+    kind = "Hardware",
+    plural = "hardware",
+    singular = "hardware",
+    namespaced,
+    shortname = "hw",
+    category = "tinkerbell",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "Hardware is a logical representation of a machine that can execute Workflows.",
+    printcolumn(
+        name = "IP",
+        type_ = "string",
+        json_path = ".spec.networkInterfaces.*.dhcp.ip",
+        description = "IP address served to a network interface"
+    ),
+    printcolumn(
+        name = "Hostname",
+        type_ = "string",
+        json_path = ".spec.networkInterfaces.*.dhcp.hostname",
+        description = "Hostname served to a network interface"
+    ),
+    printcolumn(
+        name = "OSIE",
+        type_ = "string",
+        json_path = ".spec.osie.osieRef.name",
+        description = "OSIE the machine netboots"
+    ),
+    printcolumn(
+        name = "BMC",
+        type_ = "string",
+        json_path = ".spec.bmcRef.name",
+        description = "Baseboard management controller attached to the Hardware",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = hardware_spec_schema)]
+pub struct HardwareSpec {
+    /// NetworkInterfaces defines the desired DHCP and netboot configuration for each network
+    /// interface, keyed by lower-case MAC address. At least one is required.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "minProperties" = 1,
+        "maxProperties" = 64,
+        "x-kubernetes-validations" = [{"rule": rules::MAC_KEYS, "message": rules::MAC_KEYS_MSG}]
+    ))]
+    pub network_interfaces: BTreeMap<String, NetworkInterface>,
+
+    /// IPXE provides iPXE script override fields. This is useful for debugging or netboot
+    /// customization.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipxe: Option<Ipxe>,
+
+    /// OSIE describes the Operating System Installation Environment to be netbooted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub osie: Option<HardwareOsie>,
+
+    /// Instance describes instance specific data that is generally unused by Tinkerbell core.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<Instance>,
+
+    /// StorageDevices is a list of storage devices that will be available in the OSIE, as Linux
+    /// device paths without partitions (`/dev/sda`, `/dev/nvme0n1`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(pattern(patterns::STORAGE_DEVICE)))]
+    pub storage_devices: Vec<String>,
+
+    /// BMCRef references a Rufio Machine object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bmc_ref: Option<LocalObjectReference>,
+}
+
+fn hardware_spec_schema(schema: &mut schemars::Schema) {
+    super::require(schema, &["networkInterfaces"]);
+}
+
+/// The desired configuration for a particular network interface.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkInterface {
+    /// DHCP is the basic network information for serving DHCP requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhcp: Option<Dhcp>,
+
+    /// DisableDHCP disables DHCP for this interface. Implies DisableNetboot.
+    #[serde(default, skip_serializing_if = "is_false")]
+    #[schemars(extend("default" = false))]
+    pub disable_dhcp: bool,
+
+    /// DisableNetboot disables netbooting for this interface. The interface will still receive
+    /// network information specified by DHCP.
+    #[serde(default, skip_serializing_if = "is_false")]
+    #[schemars(extend("default" = false))]
+    pub disable_netboot: bool,
+}
+
+impl NetworkInterface {
+    /// Whether this interface may netboot (DHCP enabled and netboot not disabled).
+    pub fn netboot_allowed(&self) -> bool {
+        !self.disable_dhcp && !self.disable_netboot
+    }
+}
+
+/// Basic network configuration to be served in DHCP OFFER responses; a DHCP reservation.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Dhcp {
+    /// IP is an IPv4 address to serve.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_as_none"
+    )]
+    #[schemars(pattern(patterns::IPV4))]
+    pub ip: Option<String>,
+
+    /// Netmask is an IPv4 netmask to serve.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_as_none"
+    )]
+    #[schemars(pattern(patterns::NETMASK))]
+    pub netmask: Option<String>,
+
+    /// Gateway is the default gateway address to serve.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_as_none"
+    )]
+    #[schemars(pattern(patterns::IPV4))]
+    pub gateway: Option<String>,
+
+    /// Hostname to serve.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_as_none"
+    )]
+    #[schemars(pattern(patterns::HOSTNAME), length(max = 253))]
+    pub hostname: Option<String>,
+
+    /// VLANID is a VLAN ID between 0 and 4096 (or a comma-separated list of them).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_as_none"
+    )]
+    #[schemars(pattern(patterns::VLAN_ID))]
+    pub vlan_id: Option<String>,
+
+    /// Nameservers to serve: hostnames or IPv4 addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(pattern(patterns::HOST_OR_IPV4)))]
+    pub nameservers: Vec<String>,
+
+    /// Timeservers to serve: hostnames or IPv4 addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(pattern(patterns::HOST_OR_IPV4)))]
+    pub timeservers: Vec<String>,
+
+    /// LeaseTime to serve, in seconds. 86400 (24h) when not given.
+    #[serde(default = "default_lease_time")]
+    #[schemars(range(min = 0))]
+    pub lease_time: i32,
+}
+
+impl Default for Dhcp {
+    fn default() -> Self {
+        Self {
+            ip: None,
+            netmask: None,
+            gateway: None,
+            hostname: None,
+            vlan_id: None,
+            nameservers: Vec::new(),
+            timeservers: Vec::new(),
+            lease_time: DEFAULT_LEASE_TIME,
+        }
+    }
+}
+
+/// The OSIE a Hardware netboots: a reference to an [`super::Osie`] object plus kernel
+/// parameters. (`OSIE` in the seed; renamed in Rust so it does not clash with the OSIE kind.)
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareOsie {
+    /// OSIERef is a reference to an OSIE object.
+    #[serde(default, rename = "osieRef", skip_serializing_if = "Option::is_none")]
+    pub osie_ref: Option<LocalObjectReference>,
+
+    /// KernelParams passed to the kernel when launching the OSIE. Parameters are joined with a
+    /// space.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_params: Vec<String>,
+}
+
+/// Overrides for iPXE scripts. At least one option must be specified, and not both.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[schemars(
+    extend("minProperties" = 1),
+    extend("x-kubernetes-validations" = [{"rule": rules::IPXE_ONE_OF, "message": rules::IPXE_ONE_OF_MSG}])
+)]
+pub struct Ipxe {
+    /// Content is an inline iPXE script (`inline` in JSON).
+    #[serde(default, rename = "inline", skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+
+    /// URL is a URL to a hosted iPXE script.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// Instance specific data, typically served by an instance metadata service such as Hegel.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Instance {
+    /// Userdata is data with a structure understood by the producer and consumer of the data.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_as_none"
+    )]
+    pub userdata: Option<String>,
+
+    /// Vendordata is data with a structure understood by the producer and consumer of the data.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_as_none"
+    )]
+    pub vendordata: Option<String>,
+}
+
+impl HardwareSpec {
+    /// The interface with this MAC, compared case-insensitively.
+    pub fn interface(&self, mac: &str) -> Option<&NetworkInterface> {
+        self.network_interfaces
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(mac))
+            .map(|(_, v)| v)
+    }
+
+    /// All IPv4 addresses served to this machine's interfaces.
+    pub fn ips(&self) -> impl Iterator<Item = &str> {
+        self.network_interfaces
+            .values()
+            .filter_map(|i| i.dhcp.as_ref()?.ip.as_deref())
+    }
+}

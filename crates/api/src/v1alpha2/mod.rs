@@ -1,0 +1,132 @@
+//! `tinkerbell.org/v1alpha2`, the storage version: Hardware, OSIE, Template and Workflow as
+//! seeds/000 defines them, field for field and JSON name for JSON name, plus the execution
+//! additions of seeds/004 (each documented where it is declared).
+//!
+//! Conventions shared by all kinds:
+//! - optional strings are `Option<String>`; `""` deserializes as `None` (Go `omitempty`
+//!   semantics, which cannot tell the two apart either);
+//! - `bool` fields with `omitempty` are plain `bool`s, omitted when `false`;
+//! - lists and maps with `omitempty` are omitted when empty;
+//! - the validation the API server can enforce (patterns, bounds, CEL rules) is part of the
+//!   generated schema; see [`patterns`] and [`rules`].
+
+mod condition;
+mod hardware;
+mod osie;
+mod template;
+mod workflow;
+
+pub use condition::{Condition, ConditionSeverity, ConditionStatus, ConditionType, set_condition};
+pub use hardware::{
+    DEFAULT_LEASE_TIME, Dhcp, Hardware, HardwareOsie, HardwareSpec, Instance, Ipxe,
+    NetworkInterface,
+};
+pub use osie::{Osie, OsieSpec};
+pub use template::{Action, Template, TemplateSpec};
+pub use workflow::{
+    ActionState, ActionStatus, Workflow, WorkflowSpec, WorkflowState, WorkflowStatus,
+};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API version string of this module's kinds.
+pub const API_VERSION: &str = "tinkerbell.org/v1alpha2";
+/// The version name.
+pub const VERSION: &str = "v1alpha2";
+
+/// A reference to an object in the same namespace, `corev1.LocalObjectReference` in the seed.
+/// The name is required and non-empty here (an empty reference cannot be resolved).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub struct LocalObjectReference {
+    /// Name of the referent.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+impl LocalObjectReference {
+    /// A reference to `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+
+/// Adds `fields` to the `required` list of an object schema (for fields that deserialize with
+/// a default, so serde alone does not mark them required).
+pub(crate) fn require(schema: &mut schemars::Schema, fields: &[&str]) {
+    if let Some(obj) = schema.as_object_mut() {
+        let required = obj
+            .entry("required")
+            .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        if let serde_json::Value::Array(list) = required {
+            for f in fields {
+                if !list.iter().any(|v| v.as_str() == Some(f)) {
+                    list.push(serde_json::Value::String((*f).to_string()));
+                }
+            }
+        }
+    }
+}
+
+/// Removes a derived `default` (one that would not validate against the schema).
+pub(crate) fn no_default(schema: &mut schemars::Schema) {
+    schema.remove("default");
+}
+
+/// The validation patterns of seeds/000, anchored (`^...$`) so a value cannot merely contain a
+/// match. Two seed patterns are repaired: the hostname pattern has a stray `"` in the seed, and
+/// the VLAN pattern's alternation let any 4-digit tail through (`12345`); here a VLAN list is
+/// comma-separated numbers 0..=4096.
+pub mod patterns {
+    /// An IPv4 address (`DHCP.ip`, `DHCP.gateway`).
+    pub const IPV4: &str =
+        r"^(25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)(\.(25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)){3}$";
+    /// An IPv4 netmask (`DHCP.netmask`).
+    pub const NETMASK: &str = r"^(255)\.(0|128|192|224|240|248|252|254|255)\.(0|128|192|224|240|248|252|254|255)\.(0|128|192|224|240|248|252|254|255)$";
+    /// A DNS hostname (`DHCP.hostname`).
+    pub const HOSTNAME: &str = r"^(([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9\-]*[a-zA-Z0-9])\.)*([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9\-]*[A-Za-z0-9])$";
+    /// A VLAN ID 0..=4096, or a comma-separated list of them (`DHCP.vlanId`).
+    pub const VLAN_ID: &str = r"^([0-9]{1,3}|[1-3][0-9]{3}|40[0-8][0-9]|409[0-6])(,([0-9]{1,3}|[1-3][0-9]{3}|40[0-8][0-9]|409[0-6]))*$";
+    /// A hostname or an IPv4 address (`DHCP.nameservers[]`, `DHCP.timeservers[]`).
+    pub const HOST_OR_IPV4: &str = r"^(([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9\-]*[a-zA-Z0-9])\.)*([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9\-]*[A-Za-z0-9])$|^(([0-9]|[1-9][0-9]|1[0-9]{2}|2[0-4][0-9]|25[0-5])\.){3}([0-9]|[1-9][0-9]|1[0-9]{2}|2[0-4][0-9]|25[0-5])$";
+    /// A lower-case MAC address (the keys of `Hardware.spec.networkInterfaces`).
+    pub const MAC: &str = r"^([0-9a-f]{2}:){5}([0-9a-f]{2})$";
+    /// A Linux device path (`Hardware.spec.storageDevices[]`).
+    pub const STORAGE_DEVICE: &str = r"^(/[^/ ]*)+/?$";
+    /// The Go duration syntax of `Workflow.spec.timeout` and `Action.timeout`.
+    pub const TIMEOUT: &str = crate::duration::TIMEOUT_PATTERN;
+}
+
+/// The CEL `x-kubernetes-validations` rules of the generated CRDs, with the messages the API
+/// server returns when a rule is broken.
+pub mod rules {
+    /// On `Hardware.spec.networkInterfaces`: every key is a lower-case MAC address.
+    pub const MAC_KEYS: &str = "self.all(mac, mac.matches('^([0-9a-f]{2}:){5}([0-9a-f]{2})$'))";
+    /// Message of [`MAC_KEYS`].
+    pub const MAC_KEYS_MSG: &str =
+        "networkInterfaces keys must be lower-case MAC addresses such as 00:00:5e:00:53:01";
+    /// On `Hardware.spec.ipxe`: `inline` and `url` are mutually exclusive.
+    pub const IPXE_ONE_OF: &str = "!(has(self.inline) && has(self.url))";
+    /// Message of [`IPXE_ONE_OF`].
+    pub const IPXE_ONE_OF_MSG: &str = "ipxe: set either inline or url, not both";
+    /// On `Template.spec.actions`: action names are unique.
+    pub const UNIQUE_ACTION_NAMES: &str = "self.all(a, self.exists_one(b, b.name == a.name))";
+    /// Message of [`UNIQUE_ACTION_NAMES`].
+    pub const UNIQUE_ACTION_NAMES_MSG: &str = "action names must be unique within a Template";
+    /// On `Workflow.spec.hardwareRef`, `templateRef` and `templateData`: immutable once set.
+    pub const IMMUTABLE: &str = "self == oldSelf";
+    /// Message of [`IMMUTABLE`] on `hardwareRef`.
+    pub const HARDWARE_REF_IMMUTABLE_MSG: &str =
+        "hardwareRef is immutable: delete the Workflow and create a new one";
+    /// Message of [`IMMUTABLE`] on `templateRef`.
+    pub const TEMPLATE_REF_IMMUTABLE_MSG: &str =
+        "templateRef is immutable: delete the Workflow and create a new one";
+    /// Message of [`IMMUTABLE`] on `templateData`.
+    pub const TEMPLATE_DATA_IMMUTABLE_MSG: &str =
+        "templateData is immutable: delete the Workflow and create a new one";
+    /// On `Workflow.spec`: `templateData` cannot be added or removed after creation.
+    pub const TEMPLATE_DATA_PRESENCE: &str = "has(self.templateData) == has(oldSelf.templateData)";
+    /// Message of [`TEMPLATE_DATA_PRESENCE`].
+    pub const TEMPLATE_DATA_PRESENCE_MSG: &str =
+        "templateData cannot be added or removed after the Workflow is created";
+}
