@@ -1,0 +1,246 @@
+//! Stream, bucket and consumer configuration, and [`ensure_streams`].
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, kv, stream};
+
+use crate::subjects::{DISPATCH_ALL, EVENTS_ALL, dispatch_subject};
+use crate::token::{TokenError, agent_token};
+
+/// The stream holding commands for agents (`tink.dispatch.*`).
+pub const DISPATCH_STREAM: &str = "TINK_DISPATCH";
+/// The stream holding events from agents (`tink.events.*`).
+pub const EVENTS_STREAM: &str = "TINK_EVENTS";
+/// The KV bucket of agent presence (its stream is `KV_tink_presence`).
+pub const PRESENCE_BUCKET: &str = "tink_presence";
+/// The stream backing [`PRESENCE_BUCKET`].
+pub const PRESENCE_STREAM: &str = "KV_tink_presence";
+
+/// Settings of the bus; the defaults suit production and tests alike. Every service gets the
+/// same value (flags of the binaries), so streams are created identically by whoever comes first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BusConfig {
+    /// Replicas of each stream and bucket (1 for a single NATS server, 3 for a cluster).
+    pub replicas: usize,
+    /// How long an undelivered command is kept. Older commands are stale: the controller has
+    /// failed the workflow by then (Scheduled too long).
+    pub dispatch_max_age: Duration,
+    /// The most commands kept per agent (oldest dropped first).
+    pub dispatch_max_per_agent: i64,
+    /// How long events are kept after they were published (the controller reads them long before).
+    pub events_max_age: Duration,
+    /// The window in which a repeated `Nats-Msg-Id` is dropped as a duplicate.
+    pub duplicate_window: Duration,
+    /// How long a presence entry lives without a heartbeat (entries of dead servers expire).
+    pub presence_ttl: Duration,
+    /// How often a server refreshes the presence entry of each agent it holds.
+    pub presence_heartbeat: Duration,
+    /// How long a command delivered to a server may stay unacknowledged before JetStream
+    /// redelivers it (the server died between receiving and forwarding it).
+    pub command_ack_wait: Duration,
+    /// A per-agent consumer nobody pulled from for this long is deleted by JetStream (agents
+    /// gone for long). Nothing is lost: the commands stay in the stream and a new consumer
+    /// delivers them from the start.
+    pub consumer_inactive_threshold: Duration,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        BusConfig {
+            replicas: 1,
+            dispatch_max_age: Duration::from_secs(24 * 3600),
+            dispatch_max_per_agent: 1000,
+            events_max_age: Duration::from_secs(7 * 24 * 3600),
+            duplicate_window: Duration::from_secs(120),
+            presence_ttl: Duration::from_secs(30),
+            presence_heartbeat: Duration::from_secs(10),
+            command_ack_wait: Duration::from_secs(10),
+            consumer_inactive_threshold: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Errors talking to JetStream.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    /// A stream could not be created or updated.
+    #[error("cannot create or update stream {stream}: {source}")]
+    Stream {
+        /// The stream.
+        stream: &'static str,
+        /// Why.
+        source: jetstream::context::CreateStreamError,
+    },
+    /// A stream could not be read back after it was created.
+    #[error("cannot get stream {stream}: {source}")]
+    GetStream {
+        /// The stream.
+        stream: &'static str,
+        /// Why.
+        source: jetstream::context::GetStreamError,
+    },
+    /// The presence bucket could not be created or updated.
+    #[error("cannot open KV bucket {PRESENCE_BUCKET}: {0}")]
+    Bucket(#[source] jetstream::context::KeyValueError),
+    /// An id cannot be used on the bus.
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    /// A message is invalid and was not published.
+    #[error("invalid message: {0}")]
+    Invalid(#[from] crate::codec::InvalidMessage),
+    /// Publishing failed or JetStream did not acknowledge storage.
+    #[error("publish to {subject} failed: {source}")]
+    Publish {
+        /// The subject.
+        subject: String,
+        /// Why.
+        source: jetstream::context::PublishError,
+    },
+}
+
+/// Handles on the bus's streams and bucket, made by [`ensure_streams`].
+#[derive(Debug, Clone)]
+pub struct Bus {
+    /// The JetStream context they were made with.
+    pub jetstream: jetstream::Context,
+    /// The dispatch stream.
+    pub dispatch: stream::Stream,
+    /// The events stream.
+    pub events: stream::Stream,
+    /// The presence bucket.
+    pub presence: kv::Store,
+    /// The configuration they were made with.
+    pub config: BusConfig,
+}
+
+/// The dispatch stream: a work queue, so a command is removed once acknowledged, and at most
+/// one consumer (the agent's) may filter on an agent's subject.
+pub fn dispatch_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        name: DISPATCH_STREAM.to_string(),
+        description: Some("tinkerbell commands for agents, one subject per agent".to_string()),
+        subjects: vec![DISPATCH_ALL.to_string()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        max_age: config.dispatch_max_age,
+        max_messages_per_subject: config.dispatch_max_per_agent,
+        discard: stream::DiscardPolicy::Old,
+        duplicate_window: config.duplicate_window,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
+/// The events stream: limits retention, read by the controller's durable consumer.
+pub fn events_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        name: EVENTS_STREAM.to_string(),
+        description: Some("tinkerbell events from agents, one subject per workflow".to_string()),
+        subjects: vec![EVENTS_ALL.to_string()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        max_age: config.events_max_age,
+        discard: stream::DiscardPolicy::Old,
+        duplicate_window: config.duplicate_window,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
+/// The stream backing the presence bucket (`KV_tink_presence`), configured exactly as a NATS
+/// KV bucket (`$KV.tink_presence.>`, rollups, direct get, discard new) with memory storage
+/// (presence is rebuilt by the next heartbeats after a NATS restart, and heartbeats of many
+/// agents would otherwise be disk writes), one revision per key, and entries expiring after
+/// [`BusConfig::presence_ttl`].
+///
+/// The stream is created directly rather than through async-nats's KV creation, which first
+/// queries the account info in a form nats-server 2.9 does not answer.
+pub fn presence_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        name: format!("KV_{PRESENCE_BUCKET}"),
+        description: Some("tinkerbell agent presence: agent token -> server replica".to_string()),
+        subjects: vec![format!("$KV.{PRESENCE_BUCKET}.>")],
+        max_messages_per_subject: 1,
+        max_age: config.presence_ttl,
+        storage: stream::StorageType::Memory,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
+/// The durable consumer name of an agent: `agent_<token>`.
+pub fn agent_consumer_name(agent_id: &str) -> Result<String, TokenError> {
+    Ok(format!("agent_{}", agent_token(agent_id)?))
+}
+
+/// The durable pull consumer delivering an agent's commands: explicit acks, one command in
+/// flight at a time (so Start and Stop keep their order, also across redeliveries), unlimited
+/// redeliveries (a command is only gone once forwarded or too old), removed by JetStream after
+/// [`BusConfig::consumer_inactive_threshold`] without pulls.
+pub fn agent_consumer_config(
+    agent_id: &str,
+    config: &BusConfig,
+) -> Result<consumer::pull::Config, TokenError> {
+    let name = agent_consumer_name(agent_id)?;
+    Ok(consumer::pull::Config {
+        durable_name: Some(name.clone()),
+        name: Some(name),
+        description: Some(format!("commands for agent {agent_id}")),
+        filter_subject: dispatch_subject(agent_id)?,
+        deliver_policy: consumer::DeliverPolicy::All,
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait: config.command_ack_wait,
+        max_deliver: -1,
+        max_ack_pending: 1,
+        inactive_threshold: config.consumer_inactive_threshold,
+        ..Default::default()
+    })
+}
+
+/// Creates the streams and the bucket, or updates them to `config`. Idempotent: every service
+/// calls it at start-up and the first one creates, the others find them.
+pub async fn ensure_streams(
+    jetstream: &jetstream::Context,
+    config: &BusConfig,
+) -> Result<Bus, BusError> {
+    let dispatch =
+        ensure_stream(jetstream, dispatch_stream_config(config), DISPATCH_STREAM).await?;
+    let events = ensure_stream(jetstream, events_stream_config(config), EVENTS_STREAM).await?;
+    ensure_stream(jetstream, presence_stream_config(config), PRESENCE_STREAM).await?;
+    let presence = jetstream
+        .get_key_value(PRESENCE_BUCKET)
+        .await
+        .map_err(BusError::Bucket)?;
+    Ok(Bus {
+        jetstream: jetstream.clone(),
+        dispatch,
+        events,
+        presence,
+        config: config.clone(),
+    })
+}
+
+async fn ensure_stream(
+    jetstream: &jetstream::Context,
+    config: stream::Config,
+    name: &'static str,
+) -> Result<stream::Stream, BusError> {
+    jetstream
+        .create_or_update_stream(config)
+        .await
+        .map_err(|source| BusError::Stream {
+            stream: name,
+            source,
+        })?;
+    jetstream
+        .get_stream(name)
+        .await
+        .map_err(|source| BusError::GetStream {
+            stream: name,
+            source,
+        })
+}

@@ -1,0 +1,49 @@
+//! NATS JetStream subjects, stream and bucket configuration, message codecs and trace
+//! propagation shared by every service.
+//!
+//! This crate is the one place that names things on the bus; the server, the controller and the
+//! tests all use it, so a subject or a stream setting cannot drift between producer and consumer.
+//!
+//! | what | name | content |
+//! |---|---|---|
+//! | dispatch subject | `tink.dispatch.<agent token>` | a `GetWorkflowsResponse` (StartWorkflow / StopWorkflow), protobuf |
+//! | events subject | `tink.events.<workflow token>` | an `Event`, protobuf |
+//! | dispatch stream | [`DISPATCH_STREAM`] | work queue: a command is removed once the agent's consumer acknowledged it |
+//! | events stream | [`EVENTS_STREAM`] | limits retention, read durably by the controller |
+//! | presence bucket | [`PRESENCE_BUCKET`] | KV: agent token -> [`Presence`] (JSON); entries expire after [`BusConfig::presence_ttl`] |
+//! | takeover subject | `tink.presence.takeover.<agent token>` | core NATS: "a newer stream for this agent exists", session id |
+//!
+//! Tokens: agent ids (MAC addresses) and workflow ids (`namespace/name`) contain characters a
+//! subject token, a KV key or a consumer name cannot hold. [`encode_token`] maps any id to a
+//! reversible token over `[A-Za-z0-9_-]` (see its documentation).
+#![forbid(unsafe_code)]
+
+mod codec;
+mod config;
+mod presence;
+mod subjects;
+mod token;
+
+pub use codec::{
+    CodecError, EventKind, InvalidMessage, MSG_ID_HEADER, command_workflow_id, decode_command,
+    decode_event, encode_command, encode_event, event_kind, event_msg_id, headers_with,
+    publish_command, publish_event, validate_command, validate_event,
+};
+pub use config::{
+    Bus, BusConfig, BusError, DISPATCH_STREAM, EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM,
+    agent_consumer_config, agent_consumer_name, dispatch_stream_config, ensure_streams,
+    events_stream_config, presence_stream_config,
+};
+pub use presence::Presence;
+pub use subjects::{
+    DISPATCH_ALL, DISPATCH_PREFIX, EVENTS_ALL, EVENTS_PREFIX, TAKEOVER_ALL, TAKEOVER_PREFIX,
+    agent_from_dispatch_subject, dispatch_subject, events_subject, takeover_subject,
+    workflow_from_events_subject,
+};
+pub use token::{
+    MAX_AGENT_ID_LEN, MAX_WORKFLOW_ID_LEN, TokenError, agent_token, decode_token, encode_token,
+    workflow_token,
+};
+
+/// The protocol types, re-exported for convenience.
+pub use tink_proto::workflow::v2 as proto;

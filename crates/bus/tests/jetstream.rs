@@ -1,0 +1,152 @@
+//! The bus's names and configuration against a real nats-server.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use futures::StreamExt as _;
+use tink_bus::proto::{Event, GetWorkflowsResponse, event, get_workflows_response};
+use tink_bus::{BusConfig, MSG_ID_HEADER};
+use tink_testkit::nats::NatsServer;
+
+async fn connect(nats: &NatsServer) -> jetstream::Context {
+    let client = async_nats::connect(nats.url()).await.expect("connects");
+    jetstream::new(client)
+}
+
+fn stop(workflow_id: &str) -> GetWorkflowsResponse {
+    GetWorkflowsResponse {
+        cmd: Some(get_workflows_response::Cmd::StopWorkflow(
+            get_workflows_response::StopWorkflow {
+                workflow_id: workflow_id.into(),
+                ..Default::default()
+            },
+        )),
+    }
+}
+
+#[tokio::test]
+async fn ensure_streams_is_idempotent_and_configures_everything() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = connect(&nats).await;
+    let config = BusConfig::default();
+    let mut bus = tink_bus::ensure_streams(&js, &config).await.expect("first");
+    let again = tink_bus::ensure_streams(&js, &config)
+        .await
+        .expect("second");
+    assert_eq!(again.config, config);
+
+    let info = bus.dispatch.info().await.expect("info");
+    assert_eq!(info.config.subjects, vec!["tink.dispatch.*".to_string()]);
+    assert_eq!(
+        info.config.retention,
+        jetstream::stream::RetentionPolicy::WorkQueue
+    );
+    let info = bus.events.info().await.expect("info");
+    assert_eq!(info.config.subjects, vec!["tink.events.*".to_string()]);
+    let status = bus.presence.status().await.expect("kv status");
+    assert_eq!(status.max_age(), config.presence_ttl);
+}
+
+#[tokio::test]
+async fn events_are_stored_once_with_trace_and_dedup_headers() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = connect(&nats).await;
+    let bus = tink_bus::ensure_streams(&js, &BusConfig::default())
+        .await
+        .expect("streams");
+    let event = Event {
+        workflow_id: "default/wf-1".into(),
+        event_id: "e-1".into(),
+        event: Some(event::Event::ActionStarted(event::ActionStarted {
+            action_id: "a1".into(),
+        })),
+        ..Default::default()
+    };
+    let cx = opentelemetry::Context::new();
+    let first = tink_bus::publish_event(&js, &event, &cx)
+        .await
+        .expect("stored");
+    assert!(!first.duplicate);
+    let retry = tink_bus::publish_event(&js, &event, &cx)
+        .await
+        .expect("retry");
+    assert!(
+        retry.duplicate,
+        "a retry with the same event id is de-duplicated"
+    );
+    assert_eq!(retry.sequence, first.sequence);
+
+    let message = bus
+        .events
+        .get_last_raw_message_by_subject("tink.events.default_2fwf-1")
+        .await
+        .expect("stored message");
+    assert_eq!(
+        tink_bus::decode_event(&message.payload).expect("decodes"),
+        event
+    );
+    let msg_id = message
+        .headers
+        .get(MSG_ID_HEADER)
+        .map(|v| v.as_str().to_string());
+    assert_eq!(msg_id.as_deref(), Some("default_2fwf-1.e-1"));
+
+    // An invalid event is refused before it reaches NATS.
+    let invalid = Event {
+        workflow_id: "default/wf-1".into(),
+        ..Default::default()
+    };
+    assert!(matches!(
+        tink_bus::publish_event(&js, &invalid, &cx).await,
+        Err(tink_bus::BusError::Invalid(_))
+    ));
+}
+
+#[tokio::test]
+async fn an_agents_consumer_receives_its_commands_in_order_only() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = connect(&nats).await;
+    let config = BusConfig::default();
+    let bus = tink_bus::ensure_streams(&js, &config)
+        .await
+        .expect("streams");
+    let cx = opentelemetry::Context::new();
+    let agent = "aa:bb:cc:dd:ee:01";
+    for (i, wf) in ["ns/one", "ns/two"].into_iter().enumerate() {
+        tink_bus::publish_command(&js, agent, &stop(wf), &format!("m{i}"), &cx)
+            .await
+            .expect("published");
+    }
+    tink_bus::publish_command(&js, "another", &stop("ns/other"), "m9", &cx)
+        .await
+        .expect("published");
+
+    let consumer_config = tink_bus::agent_consumer_config(agent, &config).expect("config");
+    let consumer = bus
+        .dispatch
+        .create_consumer(consumer_config.clone())
+        .await
+        .expect("consumer");
+    assert_eq!(
+        consumer.cached_info().config.inactive_threshold,
+        config.consumer_inactive_threshold,
+        "the server keeps the inactivity clean-up"
+    );
+    // Creating it again (another replica, a reconnect) is fine.
+    bus.dispatch
+        .create_consumer(consumer_config)
+        .await
+        .expect("idempotent");
+
+    let mut messages = consumer.messages().await.expect("messages");
+    for expected in ["ns/one", "ns/two"] {
+        let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+            .await
+            .expect("delivered in time")
+            .expect("a message")
+            .expect("no error");
+        let command = tink_bus::decode_command(&message.payload).expect("decodes");
+        assert_eq!(tink_bus::command_workflow_id(&command), Some(expected));
+        message.ack().await.expect("acked");
+    }
+}
