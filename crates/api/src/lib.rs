@@ -13,6 +13,7 @@
 
 mod duration;
 mod serde_util;
+pub mod v1alpha1;
 pub mod v1alpha2;
 
 pub use duration::{DurationError, TIMEOUT_PATTERN, Timeout};
