@@ -1,0 +1,244 @@
+//! Go `text/template` compatible template engine with Sprig and Tinkerbell template functions.
+//!
+//! Existing Tinkerbell templates render unchanged: the syntax, the execution semantics, the
+//! printing of values (Go's `fmt`), the built-ins and the error messages follow Go's
+//! `text/template`, and the function map is Tinkerbell's (`sprig.HermeticTxtFuncMap()` plus
+//! `formatPartition`, `netmaskToPrefixLength`, `toYaml`, `fromYaml`).
+//!
+//! ```
+//! use tink_template::{RenderOptions, Template};
+//! let t = Template::parse("wf", "{{ formatPartition (index .Hardware.Disks 0) 1 }}").unwrap();
+//! let data = serde_json::json!({"Hardware": {"Disks": ["/dev/nvme0n1"]}});
+//! assert_eq!(t.render(&data, &RenderOptions::default()).unwrap(), "/dev/nvme0n1p1");
+//! ```
+//!
+//! Data is a [`serde_json::Value`]. Integers print as integers and other numbers as Go prints a
+//! `float64` (see [`value`]). Map keys are visited in sorted order, as Go's `range` and `fmt` do.
+//!
+//! Safety limits (all in [`RenderOptions`]): the output is capped (256 KiB by default), nested
+//! `{{template}}` calls are limited (default 100), execution steps are limited (default 10
+//! million; Go has no such limit, it protects the caller from loops that print nothing), and the
+//! parser refuses nesting deeper than [`parse::MAX_PARSE_DEPTH`]. None of these can overflow the
+//! stack.
+#![forbid(unsafe_code)]
+
+mod exec;
+mod funcs;
+mod gofmt;
+mod hash;
+mod json;
+mod lex;
+pub mod parse;
+mod sprig;
+mod tink;
+pub mod value;
+
+use std::collections::BTreeMap;
+
+pub use parse::ParseError;
+
+/// What a missing map key evaluates to (Go's `missingkey` option).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MissingKey {
+    /// `missingkey=default` / `invalid`: the key evaluates to no value (prints `<no value>`).
+    #[default]
+    Default,
+    /// `missingkey=zero`: the element type's zero value (`interface{}` nil: prints `<no value>`).
+    Zero,
+    /// `missingkey=error`: execution stops with an error.
+    Error,
+}
+
+impl std::str::FromStr for MissingKey {
+    type Err = String;
+
+    /// Parses Go's option text, with or without the `missingkey=` prefix.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.strip_prefix("missingkey=").unwrap_or(s) {
+            "default" | "invalid" => Ok(MissingKey::Default),
+            "zero" => Ok(MissingKey::Zero),
+            "error" => Ok(MissingKey::Error),
+            other => Err(format!("unrecognized option: missingkey={other}")),
+        }
+    }
+}
+
+/// Options for one render.
+#[derive(Clone, Debug)]
+pub struct RenderOptions {
+    pub missing_key: MissingKey,
+    /// The largest output, in bytes (default 256 KiB, as Tinkerbell).
+    pub max_output_bytes: usize,
+    /// The deepest chain of `{{template}}` calls (default 100).
+    pub max_template_depth: usize,
+    /// The most execution steps (nodes walked, commands evaluated; default 10 million).
+    pub max_steps: u64,
+}
+
+/// The default output cap: 256 KiB.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 256 * 1024;
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions {
+            missing_key: MissingKey::Default,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            max_template_depth: 100,
+            max_steps: 10_000_000,
+        }
+    }
+}
+
+impl RenderOptions {
+    /// Tinkerbell's settings: `missingkey=error`, 256 KiB output cap.
+    pub fn tinkerbell() -> Self {
+        RenderOptions {
+            missing_key: MissingKey::Error,
+            ..RenderOptions::default()
+        }
+    }
+}
+
+/// A render failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    /// An execution error, in Go's format:
+    /// `template: NAME:LINE:COL: executing "NAME" at <NODE>: MESSAGE`.
+    #[error(
+        "template: {template}:{line}:{col}: executing \"{executing}\" at <{context}>: {message}"
+    )]
+    Exec {
+        /// The template the source was parsed as.
+        template: String,
+        /// 1-based line of the failing node.
+        line: usize,
+        /// 0-based byte column of the failing node, as Go counts it.
+        col: usize,
+        /// The (possibly `define`d) template being executed.
+        executing: String,
+        /// The failing node's text, cut to 20 characters as Go does.
+        context: String,
+        message: String,
+    },
+    #[error("template: {template}: rendered output exceeds {limit} bytes")]
+    OutputTooLarge { template: String, limit: usize },
+    #[error("template: {template}: execution exceeded {limit} steps")]
+    TooManySteps { template: String, limit: u64 },
+    #[error("template: {template}: data nested deeper than {limit} levels")]
+    DataTooDeep { template: String, limit: usize },
+}
+
+/// Either failure, for callers that parse and render in one go.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    #[error(transparent)]
+    Render(#[from] RenderError),
+}
+
+/// A parsed template (the main one plus its `define`s and `block`s). Cheap to render many times;
+/// `Send + Sync`.
+#[derive(Clone, Debug)]
+pub struct Template {
+    name: String,
+    source: String,
+    trees: BTreeMap<String, Vec<parse::Node>>,
+}
+
+impl Template {
+    /// Parses `source` as the template `name` (the name shown in error messages).
+    pub fn parse(name: &str, source: &str) -> Result<Template, ParseError> {
+        let parsed = parse::parse(name, source, &|f| funcs::lookup(f).is_some())?;
+        Ok(Template {
+            name: name.to_string(),
+            source: source.to_string(),
+            trees: parsed.trees,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The names of the templates defined in this source (including the main one).
+    pub fn defined_templates(&self) -> Vec<&str> {
+        self.trees.keys().map(String::as_str).collect()
+    }
+
+    /// Executes the template on `data`.
+    pub fn render(
+        &self,
+        data: &serde_json::Value,
+        opts: &RenderOptions,
+    ) -> Result<String, RenderError> {
+        self.render_template(&self.name, data, opts)
+    }
+
+    /// Executes the named (`define`d) template on `data`, like Go's `ExecuteTemplate`.
+    pub fn render_template(
+        &self,
+        name: &str,
+        data: &serde_json::Value,
+        opts: &RenderOptions,
+    ) -> Result<String, RenderError> {
+        if json_depth(data, 0) > value::MAX_VALUE_DEPTH {
+            return Err(RenderError::DataTooDeep {
+                template: self.name.clone(),
+                limit: value::MAX_VALUE_DEPTH,
+            });
+        }
+        let data = value::Value::from_json(data);
+        let Some((key, _)) = self.trees.get_key_value(name) else {
+            return Err(RenderError::Exec {
+                template: self.name.clone(),
+                line: 0,
+                col: 0,
+                executing: name.to_string(),
+                context: String::new(),
+                message: format!(
+                    "no template {} associated with template {}",
+                    gofmt::quote(name),
+                    gofmt::quote(&self.name)
+                ),
+            });
+        };
+        let mut ex = exec::Exec::new(&self.name, key, &self.source, &self.trees, opts);
+        ex.run(data)?;
+        Ok(ex.out)
+    }
+}
+
+fn json_depth(v: &serde_json::Value, d: usize) -> usize {
+    if d > value::MAX_VALUE_DEPTH {
+        return d;
+    }
+    match v {
+        serde_json::Value::Array(a) => a
+            .iter()
+            .map(|x| json_depth(x, d + 1))
+            .max()
+            .unwrap_or(d + 1),
+        serde_json::Value::Object(o) => o
+            .values()
+            .map(|x| json_depth(x, d + 1))
+            .max()
+            .unwrap_or(d + 1),
+        _ => d,
+    }
+}
+
+/// Parses and renders in one call.
+pub fn render(
+    name: &str,
+    source: &str,
+    data: &serde_json::Value,
+    opts: &RenderOptions,
+) -> Result<String, Error> {
+    Ok(Template::parse(name, source)?.render(data, opts)?)
+}
+
+/// Every function a template can call (Go built-ins, Sprig's hermetic set, Tinkerbell's), sorted.
+pub fn function_names() -> Vec<&'static str> {
+    funcs::names()
+}
