@@ -48,6 +48,11 @@ mod tests {
                     }),
                 },
             )),
+            trace_context: [(
+                "traceparent".to_string(),
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_string(),
+            )]
+            .into(),
         };
         let bytes = cmd.encode_to_vec();
         let back = GetWorkflowsResponse::decode(bytes.as_slice()).expect("decodes what it encoded");

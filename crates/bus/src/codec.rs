@@ -397,6 +397,7 @@ mod tests {
                     }),
                 },
             )),
+            ..Default::default()
         }
     }
 
@@ -488,6 +489,7 @@ mod tests {
                     cmd: Some(get_workflows_response::Cmd::StopWorkflow(
                         get_workflows_response::StopWorkflow::default(),
                     )),
+                    ..Default::default()
                 },
                 "cmd.stop_workflow.workflow_id",
             ),

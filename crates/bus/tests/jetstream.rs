@@ -21,6 +21,7 @@ fn stop(workflow_id: &str) -> GetWorkflowsResponse {
                 ..Default::default()
             },
         )),
+        ..Default::default()
     }
 }
 
