@@ -1,0 +1,116 @@
+//! A small Kubernetes-compatible API server for tests and the local development stack (never
+//! used in production).
+//!
+//! The real `kube` client (with kube-runtime watchers and controllers), `kubectl` v1.32 and our
+//! webhooks talk to it over loopback HTTP (no TLS, no authentication, every request is admin).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = kube_lite::Server::start(kube_lite::Config::default()).await?;
+//! server.write_kubeconfig("/tmp/kubeconfig")?;
+//! let client: kube::Client = server.client()?;
+//! # drop(client);
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # What it implements
+//!
+//! - Discovery: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/{group}`, `/apis/{group}/{version}`
+//!   (legacy discovery; kubectl's request for aggregated discovery gets plain JSON, which makes
+//!   it fall back). `/openapi/v2` and `/openapi/v3` answer 404, so `kubectl apply` validates
+//!   nothing client side and sends `fieldValidation=Strict`, which the server honours for CRDs
+//!   (unknown fields are rejected with 400, as `kube-apiserver` does).
+//! - Built-in types, stored as plain JSON objects without type-specific behaviour beyond what is
+//!   listed: Namespace, ConfigMap, Secret (`stringData` folded into `data`, base64 checked),
+//!   Event (core and events.k8s.io, stored separately), ServiceAccount, Service,
+//!   coordination.k8s.io Lease, apps/v1 Deployment (status subresource, generation; no
+//!   controller acts on it), apiextensions.k8s.io/v1 CustomResourceDefinition,
+//!   admissionregistration.k8s.io/v1 Validating- and MutatingWebhookConfiguration.
+//! - CRDs register their resource for every served version at once (status `Established`).
+//!   Deleting a CRD deletes its objects at once, finalizers notwithstanding.
+//! - create, get, list, update (PUT), patch (JSON merge patch, JSON patch, strategic merge patch
+//!   treated as merge patch, server-side apply), delete, deletecollection; `dryRun=All`.
+//! - `resourceVersion` from one global counter; `409 Conflict` on a stale PUT or a patch that
+//!   carries a `metadata.resourceVersion`; a write that changes nothing keeps the resourceVersion
+//!   and sends no event; `generation` starts at 1 and grows when anything but `metadata` and
+//!   `status` changes (CRDs, Deployments, CRDs and webhook configurations); `uid` and
+//!   `creationTimestamp` set by the server.
+//! - Status subresource: writes to the main resource keep the stored `.status`, writes to
+//!   `/status` change only `.status`.
+//! - Finalizers: delete sets `deletionTimestamp` and keeps the object until the finalizers are
+//!   gone; adding a finalizer once deletion started is refused (422). Namespaces terminate: their
+//!   objects are deleted, and the namespace goes once it is empty; creating in a terminating
+//!   namespace is refused (403); creating in a missing namespace is 404.
+//! - Owner references: background garbage collection when an owner goes (an object whose every
+//!   owner is gone is deleted; a remaining owner keeps it), `Orphan` and `Foreground` policies.
+//! - Label selectors (`=`, `==`, `!=`, `in`, `notin`, exists, `!`) and field selectors (any
+//!   dotted path compared as a string, including `metadata.name` and `metadata.namespace`);
+//!   `limit` + `continue`.
+//! - Watch: rv unset or `0` sends the current objects as ADDED first; `resourceVersion=N`
+//!   replays later events from history; `sendInitialEvents=true` ends the initial ADDED events
+//!   with the `k8s.io/initial-events-end` BOOKMARK; periodic BOOKMARKs with
+//!   `allowWatchBookmarks=true`; a resourceVersion older than the kept history
+//!   ([`Config::watch_history`] events) gets an ERROR event with a 410 `Expired` Status; a
+//!   change that moves an object in or out of a selector is sent as ADDED or DELETED.
+//! - CRD validation: pruning of unknown fields (except under
+//!   `x-kubernetes-preserve-unknown-fields`), `default`s, OpenAPI v3 value validation (type,
+//!   nullable, int-or-string, enum, pattern, min/max and exclusive forms, multipleOf,
+//!   min/maxLength, min/maxItems, min/maxProperties, required, list-type set/map uniqueness,
+//!   allOf/anyOf/oneOf/not) and CEL `x-kubernetes-validations` including transition rules
+//!   (`oldSelf`), through the `kube-cel` crate; failures are `422 Invalid` with field paths and
+//!   messages phrased as kube-apiserver phrases them. CEL rules run only when the OpenAPI
+//!   checks pass.
+//! - Admission: Mutating (JSONPatch responses) then Validating webhook configurations, matched
+//!   on rules (operations, groups, versions, resources with subresources, scope),
+//!   `namespaceSelector` and `objectSelector`, called with an AdmissionReview v1 over HTTPS with
+//!   the `caBundle` as the only trust anchor, `timeoutSeconds` (default 10) and `failurePolicy`.
+//!   `matchConditions`, `matchPolicy: Equivalent` and `reinvocationPolicy` are not implemented.
+//!   Webhooks see the object in the version the client used.
+//! - CRD conversion: `strategy: Webhook` sends a ConversionReview v1 whenever an object is read
+//!   or written in a version other than the storage version; `None` rewrites `apiVersion`.
+//!   A `clientConfig.service` is resolved through [`Config::services`] and its certificate is
+//!   checked for `name.namespace.svc`, as a real API server does. Plain `http://` URLs are
+//!   accepted too (a real server refuses them).
+//! - Persistence with [`Config::data_dir`]: an embedded redb database written by a background
+//!   thread in batches (a few milliseconds behind the API answer; a clean shutdown flushes).
+//! - Errors are `Status` objects with the right code: 400 malformed bodies and selectors, 404,
+//!   405, 406 (no JSON in `Accept`), 409, 410, 413, 415 (unknown content type), 422, 500.
+//!
+//! # Simplifications (differences from kube-apiserver)
+//!
+//! - Server-side apply merges the applied configuration into the live object (maps merge,
+//!   lists and scalars replace, explicit nulls remove); there is no field ownership, so fields a
+//!   manager stops applying are not removed and conflicts are never reported (`force` is
+//!   accepted and ignored). `managedFields` holds a single entry for the last applier.
+//! - Strategic merge patch is a JSON merge patch (lists replace instead of merging by key) after
+//!   its `$` directives are removed.
+//! - `limit`/`continue` pages read the latest state (no snapshot at the first page's
+//!   resourceVersion) and continue tokens never expire; `resourceVersionMatch=Exact` with any
+//!   resourceVersion but the latest gets 410.
+//! - A list or get at a specific `resourceVersion` returns the latest state.
+//! - No authentication, authorization, quotas, defaulting of built-in types, or pod/deployment
+//!   controllers. `gracePeriodSeconds` is ignored.
+//! - Core and events.k8s.io Events are stored apart (a real server shows one store in both).
+//! - No Table output (`kubectl get` prints from the objects); no protobuf.
+//! - A watcher that falls more than 4096 events behind is closed; it re-watches from its last
+//!   resourceVersion like any client after a dropped connection.
+#![forbid(unsafe_code)]
+
+mod admission;
+mod api;
+mod crd;
+pub mod error;
+mod lifecycle;
+mod openapi;
+mod registry;
+mod schema;
+pub mod selector;
+mod server;
+mod store;
+mod watch;
+mod webhook;
+
+pub use api::{KUBERNETES_VERSION, decode_body};
+pub use error::{ApiError, Error};
+pub use server::{Config, RunningServer, Server, kubeconfig_yaml};

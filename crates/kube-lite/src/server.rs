@@ -1,0 +1,384 @@
+//! Starting and stopping the server, the kubeconfig, and the `--data-dir` persistence thread.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use serde_json::Value;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::store::{PersistOp, State};
+
+const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// Server configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Listen address; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Keep objects in an embedded store in this directory across restarts; in memory if `None`.
+    pub data_dir: Option<PathBuf>,
+    /// Webhook Services that do not exist here: `namespace/name` -> base URL
+    /// (`https://127.0.0.1:8443`). Used for `clientConfig.service` of admission webhooks and CRD
+    /// conversion; the TLS server name checked is `name.namespace.svc`, as a real API server does.
+    pub services: BTreeMap<String, String>,
+    /// How many past events are kept for watches; a watch from an older resourceVersion gets 410.
+    pub watch_history: usize,
+    /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir: None,
+            services: BTreeMap::new(),
+            watch_history: 10_000,
+            bookmark_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Config {
+    /// Sets the data directory.
+    pub fn with_data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// Maps a Service (`namespace/name`) to a base URL.
+    pub fn with_service(
+        mut self,
+        namespaced_name: impl Into<String>,
+        base_url: impl Into<String>,
+    ) -> Self {
+        self.services
+            .insert(namespaced_name.into(), base_url.into());
+        self
+    }
+
+    /// Parses `ns/name=URL` (the `--service` flag).
+    pub fn parse_service(spec: &str) -> Result<(String, String), Error> {
+        let (k, v) = spec
+            .split_once('=')
+            .ok_or_else(|| Error::ServiceMapping(spec.to_string()))?;
+        let (ns, name) = k
+            .split_once('/')
+            .ok_or_else(|| Error::ServiceMapping(spec.to_string()))?;
+        if ns.is_empty()
+            || name.is_empty()
+            || !(v.starts_with("https://") || v.starts_with("http://"))
+        {
+            return Err(Error::ServiceMapping(spec.to_string()));
+        }
+        Ok((k.to_string(), v.to_string()))
+    }
+}
+
+/// Shared server internals.
+pub(crate) struct Core {
+    state: Mutex<State>,
+    pub(crate) config: Config,
+    pub(crate) addr: SocketAddr,
+    pub(crate) shutdown: CancellationToken,
+    doorbell: Option<std::sync::mpsc::SyncSender<()>>,
+}
+
+impl Core {
+    /// Locks the state; a poisoned lock (a panic elsewhere) still yields the data.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes the persistence thread after a write.
+    pub(crate) fn persist_soon(&self) {
+        if let Some(d) = &self.doorbell {
+            // Full means a wake-up is already pending.
+            let _ = d.try_send(());
+        }
+    }
+}
+
+/// Entry point.
+pub struct Server;
+
+impl Server {
+    /// Binds, loads the data directory if any, and serves in the background.
+    pub async fn start(config: Config) -> Result<RunningServer, Error> {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let (tx, _) = broadcast::channel(4096);
+        let mut state = State::new(config.watch_history, tx, config.data_dir.is_some());
+        let db = match &config.data_dir {
+            Some(dir) => Some(open_store(dir, &mut state)?),
+            None => None,
+        };
+        crate::api::bootstrap(&mut state);
+        let (doorbell, persist_thread) = match db {
+            Some(db) => {
+                let (dtx, drx) = std::sync::mpsc::sync_channel::<()>(1);
+                (Some(dtx), Some((db, drx)))
+            }
+            None => (None, None),
+        };
+        let shutdown = CancellationToken::new();
+        let core = Arc::new(Core {
+            state: Mutex::new(state),
+            config,
+            addr,
+            shutdown: shutdown.clone(),
+            doorbell,
+        });
+        let stop_flag = Arc::new(AtomicBool::new(false));
+        let persister = match persist_thread {
+            Some((db, rx)) => {
+                let core2 = core.clone();
+                let flag = stop_flag.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("kube-lite-persist".into())
+                        .spawn(move || persist_loop(db, rx, core2, flag))
+                        .map_err(|e| {
+                            Error::Store(format!("cannot start the persistence thread: {e}"))
+                        })?,
+                )
+            }
+            None => None,
+        };
+        core.persist_soon();
+        let app = crate::api::router(core.clone());
+        let token = shutdown.clone();
+        let task = tokio::spawn(async move {
+            let res = axum::serve(listener, app)
+                .with_graceful_shutdown(token.cancelled_owned())
+                .await;
+            if let Err(e) = res {
+                tracing::error!(error = %e, "kube-lite server stopped");
+            }
+        });
+        tracing::info!(%addr, "kube-lite listening");
+        Ok(RunningServer {
+            addr,
+            core,
+            shutdown,
+            task: Some(task),
+            persister,
+            stop_flag,
+        })
+    }
+}
+
+fn open_store(dir: &Path, state: &mut State) -> Result<redb::Database, Error> {
+    let err = |message: String| Error::DataDir {
+        path: dir.to_path_buf(),
+        message,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+    let db = redb::Database::create(dir.join("kube-lite.redb")).map_err(|e| err(e.to_string()))?;
+    let txn = db.begin_write().map_err(|e| err(e.to_string()))?;
+    txn.open_table(OBJECTS).map_err(|e| err(e.to_string()))?;
+    txn.open_table(META).map_err(|e| err(e.to_string()))?;
+    txn.commit().map_err(|e| err(e.to_string()))?;
+    let read = db.begin_read().map_err(|e| err(e.to_string()))?;
+    let objects = read.open_table(OBJECTS).map_err(|e| err(e.to_string()))?;
+    let mut loaded = Vec::new();
+    for row in objects.iter().map_err(|e| err(e.to_string()))? {
+        let (k, v) = row.map_err(|e| err(e.to_string()))?;
+        let key = k.value().to_string();
+        let obj: Value = serde_json::from_slice(v.value()).map_err(|source| Error::Corrupt {
+            key: key.clone(),
+            source,
+        })?;
+        let parts: Vec<&str> = key.splitn(4, '|').collect();
+        if let [g, p, ns, name] = parts.as_slice() {
+            loaded.push((
+                (g.to_string(), p.to_string()),
+                (ns.to_string(), name.to_string()),
+                obj,
+            ));
+        }
+    }
+    let meta = read.open_table(META).map_err(|e| err(e.to_string()))?;
+    let rv = meta
+        .get("rv")
+        .map_err(|e| err(e.to_string()))?
+        .map(|g| g.value())
+        .unwrap_or(0);
+    // CRDs first so their resources are registered before their objects load.
+    loaded.sort_by_key(|(gr, _, _)| gr.1 != "customresourcedefinitions");
+    for (gr, key, obj) in loaded {
+        if gr.1 == "customresourcedefinitions"
+            && let Ok(rt) = crate::crd::parse(&obj)
+        {
+            state.registry.insert(rt);
+        }
+        state.load(gr, key, obj);
+    }
+    state.rv = state.rv.max(rv);
+    state.reset_floor();
+    drop(meta);
+    drop(objects);
+    drop(read);
+    Ok(db)
+}
+
+fn write_batch(db: &redb::Database, ops: Vec<PersistOp>, rv: u64) -> Result<(), String> {
+    let txn = db.begin_write().map_err(|e| e.to_string())?;
+    {
+        let mut t = txn.open_table(OBJECTS).map_err(|e| e.to_string())?;
+        for op in ops {
+            match op {
+                PersistOp::Put(k, v) => {
+                    t.insert(k.as_str(), v.as_slice())
+                        .map_err(|e| e.to_string())?;
+                }
+                PersistOp::Delete(k) => {
+                    t.remove(k.as_str()).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        let mut m = txn.open_table(META).map_err(|e| e.to_string())?;
+        m.insert("rv", rv).map_err(|e| e.to_string())?;
+    }
+    txn.commit().map_err(|e| e.to_string())
+}
+
+fn persist_loop(
+    db: redb::Database,
+    rx: std::sync::mpsc::Receiver<()>,
+    core: Arc<Core>,
+    stop: Arc<AtomicBool>,
+) {
+    loop {
+        let woke = rx.recv_timeout(Duration::from_millis(200));
+        let (ops, rv) = {
+            let mut st = core.lock();
+            (st.take_persist(), st.rv)
+        };
+        if !ops.is_empty()
+            && let Err(e) = write_batch(&db, ops, rv)
+        {
+            tracing::error!(error = %e, "kube-lite: persisting a batch failed");
+        }
+        let disconnected = matches!(woke, Err(std::sync::mpsc::RecvTimeoutError::Disconnected));
+        if stop.load(Ordering::SeqCst) || disconnected {
+            let (ops, rv) = {
+                let mut st = core.lock();
+                (st.take_persist(), st.rv)
+            };
+            if !ops.is_empty()
+                && let Err(e) = write_batch(&db, ops, rv)
+            {
+                tracing::error!(error = %e, "kube-lite: persisting the last batch failed");
+            }
+            return;
+        }
+    }
+}
+
+/// A running server; stops when dropped or on [`RunningServer::shutdown`].
+pub struct RunningServer {
+    addr: SocketAddr,
+    core: Arc<Core>,
+    shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+    persister: Option<std::thread::JoinHandle<()>>,
+    stop_flag: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for RunningServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningServer")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl RunningServer {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A `kube::Client` for this server.
+    pub fn client(&self) -> Result<kube::Client, Error> {
+        let uri: http::Uri = self
+            .url()
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| Error::Client(e.to_string()))?;
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = "default".into();
+        config.read_timeout = None;
+        kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
+    }
+
+    /// The kubeconfig YAML for kubectl and `kube::Config::from_custom_kubeconfig`.
+    pub fn kubeconfig(&self) -> String {
+        kubeconfig_yaml(&self.url())
+    }
+
+    /// Writes the kubeconfig to a file.
+    pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        let path = path.as_ref();
+        std::fs::write(path, self.kubeconfig()).map_err(|source| Error::Kubeconfig {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Stops serving, ends open watches and flushes the data directory.
+    pub async fn shutdown(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            // The task only ends; a join error means it panicked, which it logs itself.
+            let _ = task.await;
+        }
+        self.stop_persister();
+    }
+
+    fn stop_persister(&mut self) {
+        self.stop_flag.store(true, Ordering::SeqCst);
+        self.core.persist_soon();
+        if let Some(t) = self.persister.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        self.stop_persister();
+    }
+}
+
+/// A kubeconfig for an insecure loopback server.
+pub fn kubeconfig_yaml(server: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-lite\n  cluster:\n    server: {server}\ncontexts:\n- name: kube-lite\n  context:\n    cluster: kube-lite\n    user: kube-lite\n    namespace: default\ncurrent-context: kube-lite\nusers:\n- name: kube-lite\n  user:\n    token: kube-lite\npreferences: {{}}\n"
+    )
+}
