@@ -218,6 +218,7 @@ impl<'t> Exec<'t> {
     }
 
     fn one_iteration(&mut self, b: &'t Branch, mark: usize, index: Value, elem: Value) -> R<Flow> {
+        self.step(1)?;
         let p = &b.pipe;
         if !p.decl.is_empty() {
             if p.is_assign {
@@ -273,7 +274,6 @@ impl<'t> Exec<'t> {
             }
             Value::Int(n) => {
                 if b.pipe.decl.len() > 1 {
-                    self.at = At::Node(node);
                     return self.error(format!(
                         "can't use {} to iterate over more than one variable",
                         gofmt::format_v(&val)
@@ -290,7 +290,6 @@ impl<'t> Exec<'t> {
             }
             Value::Missing | Value::Nil => {}
             other => {
-                self.at = At::Node(node);
                 return self.error(format!(
                     "range can't iterate over {}",
                     gofmt::format_v(other)

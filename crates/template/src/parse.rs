@@ -487,7 +487,7 @@ impl<'a> Parser<'a> {
     fn action(&mut self) -> PResult<Item> {
         let t = self.next_non_space();
         match t.kind {
-            Kind::Block => return self.block_control(t.pos).map(Item::Node),
+            Kind::Block => return self.block_control().map(Item::Node),
             Kind::Break => return self.break_control(t.pos, "break").map(Item::Node),
             Kind::Continue => return self.break_control(t.pos, "continue").map(Item::Node),
             Kind::Else => return self.else_control(),
@@ -495,10 +495,10 @@ impl<'a> Parser<'a> {
                 self.expect(Kind::RightDelim, "end")?;
                 return Ok(Item::End(t.pos));
             }
-            Kind::If => return self.control(t.pos, "if").map(Item::Node),
-            Kind::Range => return self.control(t.pos, "range").map(Item::Node),
-            Kind::Template => return self.template_control(t.pos).map(Item::Node),
-            Kind::With => return self.control(t.pos, "with").map(Item::Node),
+            Kind::If => return self.control("if").map(Item::Node),
+            Kind::Range => return self.control("range").map(Item::Node),
+            Kind::Template => return self.template_control().map(Item::Node),
+            Kind::With => return self.control("with").map(Item::Node),
             _ => {}
         }
         self.backup();
@@ -532,10 +532,11 @@ impl<'a> Parser<'a> {
         Ok(Item::Else(t.pos))
     }
 
-    fn control(&mut self, pos: usize, context: &str) -> PResult<Node> {
+    fn control(&mut self, context: &str) -> PResult<Node> {
         self.enter()?;
         let nvars = self.vars.len();
         let pipe = self.pipeline(context, Kind::RightDelim)?;
+        let pos = pipe.pos;
         if context == "range" {
             self.range_depth += 1;
         }
@@ -550,13 +551,10 @@ impl<'a> Parser<'a> {
                 || (context == "with" && p.kind == Kind::With)
             {
                 // {{if a}}_{{else if b}}_{{end}} == {{if a}}_{{else}}{{if b}}_{{end}}{{end}}
-                let t = self.next_non_space();
-                let inner = self.control(t.pos, context)?;
+                self.next_non_space();
+                let inner = self.control(context)?;
                 else_list = Some(vec![inner]);
             } else {
-                if context == "range" || context == "if" || context == "with" {
-                    // A plain else must close with {{end}}.
-                }
                 let (el, end2) = self.item_list()?;
                 if let ListEnd::Else { pos } = end2 {
                     return self.err_at(pos, "expected end; found {{else}}");
@@ -587,8 +585,9 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn template_control(&mut self, pos: usize) -> PResult<Node> {
+    fn template_control(&mut self) -> PResult<Node> {
         let context = "template clause";
+        let pos = self.peek_non_space().pos;
         let name = self.template_name(context)?;
         let pipe = if self.next_non_space().kind != Kind::RightDelim {
             self.backup();
@@ -599,8 +598,9 @@ impl<'a> Parser<'a> {
         Ok(Node::Template { pos, name, pipe })
     }
 
-    fn block_control(&mut self, pos: usize) -> PResult<Node> {
+    fn block_control(&mut self) -> PResult<Node> {
         let context = "block clause";
+        let pos = self.peek_non_space().pos;
         let name = self.template_name(context)?;
         let pipe = self.pipeline(context, Kind::RightDelim)?;
         self.enter()?;
@@ -637,7 +637,6 @@ impl<'a> Parser<'a> {
             }
             let save = self.idx;
             self.next_non_space();
-            let after_var = self.peek();
             let next = self.next_non_space();
             match next.kind {
                 Kind::Assign | Kind::Declare => {
@@ -666,19 +665,11 @@ impl<'a> Parser<'a> {
                     }
                     return self.err_at(next.pos, format!("too many declarations in {context}"));
                 }
-                _ if after_var.kind == Kind::Space => {
-                    self.idx = save;
-                    break;
-                }
                 _ => {
                     self.idx = save;
                     break;
                 }
             }
-        }
-        // A pending comma declaration that was not followed by := is an error.
-        if pipe.decl.len() == 2 && !matches!(self.peek_non_space().kind, Kind::Variable) {
-            // handled by the assign branch above; nothing to do
         }
         loop {
             let t = self.next_non_space();
