@@ -11,6 +11,7 @@
 // kube's `printcolumn(type_ = "string", ...)` repeats keys clippy takes for duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod conversion;
 mod duration;
 mod serde_util;
 pub mod v1alpha1;

@@ -1,0 +1,179 @@
+//! Hardware field mappings (see the module documentation of [`super`]).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::Mapping;
+use super::patch::{keyify_at, unkeyify_at};
+use crate::v1alpha1 as a1;
+use crate::v1alpha2 as a2;
+
+pub(super) struct HardwareMapping;
+
+/// The Rufio Machine kind a v1alpha2 `bmcRef` points at.
+const BMC_API_GROUP: &str = "bmc.tinkerbell.org";
+const BMC_KIND: &str = "Machine";
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+fn interface_key(v: &Value) -> Option<String> {
+    let mac = v.get("dhcp")?.get("mac")?.as_str()?;
+    (!mac.is_empty()).then(|| mac.to_ascii_lowercase())
+}
+
+impl Mapping for HardwareMapping {
+    type V1 = a1::Hardware;
+    type V2 = a2::Hardware;
+
+    fn up(v1: &a1::Hardware) -> a2::Hardware {
+        let s = &v1.spec;
+        let mut network_interfaces = BTreeMap::new();
+        for iface in &s.interfaces {
+            let Some(dhcp) = &iface.dhcp else { continue };
+            if dhcp.mac.is_empty() {
+                continue;
+            }
+            let mac = dhcp.mac.to_ascii_lowercase();
+            if network_interfaces.contains_key(&mac) {
+                continue;
+            }
+            let ip = dhcp.ip.as_ref();
+            let lease_time = i32::try_from(dhcp.lease_time)
+                .ok()
+                .filter(|t| *t > 0)
+                .unwrap_or(a2::DEFAULT_LEASE_TIME);
+            let ni = a2::NetworkInterface {
+                dhcp: Some(a2::Dhcp {
+                    ip: ip.and_then(|i| non_empty(&i.address)),
+                    netmask: ip.and_then(|i| non_empty(&i.netmask)),
+                    gateway: ip.and_then(|i| non_empty(&i.gateway)),
+                    hostname: non_empty(&dhcp.hostname),
+                    vlan_id: non_empty(&dhcp.vlan_id),
+                    nameservers: dhcp.name_servers.clone(),
+                    timeservers: dhcp.time_servers.clone(),
+                    lease_time,
+                }),
+                disable_dhcp: false,
+                disable_netboot: iface.netboot.as_ref().and_then(|n| n.allow_pxe) == Some(false),
+            };
+            network_interfaces.insert(mac, ni);
+        }
+        let ipxe = s
+            .interfaces
+            .iter()
+            .filter_map(|i| i.netboot.as_ref()?.ipxe.as_ref())
+            .find(|x| !x.url.is_empty() || !x.contents.is_empty())
+            .map(|x| a2::Ipxe {
+                content: non_empty(&x.contents),
+                url: non_empty(&x.url),
+            });
+        let userdata = s.user_data.as_deref().and_then(non_empty);
+        let vendordata = s.vendor_data.as_deref().and_then(non_empty);
+        let instance = (userdata.is_some() || vendordata.is_some()).then_some(a2::Instance {
+            userdata,
+            vendordata,
+        });
+        a2::Hardware {
+            metadata: v1.metadata.clone(),
+            spec: a2::HardwareSpec {
+                network_interfaces,
+                ipxe,
+                osie: None,
+                instance,
+                storage_devices: s
+                    .disks
+                    .iter()
+                    .filter(|d| !d.device.is_empty())
+                    .map(|d| d.device.clone())
+                    .collect(),
+                bmc_ref: s
+                    .bmc_ref
+                    .as_ref()
+                    .map(|r| a2::LocalObjectReference::new(r.name.clone())),
+            },
+        }
+    }
+
+    fn down(v2: &a2::Hardware) -> a1::Hardware {
+        let s = &v2.spec;
+        let ipxe = s.ipxe.as_ref().map(|x| a1::Ipxe {
+            url: x.url.clone().unwrap_or_default(),
+            contents: x.content.clone().unwrap_or_default(),
+            extra: Default::default(),
+        });
+        let interfaces = s
+            .network_interfaces
+            .iter()
+            .map(|(mac, ni)| {
+                let d = ni.dhcp.clone().unwrap_or_default();
+                let has_ip = d.ip.is_some() || d.netmask.is_some() || d.gateway.is_some();
+                let lease_time = if ni.dhcp.is_some() {
+                    i64::from(d.lease_time)
+                } else {
+                    0
+                };
+                a1::Interface {
+                    netboot: Some(a1::Netboot {
+                        allow_pxe: Some(ni.netboot_allowed()),
+                        allow_workflow: Some(ni.netboot_allowed()),
+                        ipxe: ipxe.clone(),
+                        osie: None,
+                        extra: Default::default(),
+                    }),
+                    dhcp: Some(a1::Dhcp {
+                        mac: mac.clone(),
+                        hostname: d.hostname.unwrap_or_default(),
+                        lease_time,
+                        name_servers: d.nameservers,
+                        time_servers: d.timeservers,
+                        vlan_id: d.vlan_id.unwrap_or_default(),
+                        ip: has_ip.then(|| a1::Ip {
+                            address: d.ip.unwrap_or_default(),
+                            netmask: d.netmask.unwrap_or_default(),
+                            gateway: d.gateway.unwrap_or_default(),
+                            family: 4,
+                            extra: Default::default(),
+                        }),
+                        ..Default::default()
+                    }),
+                    extra: Default::default(),
+                }
+            })
+            .collect();
+        let instance = s.instance.clone().unwrap_or_default();
+        a1::Hardware {
+            metadata: v2.metadata.clone(),
+            spec: a1::HardwareSpec {
+                bmc_ref: s.bmc_ref.as_ref().map(|r| a1::TypedLocalObjectReference {
+                    api_group: Some(BMC_API_GROUP.to_string()),
+                    kind: BMC_KIND.to_string(),
+                    name: r.name.clone(),
+                }),
+                interfaces,
+                disks: s
+                    .storage_devices
+                    .iter()
+                    .map(|d| a1::Disk {
+                        device: d.clone(),
+                        extra: Default::default(),
+                    })
+                    .collect(),
+                user_data: instance.userdata,
+                vendor_data: instance.vendordata,
+                ..Default::default()
+            },
+            status: None,
+        }
+    }
+
+    fn view_v1(v: &mut Value) {
+        keyify_at(v, &["spec", "interfaces"], interface_key);
+    }
+
+    fn unview_v1(v: &mut Value) {
+        unkeyify_at(v, &["spec", "interfaces"]);
+    }
+}
