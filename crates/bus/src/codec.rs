@@ -329,16 +329,28 @@ async fn publish(
         .map_err(|source| BusError::Publish { subject, source })
 }
 
-/// Validates and publishes an event on its workflow's subject and waits for JetStream's
-/// acknowledgement (`PublishAck::duplicate` tells a de-duplicated retry).
+/// Validates and publishes an event on its workflow's subject with the trace context `cx`, and
+/// waits for JetStream's acknowledgement (`PublishAck::duplicate` tells a de-duplicated retry).
 pub async fn publish_event(
     jetstream: &jetstream::Context,
     event: &Event,
     cx: &opentelemetry::Context,
 ) -> Result<PublishAck, BusError> {
+    let mut headers = HeaderMap::new();
+    tink_telemetry::propagation::inject_nats(cx, &mut headers);
+    publish_event_with_headers(jetstream, event, headers).await
+}
+
+/// Like [`publish_event`] with headers given as is (for example `traceparent` copied from an
+/// agent's request); the de-duplication id is added.
+pub async fn publish_event_with_headers(
+    jetstream: &jetstream::Context,
+    event: &Event,
+    mut headers: HeaderMap,
+) -> Result<PublishAck, BusError> {
     validate_event(event)?;
     let subject = events_subject(&event.workflow_id)?;
-    let headers = headers_with(&event_msg_id(event), cx);
+    headers.insert(MSG_ID_HEADER, event_msg_id(event).as_str());
     publish(jetstream, subject, headers, encode_event(event)).await
 }
 

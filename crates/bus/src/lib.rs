@@ -27,7 +27,7 @@ mod token;
 pub use codec::{
     CodecError, EventKind, InvalidMessage, MSG_ID_HEADER, command_workflow_id, decode_command,
     decode_event, encode_command, encode_event, event_kind, event_msg_id, headers_with,
-    publish_command, publish_event, validate_command, validate_event,
+    publish_command, publish_event, publish_event_with_headers, validate_command, validate_event,
 };
 pub use config::{
     Bus, BusConfig, BusError, DISPATCH_STREAM, EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM,

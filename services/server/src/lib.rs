@@ -1,0 +1,304 @@
+//! The tinkerbell server: a stateless gRPC gateway between agents and NATS JetStream.
+//!
+//! Agents hold a `GetWorkflows` stream to any replica and call `PublishEvent`; the server keeps
+//! no state of its own: commands come from the agent's durable JetStream consumer, events go to
+//! the workflow's events subject, presence goes to a KV bucket (all named in `tink-bus`). It
+//! never calls the Kubernetes API.
+//!
+//! Tests and the binary start it the same way:
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), tink_server::ServerError> {
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(tink_server::ServerError::Bind)?;
+//! let config = tink_server::ServerConfig::new("nats://127.0.0.1:4222", "server-0");
+//! let shutdown = tokio_util::sync::CancellationToken::new();
+//! tink_server::serve(
+//!     config,
+//!     listener,
+//!     tink_runtime::Health::new(),
+//!     tink_server::Metrics::default(),
+//!     shutdown,
+//! )
+//! .await
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+mod metrics;
+mod service;
+mod session;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use tink_bus::BusConfig;
+use tink_bus::proto::workflow_service_server::WorkflowServiceServer;
+use tink_runtime::Health;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tracing::{info, warn};
+
+pub use metrics::{ErrorLabel, KindLabel, Metrics};
+
+/// How long shutdown waits for presence cleanup after the last stream ended.
+const CLEANUP_GRACE: Duration = Duration::from_secs(5);
+/// Pause between attempts to set up the streams while NATS is unreachable.
+const SETUP_RETRY: Duration = Duration::from_secs(1);
+
+/// TLS material (PEM).
+#[derive(Clone, Debug)]
+pub struct TlsConfig {
+    /// The server's certificate chain.
+    pub cert_pem: Vec<u8>,
+    /// The server's private key.
+    pub key_pem: Vec<u8>,
+    /// When set, clients must present a certificate signed by this CA (mutual TLS).
+    pub client_ca_pem: Option<Vec<u8>>,
+}
+
+/// Configuration of one server replica.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The NATS server(s), comma separated (`nats://host:4222,...`).
+    pub nats_url: String,
+    /// This replica's name in presence entries and logs (the pod name).
+    pub replica_id: String,
+    /// Stream, bucket and consumer settings (the same for every service).
+    pub bus: BusConfig,
+    /// TLS for the gRPC endpoint; plain HTTP/2 when unset.
+    pub tls: Option<TlsConfig>,
+    /// HTTP/2 keepalive ping interval: detects agents whose connection died silently.
+    pub keepalive_interval: Duration,
+    /// How long a keepalive ping may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+}
+
+impl ServerConfig {
+    /// A configuration with default bus settings, no TLS and 30 s / 10 s keepalives.
+    pub fn new(nats_url: impl Into<String>, replica_id: impl Into<String>) -> Self {
+        ServerConfig {
+            nats_url: nats_url.into(),
+            replica_id: replica_id.into(),
+            bus: BusConfig::default(),
+            tls: None,
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Errors that stop the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The listener could not be bound.
+    #[error("cannot bind the gRPC listener: {0}")]
+    Bind(#[source] std::io::Error),
+    /// The NATS URL or options are invalid.
+    #[error("cannot connect to NATS at {url}: {source}")]
+    Nats {
+        /// The URL.
+        url: String,
+        /// Why.
+        source: async_nats::ConnectError,
+    },
+    /// The TLS material is invalid.
+    #[error("invalid TLS configuration: {0}")]
+    Tls(#[source] tonic::transport::Error),
+    /// The gRPC server failed.
+    #[error("gRPC server failed: {0}")]
+    Serve(#[source] tonic::transport::Error),
+    /// The takeover subscription could not be made.
+    #[error("cannot subscribe to takeover notices: {0}")]
+    Subscribe(#[source] async_nats::SubscribeError),
+}
+
+/// Runs one replica on `listener` until `shutdown` is cancelled.
+///
+/// Connects to NATS (retrying while it is unreachable), makes sure the streams exist, then
+/// serves `WorkflowService` and the gRPC health service. `health` turns ready only while NATS is
+/// connected and the streams exist. On shutdown every agent stream ends with UNAVAILABLE (so
+/// agents reconnect to another replica), in-flight calls finish, and presence entries are
+/// removed.
+pub async fn serve(
+    config: ServerConfig,
+    listener: TcpListener,
+    health: Health,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Result<(), ServerError> {
+    health.set_ready(false);
+    let (events_tx, mut events_rx) = tokio::sync::mpsc::channel::<async_nats::Event>(16);
+    let client = async_nats::ConnectOptions::new()
+        .name(format!("tink-server {}", config.replica_id))
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .event_callback(move |event| {
+            let events_tx = events_tx.clone();
+            async move {
+                // Full: an older event is still queued, the watcher re-checks the state anyway.
+                let _ = events_tx.try_send(event);
+            }
+        })
+        .connect(config.nats_url.as_str())
+        .await
+        .map_err(|source| ServerError::Nats {
+            url: config.nats_url.clone(),
+            source,
+        })?;
+    let jetstream = async_nats::jetstream::new(client.clone());
+
+    let bus = loop {
+        match tink_bus::ensure_streams(&jetstream, &config.bus).await {
+            Ok(bus) => break bus,
+            Err(e) => {
+                warn!(error = %e, "cannot set up the JetStream streams yet; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(SETUP_RETRY) => {}
+                }
+            }
+        }
+    };
+
+    let shared = Arc::new(session::Shared::new(
+        bus,
+        client.clone(),
+        config.replica_id.clone(),
+        metrics,
+        shutdown.clone(),
+    ));
+
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    let set_serving = {
+        let reporter = reporter.clone();
+        let health = health.clone();
+        move |ready: bool| {
+            let reporter = reporter.clone();
+            health.set_ready(ready);
+            async move {
+                type Svc = WorkflowServiceServer<service::Gateway>;
+                if ready {
+                    reporter.set_serving::<Svc>().await;
+                } else {
+                    reporter.set_not_serving::<Svc>().await;
+                }
+            }
+        }
+    };
+    set_serving(true).await;
+
+    // Readiness follows the NATS connection; after a reconnect the streams are ensured again
+    // (a NATS server that lost its store gets them back).
+    let watcher = {
+        let shared = shared.clone();
+        let shutdown = shutdown.clone();
+        let set_serving = set_serving.clone();
+        tokio::spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    event = events_rx.recv() => event,
+                };
+                match event {
+                    Some(async_nats::Event::Disconnected) => {
+                        warn!("NATS disconnected; not ready");
+                        set_serving(false).await;
+                    }
+                    Some(async_nats::Event::Connected) => {
+                        match tink_bus::ensure_streams(&shared.bus.jetstream, &shared.bus.config)
+                            .await
+                        {
+                            Ok(_) => {
+                                info!("NATS connected; ready");
+                                set_serving(true).await;
+                            }
+                            Err(e) => {
+                                warn!(error = %e, "NATS connected but streams are not set up")
+                            }
+                        }
+                    }
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+        })
+    };
+
+    // One subscription per replica for "a newer stream for agent X opened elsewhere".
+    let mut takeovers = client
+        .subscribe(tink_bus::TAKEOVER_ALL)
+        .await
+        .map_err(ServerError::Subscribe)?;
+    let takeover_task = {
+        let shared = shared.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                let message = tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    message = takeovers.next() => message,
+                };
+                let Some(message) = message else { break };
+                let Some(token) = message
+                    .subject
+                    .as_str()
+                    .strip_prefix(tink_bus::TAKEOVER_PREFIX)
+                    .and_then(|rest| rest.strip_prefix('.'))
+                else {
+                    continue;
+                };
+                match session::parse_takeover(&message.payload) {
+                    Some((session_id, server)) => shared.on_takeover(token, session_id, server),
+                    None => {
+                        warn!(subject = %message.subject, "ignoring a malformed takeover notice")
+                    }
+                }
+            }
+        })
+    };
+
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(config.keepalive_interval))
+        .http2_keepalive_timeout(Some(config.keepalive_timeout))
+        .tcp_nodelay(true);
+    if let Some(tls) = &config.tls {
+        let mut tls_config =
+            ServerTlsConfig::new().identity(Identity::from_pem(&tls.cert_pem, &tls.key_pem));
+        if let Some(ca) = &tls.client_ca_pem {
+            tls_config = tls_config.client_ca_root(Certificate::from_pem(ca));
+        }
+        builder = builder.tls_config(tls_config).map_err(ServerError::Tls)?;
+    }
+    if let Ok(addr) = listener.local_addr() {
+        info!(%addr, replica = %config.replica_id, tls = config.tls.is_some(), "serving WorkflowService");
+    }
+    let gateway = service::Gateway {
+        shared: shared.clone(),
+    };
+    let result = builder
+        .add_service(health_service)
+        .add_service(WorkflowServiceServer::new(gateway))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown.clone().cancelled_owned(),
+        )
+        .await;
+
+    // Streams have ended; finish their cleanup (presence removal) before leaving.
+    set_serving(false).await;
+    shared.cleanup.close();
+    if tokio::time::timeout(CLEANUP_GRACE, shared.cleanup.wait())
+        .await
+        .is_err()
+    {
+        warn!("presence cleanup did not finish in time; entries expire by themselves");
+    }
+    watcher.abort();
+    takeover_task.abort();
+    if let Err(e) = client.flush().await {
+        warn!(error = %e, "cannot flush NATS on shutdown");
+    }
+    result.map_err(ServerError::Serve)
+}

@@ -1,0 +1,110 @@
+//! Prometheus metrics of the server.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Label of [`Metrics::events_published`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// The event kind (`ActionStarted`, ...).
+    pub kind: String,
+}
+
+/// Label of [`Metrics::errors`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabel {
+    /// What failed: `invalid_agent_id`, `invalid_event`, `publish_event`, `malformed_command`,
+    /// `ack`, `presence`, `consumer`.
+    pub op: String,
+}
+
+/// The server's metrics; clones share the same values.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    /// Agent streams open on this replica.
+    pub connected_agents: Gauge,
+    /// Commands forwarded to agents (and acknowledged in JetStream).
+    pub commands_forwarded: Counter,
+    /// Events stored in JetStream, by kind (retries de-duplicated by JetStream included).
+    pub events_published: Family<KindLabel, Counter>,
+    /// Events JetStream recognised as duplicates of stored ones.
+    pub events_duplicate: Counter,
+    /// Streams ended because a newer stream for the same agent opened.
+    pub streams_superseded: Counter,
+    /// Errors by operation.
+    pub errors: Family<ErrorLabel, Counter>,
+    /// PublishEvent latency up to JetStream's acknowledgement, in seconds.
+    pub publish_event_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            connected_agents: Gauge::default(),
+            commands_forwarded: Counter::default(),
+            events_published: Family::default(),
+            events_duplicate: Counter::default(),
+            streams_superseded: Counter::default(),
+            errors: Family::default(),
+            publish_event_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+        }
+    }
+}
+
+impl Metrics {
+    /// New metrics, registered in `registry` under the `tink_server` prefix.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Metrics::default();
+        let registry = registry.sub_registry_with_prefix("tink_server");
+        registry.register(
+            "connected_agents",
+            "Agent streams open on this replica",
+            metrics.connected_agents.clone(),
+        );
+        registry.register(
+            "commands_forwarded",
+            "Commands forwarded to agents",
+            metrics.commands_forwarded.clone(),
+        );
+        registry.register(
+            "events_published",
+            "Events stored in JetStream, by kind",
+            metrics.events_published.clone(),
+        );
+        registry.register(
+            "events_duplicate",
+            "Events JetStream de-duplicated",
+            metrics.events_duplicate.clone(),
+        );
+        registry.register(
+            "streams_superseded",
+            "Agent streams ended by a newer stream for the same agent",
+            metrics.streams_superseded.clone(),
+        );
+        registry.register("errors", "Errors by operation", metrics.errors.clone());
+        registry.register(
+            "publish_event_seconds",
+            "PublishEvent latency up to JetStream's acknowledgement",
+            metrics.publish_event_seconds.clone(),
+        );
+        metrics
+    }
+
+    /// Counts an error of operation `op`.
+    pub fn error(&self, op: &str) {
+        self.errors
+            .get_or_create(&ErrorLabel { op: op.to_string() })
+            .inc();
+    }
+
+    /// The error count of operation `op`.
+    pub fn error_count(&self, op: &str) -> u64 {
+        self.errors
+            .get_or_create(&ErrorLabel { op: op.to_string() })
+            .get()
+    }
+}

@@ -1,0 +1,327 @@
+//! Test helpers: real NATS (testkit), server replicas in-process or as processes, a simulated
+//! agent over real gRPC.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use futures::StreamExt as _;
+use tink_bus::proto::workflow_service_client::WorkflowServiceClient;
+use tink_bus::proto::{
+    Event, GetWorkflowsRequest, GetWorkflowsResponse, PublishEventRequest, Workflow, event,
+    get_workflows_response, workflow,
+};
+use tink_server::{Metrics, ServerConfig};
+use tokio::io::AsyncBufReadExt as _;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// Upper bound for anything a test waits for; only there so a broken build fails instead of
+/// hanging. Never an assertion about speed.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+pub async fn within<F: Future>(what: &str, future: F) -> F::Output {
+    match tokio::time::timeout(DEADLINE, future).await {
+        Ok(output) => output,
+        Err(_) => panic!("gave up waiting for {what}"),
+    }
+}
+
+/// Test-friendly bus settings: short heartbeats and ack wait so takeovers and redeliveries
+/// happen within a test.
+pub fn bus_config() -> tink_bus::BusConfig {
+    tink_bus::BusConfig {
+        presence_ttl: Duration::from_secs(3),
+        presence_heartbeat: Duration::from_millis(500),
+        command_ack_wait: Duration::from_secs(2),
+        ..Default::default()
+    }
+}
+
+/// An in-process replica on 127.0.0.1:0.
+pub struct Replica {
+    pub addr: SocketAddr,
+    pub shutdown: CancellationToken,
+    pub health: tink_runtime::Health,
+    pub metrics: Metrics,
+    task: tokio::task::JoinHandle<Result<(), tink_server::ServerError>>,
+}
+
+impl Replica {
+    pub async fn start(nats_url: &str, replica_id: &str) -> Replica {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut config = ServerConfig::new(nats_url, replica_id);
+        config.bus = bus_config();
+        let shutdown = CancellationToken::new();
+        let health = tink_runtime::Health::new();
+        let metrics = Metrics::default();
+        let task = tokio::spawn(tink_server::serve(
+            config,
+            listener,
+            health.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        let replica = Replica {
+            addr,
+            shutdown,
+            health,
+            metrics,
+            task,
+        };
+        within("the replica to become ready", async {
+            while !replica.health.is_ready() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        replica
+    }
+
+    pub async fn client(&self) -> WorkflowServiceClient<Channel> {
+        client(self.addr).await
+    }
+
+    /// Graceful shutdown; returns the serve result.
+    pub async fn stop(self) -> Result<(), tink_server::ServerError> {
+        self.shutdown.cancel();
+        within("the replica to stop", self.task)
+            .await
+            .expect("serve task did not panic")
+    }
+}
+
+pub async fn client(addr: SocketAddr) -> WorkflowServiceClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connects");
+    WorkflowServiceClient::new(channel)
+}
+
+/// A replica running as a real `tink-server` process, for "a replica is killed".
+pub struct ProcessReplica {
+    pub addr: SocketAddr,
+    child: tokio::process::Child,
+}
+
+impl ProcessReplica {
+    pub async fn start(nats_url: &str, replica_id: &str) -> ProcessReplica {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tink-server"))
+            .args(["--listen", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+            .args(["--nats-url", nats_url, "--replica-id", replica_id])
+            .args(["--presence-ttl-seconds", "3"])
+            .env("RUST_LOG", "info")
+            .env("TINK_LOG_FORMAT", "text")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("tink-server starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
+        for output in [
+            Box::new(stdout) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+            Box::new(stderr),
+        ] {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(output).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    // Keep draining after the address was found so the pipe never fills.
+                    let _ = tx.try_send(line);
+                }
+            });
+        }
+        let addr = within("tink-server to log its address", async {
+            loop {
+                let line = rx.recv().await.expect("tink-server exited early");
+                if line.contains("serving WorkflowService")
+                    && let Some(rest) = line.split("addr=").nth(1)
+                {
+                    let addr = rest.split_whitespace().next().unwrap_or_default();
+                    return strip_ansi(addr).parse::<SocketAddr>().expect("an address");
+                }
+            }
+        })
+        .await;
+        ProcessReplica { addr, child }
+    }
+
+    /// SIGKILL: no cleanup at all, like a crashed pod.
+    pub async fn kill(mut self) {
+        self.child.kill().await.expect("killed");
+    }
+}
+
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+pub async fn jetstream(nats_url: &str) -> jetstream::Context {
+    let client = async_nats::connect(nats_url).await.expect("nats connects");
+    jetstream::new(client)
+}
+
+pub fn start_command(workflow_id: &str) -> GetWorkflowsResponse {
+    GetWorkflowsResponse {
+        cmd: Some(get_workflows_response::Cmd::StartWorkflow(
+            get_workflows_response::StartWorkflow {
+                workflow: Some(Workflow {
+                    workflow_id: workflow_id.into(),
+                    actions: vec![workflow::Action {
+                        id: "a1".into(),
+                        name: "one".into(),
+                        image: "busybox".into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+            },
+        )),
+        ..Default::default()
+    }
+}
+
+/// Publishes a StartWorkflow for `workflow_id` to `agent_id` (as the controller would).
+pub async fn dispatch(js: &jetstream::Context, agent_id: &str, workflow_id: &str) {
+    tink_bus::publish_command(
+        js,
+        agent_id,
+        &start_command(workflow_id),
+        &format!("{workflow_id}.start"),
+        &opentelemetry::Context::new(),
+    )
+    .await
+    .expect("command stored");
+}
+
+pub type Commands = tonic::Streaming<GetWorkflowsResponse>;
+
+/// Opens the agent's command stream.
+pub async fn connect_agent(
+    client: &mut WorkflowServiceClient<Channel>,
+    agent_id: &str,
+) -> Commands {
+    client
+        .get_workflows(GetWorkflowsRequest {
+            agent_id: agent_id.into(),
+        })
+        .await
+        .expect("stream opens")
+        .into_inner()
+}
+
+/// The workflow id of the next command on the stream.
+pub async fn next_workflow(commands: &mut Commands) -> String {
+    let command = within("a command", commands.message())
+        .await
+        .expect("stream ok")
+        .expect("a command, not the end of the stream");
+    tink_bus::command_workflow_id(&command)
+        .expect("a workflow id")
+        .to_string()
+}
+
+/// The status the stream ends with.
+pub async fn end_status(commands: &mut Commands) -> tonic::Status {
+    loop {
+        match within("the stream to end", commands.message()).await {
+            Ok(Some(command)) => panic!("expected the stream to end, got {command:?}"),
+            Ok(None) => panic!("the stream ended without a status"),
+            Err(status) => return status,
+        }
+    }
+}
+
+pub fn action_started(workflow_id: &str, action_id: &str, event_id: &str) -> PublishEventRequest {
+    PublishEventRequest {
+        event: Some(Event {
+            workflow_id: workflow_id.into(),
+            event_id: event_id.into(),
+            agent_id: "aa:bb:cc:dd:ee:ff".into(),
+            event: Some(event::Event::ActionStarted(event::ActionStarted {
+                action_id: action_id.into(),
+            })),
+            ..Default::default()
+        }),
+    }
+}
+
+/// All events stored for a workflow, decoded, with their headers.
+pub async fn stored_events(
+    js: &jetstream::Context,
+    workflow_id: &str,
+) -> Vec<(Event, async_nats::HeaderMap)> {
+    let stream = js
+        .get_stream(tink_bus::EVENTS_STREAM)
+        .await
+        .expect("events stream");
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            filter_subject: tink_bus::events_subject(workflow_id).expect("subject"),
+            ..Default::default()
+        })
+        .await
+        .expect("ordered consumer");
+    let pending = consumer.cached_info().num_pending;
+    let mut messages = consumer.messages().await.expect("messages");
+    let mut out = Vec::new();
+    for _ in 0..pending {
+        let message = within("a stored event", messages.next())
+            .await
+            .expect("a message")
+            .expect("no error");
+        let event = tink_bus::decode_event(&message.payload).expect("valid event");
+        out.push((event, message.headers.clone().unwrap_or_default()));
+    }
+    out
+}
+
+/// The presence entry of an agent, if any.
+pub async fn presence(js: &jetstream::Context, agent_id: &str) -> Option<tink_bus::Presence> {
+    let kv = js
+        .get_key_value(tink_bus::PRESENCE_BUCKET)
+        .await
+        .expect("bucket");
+    let value = kv
+        .get(tink_bus::agent_token(agent_id).expect("token"))
+        .await
+        .expect("kv get")?;
+    Some(tink_bus::Presence::from_bytes(&value).expect("valid presence"))
+}
+
+/// Waits until `check` holds, polling; for state that settles asynchronously.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    within(what, async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}

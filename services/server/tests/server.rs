@@ -1,0 +1,462 @@
+//! The server against real NATS JetStream with simulated agents over real gRPC.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tink_bus::proto::{Event, PublishEventRequest, event};
+use tink_testkit::nats::NatsServer;
+use tonic::Code;
+
+const AGENT: &str = "aa:bb:cc:dd:ee:ff";
+
+#[tokio::test]
+async fn commands_reach_the_agent_in_order_and_presence_is_recorded() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    // A command published before the agent ever connected waits for it.
+    dispatch(&js, AGENT, "ns/first").await;
+
+    let mut client = replica.client().await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/first");
+    dispatch(&js, AGENT, "ns/second").await;
+    dispatch(&js, "another-agent", "ns/not-yours").await;
+    dispatch(&js, AGENT, "ns/third").await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/second");
+    assert_eq!(next_workflow(&mut commands).await, "ns/third");
+
+    let entry = presence(&js, AGENT).await.expect("presence recorded");
+    assert_eq!(entry.agent_id, AGENT);
+    assert_eq!(entry.server, "server-a");
+    assert_eq!(replica.metrics.connected_agents.get(), 1);
+
+    // The agent leaves: its presence goes, the gauge drops.
+    drop(commands);
+    eventually("presence to be removed", || async {
+        presence(&js, AGENT).await.is_none()
+    })
+    .await;
+    assert_eq!(replica.metrics.connected_agents.get(), 0);
+    assert!(replica.metrics.commands_forwarded.get() >= 2);
+    replica.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn undelivered_commands_follow_the_agent_to_another_replica() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let a = Replica::start(&nats.url(), "server-a").await;
+    let b = Replica::start(&nats.url(), "server-b").await;
+
+    let mut client_a = a.client().await;
+    let mut commands = connect_agent(&mut client_a, AGENT).await;
+    dispatch(&js, AGENT, "ns/one").await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/one");
+    drop(commands);
+    eventually("the agent to be gone from A", || async {
+        a.metrics.connected_agents.get() == 0
+    })
+    .await;
+
+    // Published while the agent is between replicas.
+    dispatch(&js, AGENT, "ns/two").await;
+    dispatch(&js, AGENT, "ns/three").await;
+    let mut client_b = b.client().await;
+    let mut commands = connect_agent(&mut client_b, AGENT).await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/two");
+    assert_eq!(next_workflow(&mut commands).await, "ns/three");
+    assert_eq!(
+        presence(&js, AGENT).await.expect("present").server,
+        "server-b"
+    );
+}
+
+#[tokio::test]
+async fn a_killed_replica_loses_no_command() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let a = ProcessReplica::start(&nats.url(), "server-a").await;
+    let b = Replica::start(&nats.url(), "server-b").await;
+
+    let mut client_a = client(a.addr).await;
+    let mut commands = connect_agent(&mut client_a, AGENT).await;
+    dispatch(&js, AGENT, "ns/one").await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/one");
+
+    a.kill().await;
+    // The agent sees its stream break...
+    let status = end_status(&mut commands).await;
+    assert_ne!(status.code(), Code::Ok);
+    // ...the dead replica's presence entry is still there (nobody cleaned up)...
+    assert_eq!(
+        presence(&js, AGENT).await.map(|p| p.server).as_deref(),
+        Some("server-a")
+    );
+
+    // ...and commands published meanwhile reach the agent through B, in order.
+    dispatch(&js, AGENT, "ns/two").await;
+    dispatch(&js, AGENT, "ns/three").await;
+    let mut client_b = b.client().await;
+    let mut commands = connect_agent(&mut client_b, AGENT).await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/two");
+    assert_eq!(next_workflow(&mut commands).await, "ns/three");
+    assert_eq!(
+        presence(&js, AGENT).await.expect("present").server,
+        "server-b"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_replicas_presence_expires() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let a = ProcessReplica::start(&nats.url(), "server-a").await;
+    let mut client_a = client(a.addr).await;
+    let _commands = connect_agent(&mut client_a, AGENT).await;
+    eventually("presence to be written", || async {
+        presence(&js, AGENT).await.is_some()
+    })
+    .await;
+    a.kill().await;
+    // TTL 3 s in the process replica: the entry goes without anyone deleting it.
+    eventually("the dead replica's presence to expire", || async {
+        presence(&js, AGENT).await.is_none()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_second_stream_for_the_same_agent_wins_on_the_same_replica() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let mut client = replica.client().await;
+    let mut old = connect_agent(&mut client, AGENT).await;
+    let mut new = connect_agent(&mut client, AGENT).await;
+
+    let status = end_status(&mut old).await;
+    assert_eq!(status.code(), Code::Aborted, "{status:?}");
+    assert!(status.message().contains("superseded"), "{status:?}");
+
+    dispatch(&js, AGENT, "ns/after").await;
+    assert_eq!(next_workflow(&mut new).await, "ns/after");
+    assert_eq!(replica.metrics.streams_superseded.get(), 1);
+    assert_eq!(replica.metrics.connected_agents.get(), 1);
+    // The old stream's end did not remove the new stream's presence.
+    let entry = presence(&js, AGENT).await.expect("present");
+    assert_eq!(entry.server, "server-a");
+}
+
+#[tokio::test]
+async fn a_second_stream_for_the_same_agent_wins_across_replicas() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let a = Replica::start(&nats.url(), "server-a").await;
+    let b = Replica::start(&nats.url(), "server-b").await;
+    let mut client_a = a.client().await;
+    let mut client_b = b.client().await;
+    let mut old = connect_agent(&mut client_a, AGENT).await;
+    let mut new = connect_agent(&mut client_b, AGENT).await;
+
+    let status = end_status(&mut old).await;
+    assert_eq!(status.code(), Code::Aborted, "{status:?}");
+    assert!(status.message().contains("server-b"), "{status:?}");
+
+    dispatch(&js, AGENT, "ns/after").await;
+    assert_eq!(next_workflow(&mut new).await, "ns/after");
+    eventually("A to release the agent", || async {
+        a.metrics.connected_agents.get() == 0
+    })
+    .await;
+    assert_eq!(
+        presence(&js, AGENT).await.expect("present").server,
+        "server-b"
+    );
+}
+
+#[tokio::test]
+async fn events_are_stored_deduplicated_and_carry_the_trace() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let mut client = replica.client().await;
+
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for _ in 0..2 {
+        let mut request = tonic::Request::new(action_started("ns/wf", "a1", "event-1"));
+        request
+            .metadata_mut()
+            .insert("traceparent", traceparent.parse().expect("ascii"));
+        client.publish_event(request).await.expect("stored");
+    }
+    client
+        .publish_event(action_started("ns/wf", "a2", "event-2"))
+        .await
+        .expect("stored");
+
+    let stored = stored_events(&js, "ns/wf").await;
+    assert_eq!(stored.len(), 2, "the retry of event-1 was de-duplicated");
+    assert_eq!(stored[0].0.event_id, "event-1");
+    assert_eq!(stored[1].0.event_id, "event-2");
+    assert_eq!(
+        stored[0].1.get("traceparent").map(|v| v.as_str()),
+        Some(traceparent)
+    );
+    assert_eq!(
+        stored[0].1.get(tink_bus::MSG_ID_HEADER).map(|v| v.as_str()),
+        Some("ns_2fwf.event-1")
+    );
+    assert_eq!(replica.metrics.events_duplicate.get(), 1);
+}
+
+#[tokio::test]
+async fn invalid_events_are_refused_and_the_server_keeps_serving() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let mut client = replica.client().await;
+
+    let invalid = [
+        PublishEventRequest { event: None },
+        action_started("", "a1", "e"),
+        action_started("ns/wf", "", "e"),
+        PublishEventRequest {
+            event: Some(Event {
+                workflow_id: "ns/wf".into(),
+                ..Default::default()
+            }),
+        },
+        PublishEventRequest {
+            event: Some(Event {
+                workflow_id: "ns/wf".into(),
+                event: Some(event::Event::ActionFailed(event::ActionFailed {
+                    action_id: "a1".into(),
+                    failure_reason: Some("R".repeat(10_000)),
+                    failure_message: None,
+                })),
+                ..Default::default()
+            }),
+        },
+    ];
+    for request in invalid {
+        let status = client
+            .publish_event(request.clone())
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "{request:?}: {status:?}"
+        );
+    }
+    // An invalid agent id is refused too.
+    let status = client
+        .get_workflows(tink_bus::proto::GetWorkflowsRequest {
+            agent_id: String::new(),
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), Code::InvalidArgument);
+
+    // Garbage bytes on the wire: tonic refuses to decode, the server lives on.
+    let status = raw_publish_event(replica.addr, b"\xff\xff\xff\xff").await;
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+
+    client
+        .publish_event(action_started("ns/wf", "a1", "ok"))
+        .await
+        .expect("a valid event is still stored");
+    assert_eq!(stored_events(&js, "ns/wf").await.len(), 1);
+    assert!(replica.metrics.error_count("invalid_event") >= 5);
+}
+
+/// Calls PublishEvent with a raw (possibly malformed) protobuf body.
+async fn raw_publish_event(addr: std::net::SocketAddr, body: &[u8]) -> tonic::Status {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connects");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/internal.proto.workflow.v2.WorkflowService/PublishEvent",
+    );
+    grpc.unary::<_, tink_bus::proto::PublishEventResponse, _>(
+        tonic::Request::new(bytes::Bytes::copy_from_slice(body)),
+        path,
+        RawCodec,
+    )
+    .await
+    .expect_err("garbage is refused")
+}
+
+#[tokio::test]
+async fn malformed_commands_are_dropped_and_delivery_goes_on() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let mut client = replica.client().await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+
+    let subject = tink_bus::dispatch_subject(AGENT).expect("subject");
+    // Not protobuf at all, then valid protobuf that breaks the rules (no command set).
+    for payload in [&b"\xff\xfe garbage"[..], &b""[..]] {
+        js.publish(subject.clone(), bytes::Bytes::copy_from_slice(payload))
+            .await
+            .expect("published")
+            .await
+            .expect("stored");
+    }
+    dispatch(&js, AGENT, "ns/valid").await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/valid");
+    assert_eq!(replica.metrics.error_count("malformed_command"), 2);
+    // The malformed ones are gone from the queue, not redelivered.
+    eventually("the queue to drain", || {
+        let js = js.clone();
+        async move {
+            let mut stream = js
+                .get_stream(tink_bus::DISPATCH_STREAM)
+                .await
+                .expect("stream");
+            stream.info().await.map(|i| i.state.messages).unwrap_or(1) == 0
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_nats_restart_loses_no_event_and_no_command() {
+    let mut nats = NatsServer::start().await.expect("nats");
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let mut client = replica.client().await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    client
+        .publish_event(action_started("ns/wf", "a1", "before"))
+        .await
+        .expect("stored before the restart");
+
+    nats.restart().await.expect("nats restarts");
+
+    // The agent retries until the server confirms, as a real agent does.
+    within("the event after the restart to be stored", async {
+        loop {
+            match client
+                .publish_event(action_started("ns/wf", "a2", "after"))
+                .await
+            {
+                Ok(_) => break,
+                Err(status) => {
+                    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    })
+    .await;
+    let js = jetstream(&nats.url()).await;
+    let ids: Vec<String> = stored_events(&js, "ns/wf")
+        .await
+        .into_iter()
+        .map(|(e, _)| e.event_id)
+        .collect();
+    assert_eq!(ids, ["before", "after"]);
+
+    // The agent's stream survived the restart and still receives commands.
+    dispatch(&js, AGENT, "ns/after-restart").await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/after-restart");
+    eventually("readiness to come back", || async {
+        replica.health.is_ready()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn graceful_shutdown_ends_agent_streams_with_unavailable() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let mut client = replica.client().await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    eventually("presence to be written", || async {
+        presence(&js, AGENT).await.is_some()
+    })
+    .await;
+
+    let shutdown = replica.shutdown.clone();
+    let health = replica.health.clone();
+    let stopping = tokio::spawn(replica.stop());
+    shutdown.cancel();
+    let status = end_status(&mut commands).await;
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    stopping.await.expect("joined").expect("clean stop");
+    assert!(!health.is_ready());
+    assert!(
+        presence(&js, AGENT).await.is_none(),
+        "presence removed on shutdown"
+    );
+}
+
+#[tokio::test]
+async fn grpc_health_reports_serving() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
+    let nats = NatsServer::start().await.expect("nats");
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", replica.addr))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connects");
+    let mut health = HealthClient::new(channel);
+    let response = health
+        .check(HealthCheckRequest {
+            service: "internal.proto.workflow.v2.WorkflowService".into(),
+        })
+        .await
+        .expect("health answers")
+        .into_inner();
+    assert_eq!(response.status(), ServingStatus::Serving);
+}
+
+/// A codec sending raw bytes and decoding responses with prost.
+#[derive(Clone, Copy)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = bytes::Bytes;
+    type Decode = tink_bus::proto::PublishEventResponse;
+    type Encoder = RawEncoder;
+    type Decoder = tonic_prost::ProstDecoder<tink_bus::proto::PublishEventResponse>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic::codec::Codec::decoder(&mut tonic_prost::ProstCodec::<
+            bytes::Bytes,
+            tink_bus::proto::PublishEventResponse,
+        >::default())
+    }
+}
+
+struct RawEncoder;
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Self::Item,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), Self::Error> {
+        use bytes::BufMut as _;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
