@@ -173,14 +173,20 @@ pub async fn admit(
                 {
                     continue;
                 }
+                // An absent object (old on create, new on delete) never matches a selector.
                 let obj_sel = wh.get("objectSelector");
-                let obj_match = selector_matches(
-                    obj_sel,
-                    obj.as_ref().and_then(|o| o.pointer("/metadata/labels")),
-                )? || selector_matches(
-                    obj_sel,
-                    old.as_ref().and_then(|o| o.pointer("/metadata/labels")),
-                )?;
+                let labels_of =
+                    |o: &Option<Value>| o.as_ref().map(|o| o.pointer("/metadata/labels").cloned());
+                let obj_match = match obj_sel {
+                    None | Some(Value::Null) => true,
+                    Some(_) => {
+                        let mut any = false;
+                        for labels in [labels_of(&obj), labels_of(&old)].into_iter().flatten() {
+                            any |= selector_matches(obj_sel, labels.as_ref())?;
+                        }
+                        any
+                    }
+                };
                 if !obj_match {
                     continue;
                 }
