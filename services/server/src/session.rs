@@ -218,7 +218,7 @@ enum Wake {
     Shutdown,
     Superseded,
     Heartbeat,
-    Message(Option<Result<jetstream::Message, pull::MessagesError>>),
+    Message(Box<Option<Result<jetstream::Message, pull::MessagesError>>>),
 }
 
 impl Session {
@@ -235,15 +235,15 @@ impl Session {
             return None;
         }
         loop {
-            if self.messages.is_none() {
-                if let Err(e) = self.open_messages().await {
-                    self.shared.metrics.error("consumer");
-                    warn!(agent_id = %self.agent_id, error = %e, "cannot open the command consumer; retrying");
-                    tokio::select! {
-                        _ = self.shared.shutdown.cancelled() => {}
-                        _ = self.control.superseded.cancelled() => {}
-                        _ = tokio::time::sleep(REOPEN_BACKOFF) => {}
-                    }
+            if self.messages.is_none()
+                && let Err(e) = self.open_messages().await
+            {
+                self.shared.metrics.error("consumer");
+                warn!(agent_id = %self.agent_id, error = %e, "cannot open the command consumer; retrying");
+                tokio::select! {
+                    _ = self.shared.shutdown.cancelled() => {}
+                    _ = self.control.superseded.cancelled() => {}
+                    _ = tokio::time::sleep(REOPEN_BACKOFF) => {}
                 }
             }
             let wake = {
@@ -258,10 +258,26 @@ impl Session {
                             Some(messages) => messages.next().await,
                             None => std::future::pending().await,
                         }
-                    } => Wake::Message(next),
+                    } => Wake::Message(Box::new(next)),
                 }
             };
             match wake {
+                Wake::Message(next) => match *next {
+                    Some(Ok(message)) => {
+                        if let Some(command) = self.accept(message).await {
+                            return Some(Ok(command));
+                        }
+                    }
+                    Some(Err(e)) => {
+                        self.shared.metrics.error("consumer");
+                        warn!(agent_id = %self.agent_id, error = %e, "command consumer failed; reopening");
+                        self.messages = None;
+                        self.consumer = None;
+                    }
+                    None => {
+                        self.messages = None;
+                    }
+                },
                 Wake::Shutdown => {
                     return self.finish(Status::unavailable(
                         "server shutting down; reconnect to another replica",
@@ -282,20 +298,6 @@ impl Session {
                     if let Err(status) = self.refresh_presence().await {
                         return self.finish(status);
                     }
-                }
-                Wake::Message(Some(Ok(message))) => {
-                    if let Some(command) = self.accept(message).await {
-                        return Some(Ok(command));
-                    }
-                }
-                Wake::Message(Some(Err(e))) => {
-                    self.shared.metrics.error("consumer");
-                    warn!(agent_id = %self.agent_id, error = %e, "command consumer failed; reopening");
-                    self.messages = None;
-                    self.consumer = None;
-                }
-                Wake::Message(None) => {
-                    self.messages = None;
                 }
             }
         }

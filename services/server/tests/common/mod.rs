@@ -143,12 +143,12 @@ impl ProcessReplica {
         }
         let addr = within("tink-server to log its address", async {
             loop {
-                let line = rx.recv().await.expect("tink-server exited early");
+                let line = strip_ansi(&rx.recv().await.expect("tink-server exited early"));
                 if line.contains("serving WorkflowService")
                     && let Some(rest) = line.split("addr=").nth(1)
                 {
                     let addr = rest.split_whitespace().next().unwrap_or_default();
-                    return strip_ansi(addr).parse::<SocketAddr>().expect("an address");
+                    return addr.parse::<SocketAddr>().expect("an address");
                 }
             }
         })
@@ -246,12 +246,10 @@ pub async fn next_workflow(commands: &mut Commands) -> String {
 
 /// The status the stream ends with.
 pub async fn end_status(commands: &mut Commands) -> tonic::Status {
-    loop {
-        match within("the stream to end", commands.message()).await {
-            Ok(Some(command)) => panic!("expected the stream to end, got {command:?}"),
-            Ok(None) => panic!("the stream ended without a status"),
-            Err(status) => return status,
-        }
+    match within("the stream to end", commands.message()).await {
+        Ok(Some(command)) => panic!("expected the stream to end, got {command:?}"),
+        Ok(None) => panic!("the stream ended without a status"),
+        Err(status) => status,
     }
 }
 
