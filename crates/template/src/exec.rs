@@ -3,7 +3,7 @@
 use crate::funcs::{FnCtx, FuncDef, Ty, lookup};
 use crate::gofmt;
 use crate::parse::{Arg, Branch, Command, Node, Pipe, line_col};
-use crate::value::Value;
+use crate::value::{BoundsError, MAX_VALUE_DEPTH, Value};
 use crate::{MissingKey, RenderError, RenderOptions};
 use std::collections::BTreeMap;
 
@@ -57,7 +57,11 @@ enum Flow {
     Continue,
 }
 
-type R<T> = Result<T, RenderError>;
+type R<T> = Result<T, Box<RenderError>>;
+
+/// The deepest recursion the executor allows (control structures, template calls and nested
+/// pipelines together); sized so the worst case runs on a 2 MiB stack in a debug build.
+pub const MAX_EXEC_NESTING: usize = 500;
 
 pub(crate) struct Exec<'t> {
     pub name: &'t str,
@@ -67,6 +71,7 @@ pub(crate) struct Exec<'t> {
     pub out: String,
     steps: u64,
     depth: usize,
+    nest: usize,
     vars: Vec<(String, Value)>,
     executing: &'t str,
     at: At<'t>,
@@ -88,15 +93,20 @@ impl<'t> Exec<'t> {
             out: String::new(),
             steps: 0,
             depth: 0,
+            nest: 0,
             vars: Vec::new(),
             executing,
             at: At::None,
         }
     }
 
-    pub fn run(&mut self, data: Value) -> R<()> {
+    pub fn run(&mut self, data: Value) -> Result<(), RenderError> {
+        self.run_inner(data).map_err(|e| *e)
+    }
+
+    fn run_inner(&mut self, data: Value) -> R<()> {
         let Some(root) = self.trees.get(self.executing) else {
-            return Err(RenderError::Exec {
+            return Err(Box::new(RenderError::Exec {
                 template: self.name.to_string(),
                 line: 0,
                 col: 0,
@@ -106,7 +116,7 @@ impl<'t> Exec<'t> {
                     "{} is an incomplete or empty template",
                     gofmt::quote(self.executing)
                 ),
-            });
+            }));
         };
         self.vars = vec![("$".to_string(), data.clone())];
         self.walk_list(&data, root)?;
@@ -115,33 +125,49 @@ impl<'t> Exec<'t> {
 
     fn error<T>(&self, message: impl Into<String>) -> R<T> {
         let (line, col) = line_col(self.source, self.at.pos());
-        Err(RenderError::Exec {
+        Err(Box::new(RenderError::Exec {
             template: self.name.to_string(),
             line,
             col,
             executing: self.executing.to_string(),
             context: self.at.context(),
             message: message.into(),
-        })
+        }))
     }
 
     fn step(&mut self, n: u64) -> R<()> {
         self.steps = self.steps.saturating_add(n);
         if self.steps > self.opts.max_steps {
-            return Err(RenderError::TooManySteps {
+            return Err(Box::new(RenderError::TooManySteps {
                 template: self.name.to_string(),
                 limit: self.opts.max_steps,
-            });
+            }));
         }
         Ok(())
     }
 
+    /// Counts one level of recursion (a control structure, a template call or a nested
+    /// pipeline). Errors need no matching `leave`: they end the render.
+    fn enter(&mut self) -> R<()> {
+        self.nest += 1;
+        if self.nest > MAX_EXEC_NESTING {
+            return self.error(format!(
+                "exceeded maximum nesting depth ({MAX_EXEC_NESTING})"
+            ));
+        }
+        Ok(())
+    }
+
+    fn leave(&mut self) {
+        self.nest -= 1;
+    }
+
     fn write(&mut self, s: &str) -> R<()> {
         if self.out.len() + s.len() > self.opts.max_output_bytes {
-            return Err(RenderError::OutputTooLarge {
+            return Err(Box::new(RenderError::OutputTooLarge {
                 template: self.name.to_string(),
                 limit: self.opts.max_output_bytes,
-            });
+            }));
         }
         self.out.push_str(s);
         Ok(())
@@ -170,11 +196,20 @@ impl<'t> Exec<'t> {
                     self.write(&s)?;
                 }
             }
-            Node::If(b) => return self.walk_if_or_with(false, dot, b),
-            Node::With(b) => return self.walk_if_or_with(true, dot, b),
-            Node::Range(b) => return self.walk_range(dot, node, b),
+            Node::If(b) | Node::With(b) | Node::Range(b) => {
+                self.enter()?;
+                let flow = match node {
+                    Node::If(_) => self.walk_if_or_with(false, dot, b)?,
+                    Node::With(_) => self.walk_if_or_with(true, dot, b)?,
+                    _ => self.walk_range(dot, node, b)?,
+                };
+                self.leave();
+                return Ok(flow);
+            }
             Node::Template { name, pipe, .. } => {
-                self.walk_template(dot, node, name, pipe.as_ref())?
+                self.enter()?;
+                self.walk_template(dot, node, name, pipe.as_ref())?;
+                self.leave();
             }
             Node::Break { .. } => return Ok(Flow::Break),
             Node::Continue { .. } => return Ok(Flow::Continue),
@@ -380,7 +415,10 @@ impl<'t> Exec<'t> {
             }
             Arg::Pipe { pipe, .. } => {
                 self.not_a_function(&cmd.args, &final_)?;
-                return self.eval_pipeline(dot, pipe);
+                self.enter()?;
+                let v = self.eval_pipeline(dot, pipe)?;
+                self.leave();
+                return Ok(v);
             }
             Arg::Variable { idents, .. } => {
                 return self.eval_variable_node(dot, first, idents, &cmd.args, final_);
@@ -629,18 +667,20 @@ impl<'t> Exec<'t> {
         };
         match (f.imp)(&ctx, argv) {
             Ok(v) => {
-                let size = match &v {
-                    Value::Str(s) => s.len(),
-                    Value::List(l) => l.len(),
-                    _ => 0,
-                };
-                self.step(1 + (size / 64) as u64)?;
-                if size > self.opts.max_output_bytes {
-                    self.at = node;
-                    return self.error(format!(
-                        "error calling {name}: result exceeds {} bytes",
-                        self.opts.max_output_bytes
-                    ));
+                match v.check_bounds(self.opts.max_output_bytes) {
+                    Ok(size) => self.step(1 + (size / 64) as u64)?,
+                    Err(e) => {
+                        self.at = node;
+                        return self.error(match e {
+                            BoundsError::TooLarge => format!(
+                                "error calling {name}: result exceeds {} bytes",
+                                self.opts.max_output_bytes
+                            ),
+                            BoundsError::TooDeep => format!(
+                                "error calling {name}: result nested deeper than {MAX_VALUE_DEPTH} levels"
+                            ),
+                        });
+                    }
                 }
                 Ok(v)
             }
@@ -699,7 +739,9 @@ impl<'t> Exec<'t> {
                 return self.validate(v, ty);
             }
             Arg::Pipe { pipe, .. } => {
+                self.enter()?;
                 let v = self.eval_pipeline(dot, pipe)?;
+                self.leave();
                 self.at = At::Arg(arg);
                 return self.validate(v, ty);
             }

@@ -142,7 +142,7 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
             i = ni;
         }
         // precision
-        if i + 1 <= end && i < end && chars[i] == '.' {
+        if i < end && chars[i] == '.' {
             i += 1;
             if after_index {
                 bad_index = true;
@@ -439,14 +439,16 @@ fn fmt_integer(out: &mut String, i: i64, base: u32, verb: char, f: &Flags, upper
     };
     // Precision is the minimum number of digits; zero with precision 0 prints nothing.
     let mut prec = f.prec;
-    if prec.is_none() && f.zero && !f.minus {
-        if let Some(w) = f.width {
-            let mut p = w;
-            if neg || f.plus || f.space {
-                p = p.saturating_sub(1);
-            }
-            prec = Some(p);
+    if prec.is_none()
+        && f.zero
+        && !f.minus
+        && let Some(w) = f.width
+    {
+        let mut p = w;
+        if neg || f.plus || f.space {
+            p = p.saturating_sub(1);
         }
+        prec = Some(p);
     }
     if let Some(p) = f.prec
         && p == 0
@@ -514,15 +516,17 @@ fn fmt_float(out: &mut String, x: f64, verb: char, f: &Flags, v: &Value) {
     } else {
         sign
     };
-    if f.zero && !f.minus && !is_special {
-        if let Some(w) = f.width {
-            let len = sign.chars().count() + body.chars().count();
-            if w > len {
-                out.push_str(sign);
-                out.extend(std::iter::repeat_n('0', w - len));
-                out.push_str(&body);
-                return;
-            }
+    if f.zero
+        && !f.minus
+        && !is_special
+        && let Some(w) = f.width
+    {
+        let len = sign.chars().count() + body.chars().count();
+        if w > len {
+            out.push_str(sign);
+            out.extend(std::iter::repeat_n('0', w - len));
+            out.push_str(&body);
+            return;
         }
     }
     let mut f2 = f.clone();
@@ -824,7 +828,7 @@ mod tests {
             (-2.5, "-2.5"),
             (0.0, "0"),
             (1e21, "1e+21"),
-            (3.141592653589793, "3.141592653589793"),
+            (std::f64::consts::PI, "3.141592653589793"),
         ];
         for (x, want) in cases {
             assert_eq!(format_float_v(*x), *want, "{x}");
@@ -859,12 +863,12 @@ mod tests {
                 vec![Value::list(vec![Value::Int(1), s("a"), Value::Nil])],
                 "[1 a <nil>]",
             ),
-            ("%.2f", vec![Value::Float(3.14159)], "3.14"),
+            ("%.2f", vec![Value::Float(1.23456)], "1.23"),
             ("%f", vec![Value::Float(1.0)], "1.000000"),
             ("%e", vec![Value::Float(123456.789)], "1.234568e+05"),
             ("%g", vec![Value::Float(0.000012345)], "1.2345e-05"),
-            ("%.3g", vec![Value::Float(3.14159)], "3.14"),
-            ("%8.3f|", vec![Value::Float(3.14159)], "   3.142|"),
+            ("%.3g", vec![Value::Float(1.23456)], "1.23"),
+            ("%8.3f|", vec![Value::Float(1.23456)], "   1.235|"),
             (
                 "%+d %+.1f",
                 vec![Value::Int(3), Value::Float(2.0)],

@@ -161,7 +161,7 @@ pub fn base32_encode(data: &[u8]) -> String {
 /// Decodes padded base32; the error is the offending input byte offset, as Go reports it.
 pub fn base32_decode(s: &str) -> Result<Vec<u8>, usize> {
     let b: Vec<u8> = s.bytes().filter(|c| *c != b'\n' && *c != b'\r').collect();
-    if b.len() % 8 != 0 {
+    if !b.len().is_multiple_of(8) {
         return Err(b.len() - b.len() % 8);
     }
     let mut out = Vec::with_capacity(b.len() / 8 * 5);

@@ -31,13 +31,7 @@ fn i(v: &Value) -> i64 {
 pub fn to_int64(v: &Value) -> i64 {
     match v {
         Value::Int(i) => *i,
-        Value::Float(f) => {
-            if f.is_finite() {
-                *f as i64
-            } else {
-                0
-            }
-        }
+        Value::Float(f) if f.is_finite() => *f as i64,
         Value::Bool(b) => i64::from(*b),
         Value::Str(s) => parse_go_int(&trim_zero_decimal(s)).unwrap_or(0),
         _ => 0,

@@ -214,23 +214,49 @@ impl Value {
         }
     }
 
-    /// A rough size in bytes, used to refuse values that would blow past the output cap.
-    pub fn approx_size(&self, depth: usize) -> usize {
+    /// Checks a function result: at most `max_nodes` list elements, map entries and string bytes
+    /// in all (shared parts counted each time they appear, as printing would), and at most
+    /// [`MAX_VALUE_DEPTH`] levels of nesting. Stops walking as soon as a limit is passed.
+    pub fn check_bounds(&self, max_nodes: usize) -> Result<usize, BoundsError> {
+        let mut seen = 0usize;
+        self.walk_bounds(0, max_nodes, &mut seen)?;
+        Ok(seen)
+    }
+
+    fn walk_bounds(&self, depth: usize, max: usize, seen: &mut usize) -> Result<(), BoundsError> {
         if depth > MAX_VALUE_DEPTH {
-            return usize::MAX / 4;
+            return Err(BoundsError::TooDeep);
+        }
+        *seen += match self {
+            Value::Str(s) => s.len(),
+            _ => 1,
+        };
+        if *seen > max {
+            return Err(BoundsError::TooLarge);
         }
         match self {
-            Value::Str(s) => s.len(),
-            Value::List(l) => l.iter().fold(l.len(), |acc, v| {
-                acc.saturating_add(v.approx_size(depth + 1))
-            }),
-            Value::Map(m) => m.borrow().iter().fold(0usize, |acc, (k, v)| {
-                acc.saturating_add(k.len() + 1)
-                    .saturating_add(v.approx_size(depth + 1))
-            }),
-            _ => 8,
+            Value::List(l) => {
+                for v in l.iter() {
+                    v.walk_bounds(depth + 1, max, seen)?;
+                }
+            }
+            Value::Map(m) => {
+                for (k, v) in m.borrow().iter() {
+                    *seen += k.len();
+                    v.walk_bounds(depth + 1, max, seen)?;
+                }
+            }
+            _ => {}
         }
+        Ok(())
     }
+}
+
+/// Why [`Value::check_bounds`] refused a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BoundsError {
+    TooLarge,
+    TooDeep,
 }
 
 /// The deepest nesting of lists and maps any conversion or printing walks into.
