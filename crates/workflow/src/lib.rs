@@ -1,2 +1,69 @@
-//! The pure Workflow state machine: (status, input) -> (status, effects).
+//! The pure Workflow state machine: (status, input) -> (status, effects, next deadline), and
+//! the pure dispatch choice.
+//!
+//! No IO, no async, no Kubernetes client: the controller reads the Workflow, calls [`step`]
+//! (or [`step_all`] for a batch of events of one Workflow), writes the returned status when
+//! [`Transition::status_changed`], then carries out [`Transition::effects`] in order, and
+//! requeues the Workflow at [`Transition::requeue_at`] with [`Input::Tick`]. A crash between
+//! the status write and the effects is repaired by stepping [`Input::Resume`] after a restart
+//! (every effect is idempotent).
+//!
+//! # Transitions (seeds/000 and seeds/004)
+//!
+//! | state | input | new state | effects |
+//! |---|---|---|---|
+//! | Pending (no actions) | `Prepared` | Pending, actions set, `TemplateRendered=True` | AddFinalizer, Event |
+//! | Pending (no actions) | `Prepared` with no actions | Failed (`NoActions`) | Event, RemoveFinalizer |
+//! | Pending (no actions) | `RenderFailed` | Failed, `TemplateRendered=False` (`RenderFailed`) | Event, RemoveFinalizer |
+//! | Pending (no actions) | `Unresolved` | Pending, `TemplateRendered=False/Warning` | Event when it changed |
+//! | Pending (prepared, due) | `Dispatch` | Scheduled, new dispatch id, attempts + 1 | PublishStart, Event |
+//! | Scheduled | `ActionStarted` / `ActionSucceeded` | Running, `startedAt`, `Started=True` | Event |
+//! | Scheduled, Running | last `ActionSucceeded` | Succeeded, `Succeeded=True/Info` | Event, RemoveFinalizer |
+//! | Scheduled, Running | `ActionFailed` | Failed, `Succeeded=False/Error` with the action's reason and message | Event, RemoveFinalizer |
+//! | Scheduled | `WorkflowRejected` | Pending, `nextAttemptAt` = now + back-off | Event |
+//! | Scheduled, Running | `WorkflowCanceled` (unrequested) | Failed (`AgentCanceled`) | Event, RemoveFinalizer |
+//! | Scheduled | `Tick` after the scheduled timeout | Failed (`ScheduledTimeout`) | PublishStop, Event, RemoveFinalizer |
+//! | Running | `Tick` after `spec.timeout` from `startedAt` | Failed (`WorkflowTimeout`) | PublishStop, Event, RemoveFinalizer |
+//! | Running | `Tick` after an action's timeout + grace | Failed (`ActionTimeout`, on the action too) | PublishStop, Event, RemoveFinalizer |
+//! | Pending | `Deleted` | Canceled, `Succeeded=False/Warning` | Event, RemoveFinalizer |
+//! | Scheduled, Running | `Deleted` | Cancelling | PublishStop, Event |
+//! | Cancelling | `WorkflowCanceled` | Canceled, `Succeeded=False/Warning` | Event, RemoveFinalizer |
+//! | Cancelling | `Tick` after the cancelling timeout | Canceled (`CancelTimeout`), `Succeeded=False/Error` | Event, RemoveFinalizer |
+//! | Cancelling | action events | actions recorded; the last success ends `Succeeded`, a failure `Failed` (the race against the stop was lost) | as above |
+//! | Succeeded, Failed, Canceled | `Deleted`, `Resume` | unchanged | RemoveFinalizer |
+//! | Succeeded, Failed, Canceled | anything else | unchanged (ignored) | none |
+//! | Pending / Scheduled / Running / Cancelling | `Resume` | unchanged | AddFinalizer (not while Cancelling); PublishStart (Scheduled); PublishStop (Cancelling) |
+//!
+//! Events apply only with the current dispatch id (and from the dispatched agent): another
+//! attempt's events, or those of a deleted Workflow re-created under the same name, are
+//! [`Ignored::StaleDispatch`]. Duplicates and late events are [`Ignored::Outdated`]. An event
+//! about action *k* implies actions before *k* succeeded (the agent runs actions in order and
+//! stops at the first failure), so `ActionSucceeded` before its `ActionStarted`, or a missed
+//! event, still leaves a consistent status. On any failure or cancellation, unfinished actions
+//! become `Canceled`.
+//!
+//! Times: every time written is in whole seconds (what `metav1.Time` keeps), never after
+//! `now` and never before the latest time already in the status. Conditions: `Started`
+//! (`False` until `startedAt` is set, then `True` at `startedAt`), `Succeeded` (set at the end
+//! state), `TemplateRendered`; a condition's `lastTransitionTime` changes only when its status
+//! changes.
 #![forbid(unsafe_code)]
+
+mod config;
+mod dispatch;
+mod effect;
+mod id;
+mod input;
+mod machine;
+
+pub use config::{Config, StepContext};
+pub use dispatch::{Candidate, agent_ids, normalize_agent_id, pick_dispatches};
+pub use effect::{Effect, EventReason, EventType};
+pub use id::{
+    DispatchId, DispatchIdError, MAX_DISPATCH_ID_LEN, WorkflowKey, WorkflowRef, action_id,
+};
+pub use input::{AgentEvent, EventKind, Input};
+pub use machine::{
+    Ignored, MAX_EVENT_MESSAGE_LEN, MAX_MESSAGE_LEN, MAX_REASON_LEN, Outcome, Transition,
+    next_deadline, step, step_all,
+};

@@ -1,0 +1,144 @@
+//! What the controller must do after writing the new status: the effects of a step.
+
+use std::fmt;
+
+/// One thing the controller carries out after it wrote the status of a [`crate::Transition`].
+///
+/// Every effect is idempotent, so re-emitting it (after a crash, see
+/// [`crate::Input::Resume`]) is safe: commands are published with a message id the bus
+/// de-duplicates on, and the finalizer effects mean "ensure present" / "ensure absent".
+/// Within one transition, effects come in the order to carry them out; `RemoveFinalizer` is
+/// always last, since the object may disappear as soon as it is carried out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Ensure the controller's finalizer is on the Workflow.
+    AddFinalizer,
+    /// Publish `StartWorkflow` (built from `status.actions`) on the agent's dispatch subject.
+    PublishStart {
+        /// The agent to run the Workflow.
+        agent_id: String,
+        /// The `workflow_id` of the command (`status.dispatchId`).
+        dispatch_id: String,
+    },
+    /// Publish `StopWorkflow` on the agent's dispatch subject.
+    PublishStop {
+        /// The agent running the Workflow.
+        agent_id: String,
+        /// The `workflow_id` of the command.
+        dispatch_id: String,
+        /// Why: [`EventReason::Deleted`], [`EventReason::WorkflowTimeout`], ...
+        reason: EventReason,
+        /// A human readable message.
+        message: String,
+    },
+    /// Record a Kubernetes Event on the Workflow so `kubectl describe` tells the story.
+    KubeEvent {
+        /// `Normal` or `Warning`.
+        type_: EventType,
+        /// The reason.
+        reason: EventReason,
+        /// The message, at most [`crate::MAX_EVENT_MESSAGE_LEN`] bytes.
+        message: String,
+    },
+    /// Ensure the controller's finalizer is gone (the Workflow reached an end state).
+    RemoveFinalizer,
+}
+
+/// The type of a Kubernetes Event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// Normal progress.
+    Normal,
+    /// Something went wrong or needs attention.
+    Warning,
+}
+
+impl EventType {
+    /// The Kubernetes string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Normal => "Normal",
+            Self::Warning => "Warning",
+        }
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The reasons the state machine uses, in Kubernetes Events, in `StopWorkflow` and in
+/// condition reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventReason {
+    /// The Template rendered; the Workflow is `Pending`.
+    Prepared,
+    /// The Template did not render.
+    RenderFailed,
+    /// The rendered Template has no actions.
+    NoActions,
+    /// The Template or Hardware is missing (the concrete reason is in the condition).
+    Waiting,
+    /// The Workflow was dispatched to an agent.
+    Scheduled,
+    /// The dispatch id could not be built (namespace and name too long).
+    DispatchFailed,
+    /// The agent rejected the Workflow; it goes back to `Pending` with a back-off.
+    Rejected,
+    /// The first action started; the Workflow is `Running`.
+    Running,
+    /// All actions succeeded.
+    Succeeded,
+    /// An action failed.
+    ActionFailed,
+    /// The agent did not start the Workflow in time.
+    ScheduledTimeout,
+    /// The Workflow did not finish within its `timeout`.
+    WorkflowTimeout,
+    /// An action did not finish within its `timeout` (plus grace) and the agent did not report it.
+    ActionTimeout,
+    /// The agent reported the Workflow canceled although no cancellation was requested.
+    AgentCanceled,
+    /// The Workflow was deleted: it is being canceled.
+    Deleted,
+    /// The Workflow is `Cancelling`: the agent was told to stop.
+    Cancelling,
+    /// Cancellation finished.
+    Canceled,
+    /// The agent did not confirm the cancellation in time; the Workflow was forced to `Canceled`.
+    CancelTimeout,
+}
+
+impl EventReason {
+    /// The CamelCase string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Prepared => "Prepared",
+            Self::RenderFailed => "RenderFailed",
+            Self::NoActions => "NoActions",
+            Self::Waiting => "Waiting",
+            Self::Scheduled => "Scheduled",
+            Self::DispatchFailed => "DispatchFailed",
+            Self::Rejected => "Rejected",
+            Self::Running => "Running",
+            Self::Succeeded => "Succeeded",
+            Self::ActionFailed => "ActionFailed",
+            Self::ScheduledTimeout => "ScheduledTimeout",
+            Self::WorkflowTimeout => "WorkflowTimeout",
+            Self::ActionTimeout => "ActionTimeout",
+            Self::AgentCanceled => "AgentCanceled",
+            Self::Deleted => "Deleted",
+            Self::Cancelling => "Cancelling",
+            Self::Canceled => "Canceled",
+            Self::CancelTimeout => "CancelTimeout",
+        }
+    }
+}
+
+impl fmt::Display for EventReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

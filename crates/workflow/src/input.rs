@@ -1,0 +1,127 @@
+//! What can happen to a Workflow: the inputs of [`crate::step`].
+
+use jiff::Timestamp;
+use tink_api::v1alpha2::Action;
+
+/// One thing that happened to a Workflow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// The Template rendered with the Hardware and `templateData`: these are the actions, in
+    /// execution order. Applies to a `Pending` Workflow that has no actions yet; the first
+    /// rendering wins (a Template edited later does not change a prepared Workflow).
+    Prepared {
+        /// The rendered actions.
+        actions: Vec<Action>,
+    },
+    /// The Template did not render; the message says where (line and column) and why.
+    /// Fails a Workflow that has not been prepared yet.
+    RenderFailed {
+        /// The render error.
+        message: String,
+    },
+    /// The Template or the Hardware cannot be found (yet). The Workflow stays `Pending` with a
+    /// `TemplateRendered=False` (`Warning`) condition saying what it waits for, and proceeds
+    /// with [`Input::Prepared`] when the object appears.
+    Unresolved {
+        /// A CamelCase reason, e.g. `TemplateNotFound`, `HardwareNotFound`.
+        reason: String,
+        /// What is missing.
+        message: String,
+    },
+    /// The dispatcher chose `agent_id` for this Workflow (see [`crate::pick_dispatches`]).
+    /// Applies to a prepared `Pending` Workflow whose next attempt time has come.
+    Dispatch {
+        /// The agent to run the Workflow.
+        agent_id: String,
+    },
+    /// An event published by an agent.
+    Agent(AgentEvent),
+    /// Supervision: the controller's requeue time (or any reconcile) came; timeouts are checked
+    /// against [`crate::StepContext::now`].
+    Tick,
+    /// The Workflow has a deletion timestamp: cancel it.
+    Deleted,
+    /// The controller (re)started and sees this Workflow for the first time: re-emit the
+    /// effects an interrupted step may not have carried out (the caller writes the status
+    /// before carrying out effects; the bus de-duplicates re-published commands).
+    Resume,
+}
+
+/// An event an agent published about a dispatch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentEvent {
+    /// The `workflow_id` of the event: the dispatch id the Workflow was started with.
+    pub dispatch_id: String,
+    /// The agent that published it, when known. An event from another agent than the one the
+    /// Workflow is dispatched to is ignored.
+    pub agent_id: Option<String>,
+    /// When it happened (the agent's clock, or the time the server stored it). Clamped into
+    /// `[latest time in the status, now]`, so status times stay monotonic whatever the clocks.
+    pub at: Timestamp,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// The kinds of agent events (seeds/004 plus the cancel confirmation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// The action began executing.
+    ActionStarted {
+        /// `status.actions[].id`.
+        action_id: String,
+    },
+    /// The action completed successfully.
+    ActionSucceeded {
+        /// `status.actions[].id`.
+        action_id: String,
+    },
+    /// The action failed; the agent stops the workflow.
+    ActionFailed {
+        /// `status.actions[].id`.
+        action_id: String,
+        /// An UpperCamelCase reason (`Timeout` when the agent's action timer tripped).
+        reason: Option<String>,
+        /// A human readable message.
+        message: Option<String>,
+    },
+    /// The agent refused the workflow (typically: it is already running another one).
+    WorkflowRejected {
+        /// An UpperCamelCase reason.
+        reason: Option<String>,
+        /// A human readable message.
+        message: Option<String>,
+    },
+    /// The agent confirms a `StopWorkflow` took effect and is idle again.
+    WorkflowCanceled {
+        /// The action that was running and got stopped, if any.
+        action_id: Option<String>,
+        /// An UpperCamelCase reason.
+        reason: Option<String>,
+        /// A human readable message.
+        message: Option<String>,
+    },
+}
+
+impl EventKind {
+    /// The action the event is about, if any.
+    pub fn action_id(&self) -> Option<&str> {
+        match self {
+            Self::ActionStarted { action_id }
+            | Self::ActionSucceeded { action_id }
+            | Self::ActionFailed { action_id, .. } => Some(action_id),
+            Self::WorkflowCanceled { action_id, .. } => action_id.as_deref(),
+            Self::WorkflowRejected { .. } => None,
+        }
+    }
+
+    /// A short name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::ActionStarted { .. } => "ActionStarted",
+            Self::ActionSucceeded { .. } => "ActionSucceeded",
+            Self::ActionFailed { .. } => "ActionFailed",
+            Self::WorkflowRejected { .. } => "WorkflowRejected",
+            Self::WorkflowCanceled { .. } => "WorkflowCanceled",
+        }
+    }
+}
