@@ -3,6 +3,8 @@
 //!
 //! - [`v1alpha2`]: Hardware, OSIE, Template, Workflow as seeds/000 defines them, plus the
 //!   execution additions of seeds/004 (documented on each type).
+//! - [`conversion`]: lossless conversion both ways, typed and on raw JSON ([`conversion::convert`]).
+//! - [`crds`] / [`render_crds`]: the CustomResourceDefinitions, both versions merged.
 //! - [`Timeout`]: the Go-syntax duration (`90m`, `1h30m`) of `Workflow.spec.timeout` and
 //!   `Action.timeout`.
 //! - [`from_yaml`] / [`from_json`] / [`from_value`]: typed parsing whose errors name the field
@@ -12,11 +14,13 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod conversion;
+mod crds;
 mod duration;
 mod serde_util;
 pub mod v1alpha1;
 pub mod v1alpha2;
 
+pub use crds::{ConversionWebhook, CrdError, REGENERATE_COMMAND, crds, render_crds};
 pub use duration::{DurationError, TIMEOUT_PATTERN, Timeout};
 
 /// The API group of every kind here.

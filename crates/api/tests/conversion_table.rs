@@ -77,7 +77,6 @@ fn hardware_v1alpha1_to_v1alpha2() {
         "vmlinuz-x86_64",
         "futureField",
         "facility_code",
-        "3C:EC:EF:4C:4F:54",
         "uefi",
     ] {
         assert!(data.contains(kept), "annotation should keep {kept}: {data}");
@@ -164,7 +163,6 @@ fn hardware_newer_values_win_and_homeless_fields_return() {
         "newer IP wins"
     );
     assert_eq!(d.lease_time, 600, "newer lease wins");
-    assert_eq!(d.mac, "3C:EC:EF:4C:4F:54", "original MAC spelling restored");
     assert_eq!(d.arch, "x86_64", "v1alpha1-only field restored");
     assert!(d.uefi);
     let osie = first

@@ -1,0 +1,123 @@
+//! `tinkctl crds`: the generated CRD manifests.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use tink_api::ConversionWebhook;
+
+/// Arguments of `tinkctl crds`.
+#[derive(Args, Debug, Clone)]
+pub struct CrdsArgs {
+    /// Write one `<plural>.tinkerbell.org.yaml` file per CRD into this directory (created if
+    /// missing) instead of printing a multi-document YAML stream to stdout.
+    #[arg(long, env = "TINKCTL_CRDS_OUT")]
+    pub out: Option<PathBuf>,
+
+    /// Namespace of the conversion webhook Service.
+    #[arg(long, env = "TINK_WEBHOOK_NAMESPACE", default_value = "tink-system")]
+    pub webhook_namespace: String,
+
+    /// Name of the conversion webhook Service.
+    #[arg(long, env = "TINK_WEBHOOK_SERVICE", default_value = "tink-webhook")]
+    pub webhook_service: String,
+
+    /// URL path of the conversion endpoint.
+    #[arg(long, env = "TINK_WEBHOOK_PATH", default_value = "/convert")]
+    pub webhook_path: String,
+
+    /// Port of the conversion webhook Service.
+    #[arg(long, env = "TINK_WEBHOOK_PORT", default_value_t = 443)]
+    pub webhook_port: i32,
+}
+
+impl CrdsArgs {
+    fn webhook(&self) -> ConversionWebhook {
+        ConversionWebhook {
+            namespace: self.webhook_namespace.clone(),
+            name: self.webhook_service.clone(),
+            path: self.webhook_path.clone(),
+            port: self.webhook_port,
+            ca_bundle: None,
+        }
+    }
+}
+
+/// Prints the CRDs to `stdout`, or writes them into `--out`.
+pub fn run(args: &CrdsArgs, stdout: &mut impl Write) -> anyhow::Result<()> {
+    let files = tink_api::render_crds(&args.webhook())?;
+    match &args.out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            for (name, yaml) in &files {
+                let path = dir.join(name);
+                std::fs::write(&path, yaml)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                writeln!(stdout, "wrote {}", path.display())?;
+            }
+        }
+        None => {
+            for (i, (_, yaml)) in files.iter().enumerate() {
+                if i > 0 {
+                    writeln!(stdout, "---")?;
+                }
+                stdout.write_all(yaml.as_bytes())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: CrdsArgs,
+    }
+
+    #[test]
+    fn writes_one_file_per_crd() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let w = Wrapper::parse_from([
+            "crds",
+            "--out",
+            &dir.path().display().to_string(),
+            "--webhook-port",
+            "9443",
+        ]);
+        let mut out = Vec::new();
+        run(&w.args, &mut out).expect("run");
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("read dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "hardware.tinkerbell.org.yaml",
+                "osies.tinkerbell.org.yaml",
+                "templates.tinkerbell.org.yaml",
+                "workflows.tinkerbell.org.yaml"
+            ]
+        );
+        let wf = std::fs::read_to_string(dir.path().join("workflows.tinkerbell.org.yaml"))
+            .expect("read");
+        assert!(wf.contains("port: 9443"));
+    }
+
+    #[test]
+    fn prints_a_yaml_stream() {
+        let w = Wrapper::parse_from(["crds"]);
+        let mut out = Vec::new();
+        run(&w.args, &mut out).expect("run");
+        let text = String::from_utf8(out).expect("utf8");
+        assert_eq!(text.matches("kind: CustomResourceDefinition").count(), 4);
+        assert_eq!(text.matches("\n---\n").count(), 3);
+    }
+}

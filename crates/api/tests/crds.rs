@@ -1,0 +1,789 @@
+//! The generated CRDs: up to date in deploy/crds, the expected shape, and every validation rule
+//! checked against objects that break it (patterns with the `regex` crate, CEL rules with
+//! kube-cel, the evaluator the test API server uses too).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use common::fixture;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::{Value, json};
+use tink_api::v1alpha2::{patterns, rules};
+use tink_api::{ConversionWebhook, REGENERATE_COMMAND, v1alpha1, v1alpha2};
+
+fn deploy_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds")
+}
+
+#[test]
+fn deploy_crds_are_up_to_date() {
+    let files = tink_api::render_crds(&ConversionWebhook::default()).expect("render");
+    let mut stale = Vec::new();
+    for (name, yaml) in &files {
+        match std::fs::read_to_string(deploy_dir().join(name)) {
+            Ok(on_disk) if &on_disk == yaml => {}
+            Ok(_) => stale.push(format!("{name} differs")),
+            Err(e) => stale.push(format!("{name}: {e}")),
+        }
+    }
+    let expected: BTreeSet<_> = files.iter().map(|(n, _)| n.clone()).collect();
+    if let Ok(entries) = std::fs::read_dir(deploy_dir()) {
+        for e in entries.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.ends_with(".yaml") && !expected.contains(&n) {
+                stale.push(format!("{n} is not generated any more"));
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "deploy/crds is stale ({}); regenerate with `{REGENERATE_COMMAND}`",
+        stale.join(", ")
+    );
+}
+
+fn crd(name: &str) -> CustomResourceDefinition {
+    tink_api::crds(&ConversionWebhook::default())
+        .expect("crds")
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("no CRD {name}"))
+}
+
+fn schema(name: &str, version: &str) -> Value {
+    let c = crd(name);
+    let v = c
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.name == version)
+        .expect("version");
+    let s = v
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .expect("schema");
+    serde_json::to_value(s).expect("json")
+}
+
+#[test]
+fn crd_shape() {
+    let cases = [
+        ("hardware.tinkerbell.org", "Hardware", "hw", true),
+        ("osies.tinkerbell.org", "OSIE", "osie", false),
+        ("templates.tinkerbell.org", "Template", "tpl", true),
+        ("workflows.tinkerbell.org", "Workflow", "wf", true),
+    ];
+    for (name, kind, short, converts) in cases {
+        let c = crd(name);
+        assert_eq!(c.spec.group, "tinkerbell.org");
+        assert_eq!(c.spec.names.kind, kind);
+        assert_eq!(
+            c.spec.names.short_names.as_deref(),
+            Some(&[short.to_string()][..]),
+            "{name}"
+        );
+        assert_eq!(
+            c.spec.names.categories.as_deref(),
+            Some(&["tinkerbell".to_string()][..]),
+            "{name}"
+        );
+        assert_eq!(c.spec.scope, "Namespaced");
+        let versions: Vec<_> = c
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.served, v.storage))
+            .collect();
+        if converts {
+            assert_eq!(
+                versions,
+                [("v1alpha2", true, true), ("v1alpha1", true, false)],
+                "{name}"
+            );
+            let conv = c.spec.conversion.as_ref().expect("conversion");
+            assert_eq!(conv.strategy, "Webhook");
+            let svc = conv
+                .webhook
+                .as_ref()
+                .and_then(|w| w.client_config.as_ref())
+                .and_then(|c| c.service.as_ref())
+                .expect("service reference");
+            assert_eq!(
+                (svc.namespace.as_str(), svc.name.as_str()),
+                ("tink-system", "tink-webhook")
+            );
+            assert_eq!(svc.path.as_deref(), Some("/convert"));
+            assert_eq!(svc.port, Some(443));
+        } else {
+            assert_eq!(versions, [("v1alpha2", true, true)], "{name}");
+            assert!(c.spec.conversion.is_none());
+        }
+    }
+    let wf = crd("workflows.tinkerbell.org");
+    for v in &wf.spec.versions {
+        assert!(
+            v.subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some(),
+            "status subresource on {}",
+            v.name
+        );
+    }
+    let cols: Vec<_> = wf.spec.versions[0]
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| (c.name.as_str(), c.json_path.as_str()))
+        .collect();
+    for want in [
+        ("State", ".status.state"),
+        ("Hardware", ".spec.hardwareRef.name"),
+        ("Template", ".spec.templateRef.name"),
+        ("Age", ".metadata.creationTimestamp"),
+    ] {
+        assert!(cols.contains(&want), "Workflow column {want:?} in {cols:?}");
+    }
+    let hw = crd("hardware.tinkerbell.org");
+    let cols: Vec<_> = hw.spec.versions[0]
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert!(
+        cols.contains(&"IP") && cols.contains(&"Hostname"),
+        "{cols:?}"
+    );
+}
+
+/// One violation of a structural rule: where, and which rule.
+#[derive(Debug, Clone, PartialEq)]
+struct Violation {
+    path: String,
+    rule: String,
+}
+
+/// A small validator for the OpenAPI subset our schemas use (types, properties, items,
+/// additionalProperties, required, pattern, min/max length/items/properties, minimum).
+fn structural(schema: &Value, value: &Value, path: &str, out: &mut Vec<Violation>) {
+    let mut v = |rule: String| {
+        out.push(Violation {
+            path: path.to_string(),
+            rule,
+        })
+    };
+    if value.is_null() {
+        if schema.get("nullable") != Some(&json!(true))
+            && schema.get("x-kubernetes-preserve-unknown-fields").is_none()
+        {
+            v("nullable".into());
+        }
+        return;
+    }
+    let ty = schema.get("type").and_then(Value::as_str);
+    let type_ok = match ty {
+        Some("object") => value.is_object(),
+        Some("array") => value.is_array(),
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        Some("boolean") => value.is_boolean(),
+        _ => true,
+    };
+    if !type_ok {
+        v(format!("type {}", ty.unwrap_or("?")));
+        return;
+    }
+    if let (Some(p), Some(s)) = (
+        schema.get("pattern").and_then(Value::as_str),
+        value.as_str(),
+    ) {
+        let re =
+            regex::Regex::new(p).unwrap_or_else(|e| panic!("pattern {p} does not compile: {e}"));
+        if !re.is_match(s) {
+            v(format!("pattern {p}"));
+        }
+    }
+    if let (Some(m), Some(s)) = (
+        schema.get("minLength").and_then(Value::as_u64),
+        value.as_str(),
+    ) && (s.chars().count() as u64) < m
+    {
+        v(format!("minLength {m}"));
+    }
+    if let (Some(m), Some(n)) = (
+        schema.get("minimum").and_then(Value::as_f64),
+        value.as_f64(),
+    ) && n < m
+    {
+        v(format!("minimum {m}"));
+    }
+    if let Some(items) = value.as_array() {
+        if let Some(m) = schema.get("minItems").and_then(Value::as_u64)
+            && (items.len() as u64) < m
+        {
+            v(format!("minItems {m}"));
+        }
+        if let Some(m) = schema.get("maxItems").and_then(Value::as_u64)
+            && (items.len() as u64) > m
+        {
+            v(format!("maxItems {m}"));
+        }
+        if let Some(item_schema) = schema.get("items") {
+            for (i, item) in items.iter().enumerate() {
+                structural(item_schema, item, &format!("{path}[{i}]"), out);
+            }
+        }
+    }
+    if let Some(obj) = value.as_object() {
+        if let Some(m) = schema.get("minProperties").and_then(Value::as_u64)
+            && (obj.len() as u64) < m
+        {
+            out.push(Violation {
+                path: path.into(),
+                rule: format!("minProperties {m}"),
+            });
+        }
+        for req in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(r) = req.as_str()
+                && !obj.contains_key(r)
+            {
+                out.push(Violation {
+                    path: path.into(),
+                    rule: format!("required {r}"),
+                });
+            }
+        }
+        let props = schema.get("properties").and_then(Value::as_object);
+        for (k, child) in obj {
+            let child_path = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            if let Some(s) = props.and_then(|p| p.get(k)) {
+                structural(s, child, &child_path, out);
+            } else if let Some(s) = schema.get("additionalProperties").filter(|s| s.is_object()) {
+                structural(s, child, &child_path, out);
+            } else if path.is_empty() && ["apiVersion", "kind", "metadata"].contains(&k.as_str()) {
+                // implicit in every CRD schema
+            } else if props.is_some()
+                && schema.get("x-kubernetes-preserve-unknown-fields").is_none()
+            {
+                out.push(Violation {
+                    path: child_path,
+                    rule: "unknown field (pruned)".into(),
+                });
+            }
+        }
+    }
+}
+
+fn violations(schema: &Value, obj: &Value, old: Option<&Value>) -> Vec<Violation> {
+    let mut out = Vec::new();
+    structural(schema, obj, "", &mut out);
+    if let Err(errors) = kube_cel::Validator::new().validate(schema, obj, old) {
+        for e in errors.iter() {
+            out.push(Violation {
+                path: e.field_path.clone(),
+                rule: format!("cel {}", e.message),
+            });
+        }
+    }
+    out
+}
+
+fn json_fixture<T: serde::de::DeserializeOwned + serde::Serialize>(rel: &str) -> Value {
+    serde_json::to_value(fixture::<T>(rel)).expect("json")
+}
+
+#[test]
+fn valid_fixtures_satisfy_every_rule() {
+    let cases: Vec<(&str, &str, Value)> = vec![
+        (
+            "hardware.tinkerbell.org",
+            "v1alpha2",
+            json_fixture::<v1alpha2::Hardware>("v1alpha2/hardware.yaml"),
+        ),
+        (
+            "osies.tinkerbell.org",
+            "v1alpha2",
+            json_fixture::<v1alpha2::Osie>("v1alpha2/osie.yaml"),
+        ),
+        (
+            "templates.tinkerbell.org",
+            "v1alpha2",
+            json_fixture::<v1alpha2::Template>("v1alpha2/template.yaml"),
+        ),
+        (
+            "workflows.tinkerbell.org",
+            "v1alpha2",
+            json_fixture::<v1alpha2::Workflow>("v1alpha2/workflow.yaml"),
+        ),
+        (
+            "hardware.tinkerbell.org",
+            "v1alpha1",
+            json_fixture::<v1alpha1::Hardware>("v1alpha1/hardware.yaml"),
+        ),
+        (
+            "templates.tinkerbell.org",
+            "v1alpha1",
+            json_fixture::<v1alpha1::Template>("v1alpha1/template-ubuntu.yaml"),
+        ),
+        (
+            "workflows.tinkerbell.org",
+            "v1alpha1",
+            json_fixture::<v1alpha1::Workflow>("v1alpha1/workflow.yaml"),
+        ),
+        // conversion output is valid v1alpha2 too
+        (
+            "hardware.tinkerbell.org",
+            "v1alpha2",
+            serde_json::to_value(tink_api::conversion::hardware_to_v1alpha2(&fixture(
+                "v1alpha1/hardware.yaml",
+            )))
+            .expect("json"),
+        ),
+        (
+            "templates.tinkerbell.org",
+            "v1alpha2",
+            serde_json::to_value(tink_api::conversion::template_to_v1alpha2(&fixture(
+                "v1alpha1/template-ubuntu.yaml",
+            )))
+            .expect("json"),
+        ),
+        (
+            "workflows.tinkerbell.org",
+            "v1alpha2",
+            serde_json::to_value(tink_api::conversion::workflow_to_v1alpha2(&fixture(
+                "v1alpha1/workflow.yaml",
+            )))
+            .expect("json"),
+        ),
+    ];
+    for (name, version, obj) in cases {
+        let s = schema(name, version);
+        let v = violations(&s, &obj, Some(&obj));
+        assert!(v.is_empty(), "{name} {version}: {v:?}");
+    }
+}
+
+#[derive(Debug)]
+enum Rule {
+    /// A schema `pattern`, given as the constant it must be generated from.
+    Pattern(&'static str),
+    /// Any other structural keyword, e.g. "minItems 1".
+    Keyword(&'static str),
+    /// A CEL rule (with its message).
+    Cel(&'static str, &'static str),
+}
+
+struct Case {
+    what: &'static str,
+    crd: &'static str,
+    base: Value,
+    /// (JSON pointer, new value; Null removes)
+    edit: Vec<(&'static str, Value)>,
+    /// The old object for transition rules: the base.
+    update: bool,
+    breaks: Rule,
+    at: &'static str,
+}
+
+fn edited(base: &Value, edits: &[(&str, Value)]) -> Value {
+    let mut v = base.clone();
+    for (ptr, new) in edits {
+        let (parent, key) = ptr.rsplit_once('/').expect("pointer");
+        let key = key.replace("~1", "/").replace("~0", "~");
+        let p = v
+            .pointer_mut(parent)
+            .unwrap_or_else(|| panic!("no {parent}"));
+        match p {
+            Value::Object(m) if new.is_null() => {
+                m.remove(&key);
+            }
+            Value::Object(m) => {
+                m.insert(key, new.clone());
+            }
+            Value::Array(a) => {
+                let i: usize = key.parse().expect("index");
+                a[i] = new.clone();
+            }
+            other => panic!("cannot edit {other}"),
+        }
+    }
+    v
+}
+
+#[test]
+fn objects_breaking_each_rule_are_rejected_by_that_rule() {
+    let hw = json_fixture::<v1alpha2::Hardware>("v1alpha2/hardware.yaml");
+    let tpl = json_fixture::<v1alpha2::Template>("v1alpha2/template.yaml");
+    let wf = json_fixture::<v1alpha2::Workflow>("v1alpha2/workflow.yaml");
+    let hwc = "hardware.tinkerbell.org";
+    let tplc = "templates.tinkerbell.org";
+    let wfc = "workflows.tinkerbell.org";
+    let nic = "/spec/networkInterfaces/3c:ec:ef:4c:4f:56/dhcp";
+    let h = |what, edit, breaks, at| Case {
+        what,
+        crd: hwc,
+        base: hw.clone(),
+        edit,
+        update: false,
+        breaks,
+        at,
+    };
+    let t = |what, edit, breaks, at| Case {
+        what,
+        crd: tplc,
+        base: tpl.clone(),
+        edit,
+        update: false,
+        breaks,
+        at,
+    };
+    let w = |what, edit, update, breaks, at| Case {
+        what,
+        crd: wfc,
+        base: wf.clone(),
+        edit,
+        update,
+        breaks,
+        at,
+    };
+    let nic_at = "spec.networkInterfaces.3c:ec:ef:4c:4f:56.dhcp";
+    let cases = vec![
+        h(
+            "IP out of range",
+            vec![(leak(format!("{nic}/ip")), json!("300.1.1.1"))],
+            Rule::Pattern(patterns::IPV4),
+            leak(format!("{nic_at}.ip")),
+        ),
+        h(
+            "IP with a suffix",
+            vec![(leak(format!("{nic}/ip")), json!("10.0.0.1/24"))],
+            Rule::Pattern(patterns::IPV4),
+            leak(format!("{nic_at}.ip")),
+        ),
+        h(
+            "gateway with three octets",
+            vec![(leak(format!("{nic}/gateway")), json!("10.0.0"))],
+            Rule::Pattern(patterns::IPV4),
+            leak(format!("{nic_at}.gateway")),
+        ),
+        h(
+            "netmask with a hole",
+            vec![(leak(format!("{nic}/netmask")), json!("255.0.255.1"))],
+            Rule::Pattern(patterns::NETMASK),
+            leak(format!("{nic_at}.netmask")),
+        ),
+        h(
+            "hostname starting with a dash",
+            vec![(leak(format!("{nic}/hostname")), json!("-sm02.example"))],
+            Rule::Pattern(patterns::HOSTNAME),
+            leak(format!("{nic_at}.hostname")),
+        ),
+        h(
+            "VLAN above 4096",
+            vec![(leak(format!("{nic}/vlanId")), json!("4097"))],
+            Rule::Pattern(patterns::VLAN_ID),
+            leak(format!("{nic_at}.vlanId")),
+        ),
+        h(
+            "VLAN with five digits",
+            vec![(leak(format!("{nic}/vlanId")), json!("12345"))],
+            Rule::Pattern(patterns::VLAN_ID),
+            leak(format!("{nic_at}.vlanId")),
+        ),
+        h(
+            "nameserver with a space",
+            vec![(leak(format!("{nic}/nameservers")), json!(["dns example"]))],
+            Rule::Pattern(patterns::HOST_OR_IPV4),
+            leak(format!("{nic_at}.nameservers[0]")),
+        ),
+        h(
+            "timeserver with an underscore",
+            vec![(leak(format!("{nic}/timeservers")), json!(["ntp_1"]))],
+            Rule::Pattern(patterns::HOST_OR_IPV4),
+            leak(format!("{nic_at}.timeservers[0]")),
+        ),
+        h(
+            "negative lease time",
+            vec![(leak(format!("{nic}/leaseTime")), json!(-1))],
+            Rule::Keyword("minimum 0"),
+            leak(format!("{nic_at}.leaseTime")),
+        ),
+        h(
+            "relative storage device",
+            vec![("/spec/storageDevices", json!(["dev/sda"]))],
+            Rule::Pattern(patterns::STORAGE_DEVICE),
+            "spec.storageDevices[0]",
+        ),
+        h(
+            "storage device with a space",
+            vec![("/spec/storageDevices", json!(["/dev/sd a"]))],
+            Rule::Pattern(patterns::STORAGE_DEVICE),
+            "spec.storageDevices[0]",
+        ),
+        h(
+            "no network interface",
+            vec![("/spec/networkInterfaces", json!({}))],
+            Rule::Keyword("minProperties 1"),
+            "spec.networkInterfaces",
+        ),
+        h(
+            "network interfaces missing",
+            vec![("/spec/networkInterfaces", Value::Null)],
+            Rule::Keyword("required networkInterfaces"),
+            "spec",
+        ),
+        h(
+            "upper-case MAC key",
+            vec![("/spec/networkInterfaces", json!({"3C:EC:EF:4C:4F:56": {}}))],
+            Rule::Cel(rules::MAC_KEYS, rules::MAC_KEYS_MSG),
+            "spec.networkInterfaces",
+        ),
+        h(
+            "MAC key with dashes",
+            vec![("/spec/networkInterfaces", json!({"3c-ec-ef-4c-4f-56": {}}))],
+            Rule::Cel(rules::MAC_KEYS, rules::MAC_KEYS_MSG),
+            "spec.networkInterfaces",
+        ),
+        h(
+            "ipxe inline and url",
+            vec![(
+                "/spec/ipxe",
+                json!({"inline": "#!ipxe\nboot", "url": "http://x/a.ipxe"}),
+            )],
+            Rule::Cel(rules::IPXE_ONE_OF, rules::IPXE_ONE_OF_MSG),
+            "spec.ipxe",
+        ),
+        h(
+            "ipxe with neither",
+            vec![("/spec/ipxe", json!({}))],
+            Rule::Keyword("minProperties 1"),
+            "spec.ipxe",
+        ),
+        t(
+            "no action",
+            vec![("/spec/actions", json!([]))],
+            Rule::Keyword("minItems 1"),
+            "spec.actions",
+        ),
+        t(
+            "actions missing",
+            vec![("/spec/actions", Value::Null)],
+            Rule::Keyword("required actions"),
+            "spec",
+        ),
+        t(
+            "duplicate action names",
+            vec![("/spec/actions/1/name", json!("stream-image"))],
+            Rule::Cel(rules::UNIQUE_ACTION_NAMES, rules::UNIQUE_ACTION_NAMES_MSG),
+            "spec.actions",
+        ),
+        t(
+            "timeout in words",
+            vec![("/spec/actions/0/timeout", json!("10 minutes"))],
+            Rule::Pattern(patterns::TIMEOUT),
+            "spec.actions[0].timeout",
+        ),
+        t(
+            "timeout without unit",
+            vec![("/spec/actions/0/timeout", json!("600"))],
+            Rule::Pattern(patterns::TIMEOUT),
+            "spec.actions[0].timeout",
+        ),
+        t(
+            "empty action name",
+            vec![("/spec/actions/0/name", json!(""))],
+            Rule::Keyword("minLength 1"),
+            "spec.actions[0].name",
+        ),
+        t(
+            "action without image",
+            vec![("/spec/actions/0/image", Value::Null)],
+            Rule::Keyword("required image"),
+            "spec.actions[0]",
+        ),
+        w(
+            "negative timeout",
+            vec![("/spec/timeout", json!("-5m"))],
+            false,
+            Rule::Pattern(patterns::TIMEOUT),
+            "spec.timeout",
+        ),
+        w(
+            "empty hardware name",
+            vec![("/spec/hardwareRef/name", json!(""))],
+            false,
+            Rule::Keyword("minLength 1"),
+            "spec.hardwareRef.name",
+        ),
+        w(
+            "no template reference",
+            vec![("/spec/templateRef", Value::Null)],
+            false,
+            Rule::Keyword("required templateRef"),
+            "spec",
+        ),
+        w(
+            "hardwareRef changed",
+            vec![("/spec/hardwareRef/name", json!("sm03"))],
+            true,
+            Rule::Cel(rules::IMMUTABLE, rules::HARDWARE_REF_IMMUTABLE_MSG),
+            "spec.hardwareRef",
+        ),
+        w(
+            "templateRef changed",
+            vec![("/spec/templateRef/name", json!("other"))],
+            true,
+            Rule::Cel(rules::IMMUTABLE, rules::TEMPLATE_REF_IMMUTABLE_MSG),
+            "spec.templateRef",
+        ),
+        w(
+            "templateData changed",
+            vec![("/spec/templateData/img_url", json!("http://elsewhere"))],
+            true,
+            Rule::Cel(rules::IMMUTABLE, rules::TEMPLATE_DATA_IMMUTABLE_MSG),
+            "spec.templateData",
+        ),
+        w(
+            "templateData removed",
+            vec![("/spec/templateData", Value::Null)],
+            true,
+            Rule::Cel(
+                rules::TEMPLATE_DATA_PRESENCE,
+                rules::TEMPLATE_DATA_PRESENCE_MSG,
+            ),
+            "spec",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for c in cases {
+        let s = schema(c.crd, "v1alpha2");
+        let bad = edited(&c.base, &c.edit);
+        let old = c.update.then_some(&c.base);
+        let found = violations(&s, &bad, old);
+        let (expected_rule, in_schema) = match &c.breaks {
+            Rule::Pattern(p) => (
+                format!("pattern {p}"),
+                schema_contains(&s, "pattern", &json!(p)),
+            ),
+            Rule::Keyword(k) => (k.to_string(), true),
+            Rule::Cel(rule, msg) => (
+                format!("cel {msg}"),
+                schema_contains(&s, "rule", &json!(rule)),
+            ),
+        };
+        if !in_schema {
+            failures.push(format!(
+                "{}: the generated schema does not hold {:?}",
+                c.what, c.breaks
+            ));
+        }
+        let hit = found.iter().any(|v| {
+            v.rule == expected_rule
+                && (v.path == c.at
+                    || (!v.path.is_empty() && (v.path.ends_with(c.at) || c.at.ends_with(&v.path))))
+        });
+        if !hit {
+            failures.push(format!(
+                "{}: expected `{expected_rule}` at {}, got {found:?}",
+                c.what, c.at
+            ));
+        }
+        // and the untouched base object passes the same checks
+        let base_violations = violations(&s, &c.base, old);
+        if !base_violations.is_empty() {
+            failures.push(format!(
+                "{}: base object invalid: {base_violations:?}",
+                c.what
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+fn schema_contains(schema: &Value, key: &str, wanted: &Value) -> bool {
+    match schema {
+        Value::Object(m) => {
+            m.get(key) == Some(wanted) || m.values().any(|v| schema_contains(v, key, wanted))
+        }
+        Value::Array(a) => a.iter().any(|v| schema_contains(v, key, wanted)),
+        _ => false,
+    }
+}
+
+#[test]
+fn patterns_accept_good_and_refuse_bad_values() {
+    let table: &[(&str, &[&str], &[&str])] = &[
+        (
+            patterns::IPV4,
+            &["192.168.2.148", "10.0.0.1", "255.255.255.255", "0.0.0.0"],
+            &["256.1.1.1", "1.2.3", "1.2.3.4.5", "a.b.c.d", "1.2.3.4 "],
+        ),
+        (
+            patterns::NETMASK,
+            &["255.255.255.0", "255.255.0.0", "255.255.255.252"],
+            &["255.255.255.1", "254.0.0.0", "255.255.255"],
+        ),
+        (
+            patterns::HOSTNAME,
+            &["sm01", "sm01.example.com", "a-b.c"],
+            &["-a", "a-", "a..b", "a_b", ""],
+        ),
+        (
+            patterns::VLAN_ID,
+            &["0", "10", "4096", "10,20,4000"],
+            &["4097", "12345", "-1", "10,", "a"],
+        ),
+        (
+            patterns::HOST_OR_IPV4,
+            &["1.1.1.1", "dns.example.com", "ntp"],
+            &["1.1.1.1.1.1 x", "dns example", "a_b"],
+        ),
+        (
+            patterns::MAC,
+            &["3c:ec:ef:4c:4f:54", "00:00:5e:00:53:01"],
+            &["3C:EC:EF:4C:4F:54", "3c-ec-ef-4c-4f-54", "3c:ec:ef:4c:4f"],
+        ),
+        (
+            patterns::STORAGE_DEVICE,
+            &["/dev/sda", "/dev/nvme0n1", "/dev/disk/by-id/x/"],
+            &["dev/sda", "\\dev\\sda", "/dev/sd a"],
+        ),
+        (
+            patterns::TIMEOUT,
+            &["0", "90m", "1h30m", "45s", "1.5h", "500ms", "2us", "3µs"],
+            &["", "10", "-5m", "5 m", "1d", "h"],
+        ),
+    ];
+    for (p, good, bad) in table {
+        let re = regex::Regex::new(p).expect("compiles");
+        for g in *good {
+            assert!(re.is_match(g), "{p} should accept {g:?}");
+        }
+        for b in *bad {
+            assert!(!re.is_match(b), "{p} should refuse {b:?}");
+        }
+    }
+    // Every Timeout the pattern accepts parses, and vice versa.
+    let re = regex::Regex::new(patterns::TIMEOUT).expect("compiles");
+    for s in ["0", "90m", "1h30m", "1.5h", "500ms", "10", "-5m", "1d"] {
+        assert_eq!(re.is_match(s), tink_api::Timeout::parse(s).is_ok(), "{s}");
+    }
+}
