@@ -260,7 +260,7 @@ pub fn query_escape(s: &str) -> String {
 
 fn index(_: &FnCtx, a: Vec<Value>) -> Result<Value, String> {
     let mut item = a[0].clone();
-    if item.is_missing() {
+    if item.is_nilish() {
         return Err("index of untyped nil".to_string());
     }
     for idx in &a[1..] {

@@ -12,14 +12,26 @@
 //! assert_eq!(t.render(&data, &RenderOptions::default()).unwrap(), "/dev/nvme0n1p1");
 //! ```
 //!
-//! Data is a [`serde_json::Value`]. Integers print as integers and other numbers as Go prints a
-//! `float64` (see [`value`]). Map keys are visited in sorted order, as Go's `range` and `fmt` do.
+//! Data is a [`serde_json::Value`]. A JSON number that is an integer (fits `i64`) is a Go `int`
+//! and prints as digits (`1000000`); any other number is a Go `float64` and prints as Go's `%v`
+//! prints one (`1.5`, `1e+21`; an integral float such as the result of `float64 1` prints `1`).
+//! This is what Go gives for data decoded with `yaml.v3` or `json.Decoder.UseNumber`, and it avoids
+//! the `1e+06` surprise of plain `float64` decoding. `fromYaml`/`fromJson` results follow the same
+//! rule. Map keys are visited in sorted order, as Go's `range` and `fmt` do; Sprig's `keys` and
+//! `values` (random order in Go) are sorted too.
 //!
 //! Safety limits (all in [`RenderOptions`]): the output is capped (256 KiB by default), nested
 //! `{{template}}` calls are limited (default 100), execution steps are limited (default 10
 //! million; Go has no such limit, it protects the caller from loops that print nothing), and the
-//! parser refuses nesting deeper than [`parse::MAX_PARSE_DEPTH`]. None of these can overflow the
-//! stack.
+//! parser refuses nesting deeper than [`MAX_PARSE_DEPTH`], the executor recursion deeper than
+//! [`MAX_EXEC_NESTING`], and function results nested deeper than 200 levels or larger than the
+//! output cap. None of these can overflow a 2 MiB stack (tokio's worker threads).
+//!
+//! Differences from Go, all deliberate: parse errors carry a column (`template: NAME:LINE:COL:
+//! msg`, Go prints only the line); the limits above; an `int` argument also accepts the `int64`
+//! results of Sprig's math functions (Go refuses `repeat (add 1 2) "x"`); the Sprig functions
+//! that read the clock, randomness, the environment or the network are not available (see the
+//! list in the `sprig` module), nor `semver`, `semverCompare`, `urlParse` and `urlJoin`.
 #![forbid(unsafe_code)]
 
 mod exec;
@@ -28,14 +40,15 @@ mod gofmt;
 mod hash;
 mod json;
 mod lex;
-pub mod parse;
+mod parse;
 mod sprig;
 mod tink;
-pub mod value;
+mod value;
 
 use std::collections::BTreeMap;
 
-pub use parse::ParseError;
+pub use exec::MAX_EXEC_NESTING;
+pub use parse::{MAX_PARSE_DEPTH, ParseError};
 
 /// What a missing map key evaluates to (Go's `missingkey` option).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

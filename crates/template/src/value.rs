@@ -44,10 +44,6 @@ impl Value {
         Value::Map(Rc::new(RefCell::new(m)))
     }
 
-    pub fn is_missing(&self) -> bool {
-        matches!(self, Value::Missing)
-    }
-
     pub fn is_nilish(&self) -> bool {
         matches!(self, Value::Missing | Value::Nil)
     }
@@ -118,40 +114,6 @@ impl Value {
                     .collect(),
             ),
         }
-    }
-
-    /// Converts back to JSON (for `toJson` and `toYaml`). Non-finite floats have no JSON form.
-    pub fn to_json(&self, depth: usize) -> Result<serde_json::Value, String> {
-        if depth > MAX_VALUE_DEPTH {
-            return Err("value nested too deeply".to_string());
-        }
-        Ok(match self {
-            Value::Missing | Value::Nil => serde_json::Value::Null,
-            Value::Bool(b) => serde_json::Value::Bool(*b),
-            Value::Int(i) => serde_json::Value::from(*i),
-            Value::Float(f) => match serde_json::Number::from_f64(*f) {
-                Some(n) => serde_json::Value::Number(n),
-                None => {
-                    return Err(format!(
-                        "json: unsupported value: {}",
-                        crate::gofmt::format_float_v(*f)
-                    ));
-                }
-            },
-            Value::Str(s) => serde_json::Value::String(s.to_string()),
-            Value::List(l) => serde_json::Value::Array(
-                l.iter()
-                    .map(|v| v.to_json(depth + 1))
-                    .collect::<Result<_, _>>()?,
-            ),
-            Value::Map(m) => {
-                let mut o = serde_json::Map::new();
-                for (k, v) in m.borrow().iter() {
-                    o.insert(k.clone(), v.to_json(depth + 1)?);
-                }
-                serde_json::Value::Object(o)
-            }
-        })
     }
 
     /// A deep copy: lists and maps are copied, so later `set`s do not reach the original.

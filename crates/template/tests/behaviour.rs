@@ -913,3 +913,24 @@ fn render_named_template_and_listing() {
         assert!(!names.contains(&f), "{f} must not be available");
     }
 }
+
+#[test]
+fn api_types_are_thread_safe() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Template>();
+    assert_send_sync::<RenderOptions>();
+    assert_send_sync::<tink_template::RenderError>();
+    assert_send_sync::<tink_template::ParseError>();
+    assert_send_sync::<tink_template::Error>();
+}
+
+#[test]
+fn index_of_json_null_is_untyped_nil() {
+    check(
+        &[(
+            "{{index .null 0}}",
+            "ERR template: t:1:2: executing \"t\" at <index .null 0>: error calling index: index of untyped nil",
+        )],
+        &RenderOptions::default(),
+    );
+}
