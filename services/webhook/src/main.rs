@@ -1,9 +1,10 @@
-//! tink-webhook
-tink-webhook
+//! tink-webhook: not implemented yet (see the project's open issues).
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
-    eprintln!("tink-webhook
-tink-webhook {}: not implemented yet; see the project's open issues", env!("CARGO_PKG_VERSION"));
+    eprintln!(
+        "tink-webhook {}: not implemented yet; see the project's open issues",
+        env!("CARGO_PKG_VERSION")
+    );
     std::process::ExitCode::from(2)
 }
