@@ -1,0 +1,4 @@
+//! The tinkerbell controller: the only writer of Workflow status.
+#![forbid(unsafe_code)]
+
+pub mod render;
