@@ -43,7 +43,10 @@ pub enum Input {
     Deleted,
     /// The controller (re)started and sees this Workflow for the first time: re-emit the
     /// effects an interrupted step may not have carried out (the caller writes the status
-    /// before carrying out effects; the bus de-duplicates re-published commands).
+    /// before carrying out effects; the bus de-duplicates re-published commands). It may emit
+    /// `AddFinalizer`, which Kubernetes refuses on an object being deleted: for an object with
+    /// a deletion timestamp, step `[Deleted, Resume]` with [`crate::step_all`] instead (it
+    /// never adds the finalizer and repeats the stop or the finalizer removal).
     Resume,
 }
 

@@ -337,3 +337,33 @@ fn the_started_condition_tracks_started_at_through_a_whole_run() {
     assert_eq!(times, [(20, 30), (40, 50), (60, 70)]);
     assert_eq!(s.last_transition.as_ref().unwrap().0, ts(70));
 }
+
+#[test]
+fn restart_of_a_deleting_workflow_never_adds_the_finalizer() {
+    // The rule for objects with a deletion timestamp: step [Deleted, Resume].
+    let cases: [(fn() -> WorkflowStatus, WorkflowState, &[&str]); 6] = [
+        (
+            pending,
+            WorkflowState::Canceled,
+            &["Normal:Canceled", "RemoveFinalizer"],
+        ),
+        (
+            scheduled,
+            WorkflowState::Cancelling,
+            &["Stop:Deleted", "Normal:Cancelling"],
+        ),
+        (
+            running,
+            WorkflowState::Cancelling,
+            &["Stop:Deleted", "Normal:Cancelling"],
+        ),
+        (cancelling, WorkflowState::Cancelling, &["Stop:Deleted"]),
+        (failed_wf, WorkflowState::Failed, &["RemoveFinalizer"]),
+        (succeeded_wf, WorkflowState::Succeeded, &["RemoveFinalizer"]),
+    ];
+    for (from, state, effects) in cases {
+        let t = step_all(&from(), [Input::Deleted, Input::Resume], &ctx(100));
+        assert_eq!(t.status.state, state);
+        assert_eq!(kinds(&t.effects), effects, "from {:?}", from().state);
+    }
+}
