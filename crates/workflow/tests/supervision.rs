@@ -341,7 +341,12 @@ fn the_started_condition_tracks_started_at_through_a_whole_run() {
 #[test]
 fn restart_of_a_deleting_workflow_never_adds_the_finalizer() {
     // The rule for objects with a deletion timestamp: step [Deleted, Resume].
-    let cases: [(fn() -> WorkflowStatus, WorkflowState, &[&str]); 6] = [
+    type Case = (
+        fn() -> WorkflowStatus,
+        WorkflowState,
+        &'static [&'static str],
+    );
+    let cases: [Case; 6] = [
         (
             pending,
             WorkflowState::Canceled,
