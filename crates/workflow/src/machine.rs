@@ -117,8 +117,8 @@ pub fn step(status: &WorkflowStatus, input: Input, ctx: &StepContext) -> Transit
 }
 
 /// Applies several inputs of one Workflow in order and returns one transition: the final
-/// status (one write), the effects of every step (identical effects once, `RemoveFinalizer`
-/// last) and the final deadline. For the controller's coalescing of a batch of events.
+/// status (one write), the effects of every step (identical effects once; `RemoveFinalizer`
+/// last, and then no `AddFinalizer`) and the final deadline. For the controller's coalescing of a batch of events.
 ///
 /// The outcome is `Changed` when the final status differs from `status`; otherwise
 /// `Unchanged` if any step applied, or the last step's `Ignored` reason if all were ignored.
@@ -148,6 +148,9 @@ pub fn step_all(
         current = t.status;
     }
     if remove_finalizer {
+        // The batch ends with the finalizer gone: adding it first would be a wasted write (and
+        // is refused on an object being deleted).
+        effects.retain(|e| *e != Effect::AddFinalizer);
         effects.push(Effect::RemoveFinalizer);
     }
     let outcome = if current != *status {

@@ -273,6 +273,34 @@ fn step_all_outcomes() {
         kinds(&t.effects),
         ["Warning:ActionFailed", "RemoveFinalizer"]
     );
+    // Prepared then deleted in one batch: no finalizer added just to be removed.
+    let t = step_all(
+        &WorkflowStatus::default(),
+        [Input::Prepared { actions: actions() }, Input::Deleted],
+        &ctx(0),
+    );
+    assert_eq!(t.status.state, WorkflowState::Canceled);
+    assert_eq!(
+        kinds(&t.effects),
+        ["Normal:Prepared", "Normal:Canceled", "RemoveFinalizer"]
+    );
+    // Prepared and dispatched in one batch (an idle agent is waiting): one status write,
+    // the finalizer before the start command.
+    let t = step_all(
+        &WorkflowStatus::default(),
+        [Input::Prepared { actions: actions() }, dispatch()],
+        &ctx(0),
+    );
+    assert_eq!(t.status.state, WorkflowState::Scheduled);
+    assert_eq!(
+        kinds(&t.effects),
+        [
+            "AddFinalizer",
+            "Normal:Prepared",
+            "Start",
+            "Normal:Scheduled"
+        ]
+    );
 }
 
 #[test]
