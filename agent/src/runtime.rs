@@ -58,8 +58,8 @@ pub struct RunnerConfig {
     pub docker_host: Option<String>,
     /// Pull settings.
     pub registry: RegistryConfig,
-    /// The timeout of actions that have none.
-    pub default_timeout: Duration,
+    /// The timeout of actions that have none; `None`: such actions may run forever.
+    pub default_timeout: Option<Duration>,
     /// How long a stopped container gets between SIGTERM and SIGKILL.
     pub stop_grace: Duration,
     /// Where per-action reason directories are created (must be visible to the engine).
@@ -376,7 +376,13 @@ impl DockerRunner {
             )
             .in_current_span(),
         );
-        let timeout = action.timeout.unwrap_or(self.config.default_timeout);
+        let timeout = action.timeout.or(self.config.default_timeout);
+        let expired = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
         let mut wait = self
             .docker
             .wait_container(id, Some(WaitContainerOptionsBuilder::default().build()));
@@ -388,7 +394,7 @@ impl DockerRunner {
         let end = tokio::select! {
             biased;
             () = cancel.cancelled() => End::Canceled,
-            () = tokio::time::sleep(timeout) => End::TimedOut,
+            () = expired => End::TimedOut,
             item = wait.next() => End::Exited(match item {
                 Some(Ok(r)) => Ok(r.status_code),
                 Some(Err(BollardError::DockerContainerWaitError { code, .. })) => Ok(code),
@@ -432,7 +438,7 @@ impl DockerRunner {
                 reason: FailureReason::Timeout,
                 message: with_output(format!(
                     "the action exceeded its timeout of {} and was stopped",
-                    humanize(timeout)
+                    timeout.map_or_else(|| "none".to_owned(), humanize)
                 )),
             }),
             End::Canceled => {

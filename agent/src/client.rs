@@ -1,0 +1,308 @@
+//! The agent's side of the gRPC protocol: the command stream (with reconnection across server
+//! replicas) and the event publisher (retrying until a server confirms).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::SystemTime;
+
+use tink_proto::workflow::v2::workflow_service_client::WorkflowServiceClient;
+use tink_proto::workflow::v2::{
+    Event, GetWorkflowsRequest, GetWorkflowsResponse, PublishEventRequest,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+use tonic::metadata::{MetadataKey, MetadataValue};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tracing::{debug, error, info, warn};
+
+use crate::config::{AgentConfig, Backoff};
+use crate::metrics::Metrics;
+
+/// Errors building the client side.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No server address was given.
+    #[error("at least one server address is required")]
+    NoServers,
+    /// An address or the TLS material is unusable.
+    #[error("server {address}: {source}")]
+    Endpoint {
+        /// The address.
+        address: String,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+}
+
+/// The trace context keys carried in gRPC metadata.
+const TRACE_KEYS: [&str; 2] = ["traceparent", "tracestate"];
+
+/// Lazily connected channels to every server replica, and which one currently serves the
+/// command stream (events go there first).
+#[derive(Clone, Debug)]
+pub struct ServerPool {
+    channels: Arc<Vec<(String, Channel)>>,
+    preferred: Arc<AtomicUsize>,
+}
+
+impl ServerPool {
+    /// Channels for each configured server (no connection is made yet).
+    pub fn new(config: &AgentConfig) -> Result<Self, ClientError> {
+        if config.servers.is_empty() {
+            return Err(ClientError::NoServers);
+        }
+        let tls = config.tls.as_ref().map(|t| {
+            let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&t.ca_pem));
+            if let Some((cert, key)) = &t.identity {
+                tls = tls.identity(Identity::from_pem(cert, key));
+            }
+            if let Some(domain) = &t.domain {
+                tls = tls.domain_name(domain.clone());
+            }
+            tls
+        });
+        let mut channels = Vec::with_capacity(config.servers.len());
+        for server in &config.servers {
+            let address = server.to_string();
+            let err = |source| ClientError::Endpoint {
+                address: address.clone(),
+                source,
+            };
+            let mut endpoint = Endpoint::from_shared(server.uri(tls.is_some()))
+                .map_err(err)?
+                .connect_timeout(config.request_timeout)
+                .http2_keep_alive_interval(config.keepalive_interval)
+                .keep_alive_timeout(config.request_timeout)
+                .keep_alive_while_idle(true);
+            if let Some(tls) = &tls {
+                endpoint = endpoint.tls_config(tls.clone()).map_err(err)?;
+            }
+            channels.push((address, endpoint.connect_lazy()));
+        }
+        Ok(Self {
+            channels: Arc::new(channels),
+            preferred: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.channels.len()
+    }
+
+    fn get(&self, index: usize) -> (&str, WorkflowServiceClient<Channel>) {
+        let (address, channel) = &self.channels[index % self.channels.len()];
+        (address, WorkflowServiceClient::new(channel.clone()))
+    }
+}
+
+fn with_trace<T>(message: T, trace: &HashMap<String, String>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    for key in TRACE_KEYS {
+        if let Some(value) = trace.get(key)
+            && let Ok(value) = MetadataValue::try_from(value.as_str())
+        {
+            request
+                .metadata_mut()
+                .insert(MetadataKey::from_static(key), value);
+        }
+    }
+    request
+}
+
+/// The W3C trace context of the current span, if tracing is exported; otherwise `fallback`
+/// (the context received with the command), so traces still join up through the server.
+pub fn trace_context(fallback: &HashMap<String, String>) -> HashMap<String, String> {
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = tink_telemetry::propagation::current_context();
+    if cx.span().span_context().is_valid() {
+        let mut map = HashMap::new();
+        opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut map));
+        if !map.is_empty() {
+            return map;
+        }
+    }
+    fallback
+        .iter()
+        .filter(|(k, _)| TRACE_KEYS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Holds the `GetWorkflows` stream, forwarding commands to `commands`; reconnects with capped
+/// exponential back-off, moving to the next server after each failure, until `shutdown`.
+pub async fn command_stream(
+    pool: ServerPool,
+    config: Arc<AgentConfig>,
+    commands: mpsc::Sender<GetWorkflowsResponse>,
+    health: tink_runtime::Health,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Backoff::new(config.backoff_initial, config.backoff_max);
+    let mut index = 0;
+    loop {
+        let (address, mut client) = pool.get(index);
+        let request = with_trace(
+            GetWorkflowsRequest {
+                agent_id: config.agent_id.clone(),
+            },
+            &trace_context(&HashMap::new()),
+        );
+        let opened = tokio::select! {
+            () = shutdown.cancelled() => return,
+            r = tokio::time::timeout(config.request_timeout, client.get_workflows(request)) => r,
+        };
+        match opened {
+            Ok(Ok(response)) => {
+                info!(server = address, "command stream open");
+                pool.preferred.store(index % pool.len(), Ordering::Relaxed);
+                metrics.stream_connects.inc();
+                metrics.connected.set(1);
+                health.set_ready(true);
+                backoff.reset();
+                let mut stream = response.into_inner();
+                loop {
+                    let message = tokio::select! {
+                        () = shutdown.cancelled() => {
+                            health.set_ready(false);
+                            metrics.connected.set(0);
+                            return;
+                        }
+                        m = stream.message() => m,
+                    };
+                    match message {
+                        Ok(Some(command)) => {
+                            metrics.commands_received.inc();
+                            if commands.send(command).await.is_err() {
+                                // The executor is gone: the agent is shutting down.
+                                return;
+                            }
+                        }
+                        Ok(None) => {
+                            info!(server = address, "the server ended the command stream");
+                            break;
+                        }
+                        Err(status) => {
+                            if status.code() == Code::Aborted {
+                                warn!(
+                                    server = address,
+                                    message = status.message(),
+                                    "the command stream was taken over by a newer stream for this agent id (is another agent using the same id?)"
+                                );
+                            } else {
+                                warn!(server = address, code = ?status.code(), message = status.message(), "the command stream broke");
+                            }
+                            break;
+                        }
+                    }
+                }
+                health.set_ready(false);
+                metrics.connected.set(0);
+            }
+            Ok(Err(status)) => {
+                warn!(server = address, code = ?status.code(), message = status.message(), "cannot open the command stream");
+            }
+            Err(_) => warn!(server = address, "opening the command stream timed out"),
+        }
+        index = (index + 1) % pool.len();
+        let delay = backoff.next_delay();
+        debug!(?delay, "reconnecting after a pause");
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// An event waiting to be published, with the trace context it belongs to.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    /// The event, its `event_id` fixed so retries are de-duplicated.
+    pub event: Event,
+    /// `traceparent` / `tracestate`.
+    pub trace: HashMap<String, String>,
+}
+
+impl Outgoing {
+    /// Stamps `event` with a fresh event id, the agent id and the current time.
+    pub fn new(mut event: Event, agent_id: &str, trace: HashMap<String, String>) -> Self {
+        event.event_id = uuid::Uuid::new_v4().to_string();
+        event.agent_id = agent_id.to_owned();
+        event.occurred_at = Some(prost_types::Timestamp::from(SystemTime::now()));
+        Self { event, trace }
+    }
+}
+
+/// Publishes queued events in order, each retried (with back-off, across servers) until a
+/// server confirms it. Ends when the queue is closed and empty, or when `abandon` fires (then
+/// what is left is counted as dropped).
+pub async fn publisher(
+    pool: ServerPool,
+    config: Arc<AgentConfig>,
+    mut queue: mpsc::Receiver<Outgoing>,
+    metrics: Metrics,
+    abandon: CancellationToken,
+) {
+    let mut backoff = Backoff::new(config.backoff_initial, config.backoff_max);
+    loop {
+        let next = tokio::select! {
+            () = abandon.cancelled() => None,
+            next = queue.recv() => next,
+        };
+        let Some(outgoing) = next else { break };
+        let mut index = pool.preferred.load(Ordering::Relaxed);
+        let mut delivered = false;
+        while !abandon.is_cancelled() {
+            let (address, mut client) = pool.get(index);
+            let mut request = with_trace(
+                PublishEventRequest {
+                    event: Some(outgoing.event.clone()),
+                },
+                &outgoing.trace,
+            );
+            request.set_timeout(config.request_timeout);
+            let result = tokio::select! {
+                () = abandon.cancelled() => break,
+                r = tokio::time::timeout(config.request_timeout, client.publish_event(request)) => r,
+            };
+            match result {
+                Ok(Ok(_)) => {
+                    metrics.events_published.inc();
+                    debug!(server = address, event_id = %outgoing.event.event_id, "event confirmed");
+                    backoff.reset();
+                    delivered = true;
+                    break;
+                }
+                Ok(Err(status)) if status.code() == Code::InvalidArgument => {
+                    error!(server = address, message = status.message(), event = ?outgoing.event, "the server refused the event as malformed; dropping it");
+                    metrics.events_dropped.inc();
+                    delivered = true;
+                    break;
+                }
+                Ok(Err(status)) => {
+                    warn!(server = address, code = ?status.code(), message = status.message(), "publishing an event failed; retrying");
+                }
+                Err(_) => warn!(server = address, "publishing an event timed out; retrying"),
+            }
+            metrics.event_publish_failures.inc();
+            index = (index + 1) % pool.len();
+            let delay = backoff.next_delay();
+            tokio::select! {
+                () = abandon.cancelled() => break,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+        metrics.events_queued.dec();
+        if !delivered {
+            warn!(event_id = %outgoing.event.event_id, "shutting down with an unpublished event");
+            metrics.events_dropped.inc();
+        }
+    }
+    while let Ok(left) = queue.try_recv() {
+        warn!(event_id = %left.event.event_id, "shutting down with an unpublished event");
+        metrics.events_queued.dec();
+        metrics.events_dropped.inc();
+    }
+}

@@ -1,0 +1,295 @@
+//! Agent configuration: server addresses, TLS, back-off, and the default agent id.
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A server address: `host:port`, or a URL `http://host:port` / `https://host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerAddress {
+    /// `http` or `https`; `None` when given as `host:port` (TLS settings decide).
+    pub scheme: Option<String>,
+    /// `host:port`.
+    pub authority: String,
+}
+
+/// Why a server address was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("server address {0:?}: expected host:port, http://host:port or https://host:port")]
+pub struct AddressError(pub String);
+
+impl FromStr for ServerAddress {
+    type Err = AddressError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || AddressError(s.to_owned());
+        let s = s.trim();
+        let (scheme, rest) = match s.split_once("://") {
+            Some((scheme @ ("http" | "https"), rest)) => (Some(scheme.to_owned()), rest),
+            Some(_) => return Err(err()),
+            None => (None, s),
+        };
+        let authority = rest.trim_end_matches('/');
+        if authority.is_empty()
+            || authority.contains('/')
+            || authority.contains(char::is_whitespace)
+        {
+            return Err(err());
+        }
+        // A port is required: agents should not guess the server's port.
+        let (host, port) = authority.rsplit_once(':').ok_or_else(err)?;
+        if host.is_empty() || host == "[" || port.parse::<u16>().is_err() {
+            return Err(err());
+        }
+        Ok(Self {
+            scheme,
+            authority: authority.to_owned(),
+        })
+    }
+}
+
+impl ServerAddress {
+    /// The URI to connect to, with `https` when TLS is on and no scheme was given.
+    pub fn uri(&self, tls: bool) -> String {
+        let scheme = self
+            .scheme
+            .as_deref()
+            .unwrap_or(if tls { "https" } else { "http" });
+        format!("{scheme}://{}", self.authority)
+    }
+}
+
+impl fmt::Display for ServerAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.scheme {
+            Some(s) => write!(f, "{s}://{}", self.authority),
+            None => f.write_str(&self.authority),
+        }
+    }
+}
+
+/// Client TLS material (PEM).
+#[derive(Debug, Clone, Default)]
+pub struct ClientTls {
+    /// The CA that signed the servers' certificates.
+    pub ca_pem: Vec<u8>,
+    /// A client certificate and key, for servers that require mutual TLS.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name to verify in the servers' certificates, when it differs from the address.
+    pub domain: Option<String>,
+}
+
+/// Everything the agent needs besides the container runtime.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// This machine's identity towards the servers.
+    pub agent_id: String,
+    /// Server replicas, tried in order, round robin.
+    pub servers: Vec<ServerAddress>,
+    /// TLS towards the servers; plain HTTP/2 when `None`.
+    pub tls: Option<ClientTls>,
+    /// First pause after a failed connection or publication.
+    pub backoff_initial: Duration,
+    /// Longest pause between attempts.
+    pub backoff_max: Duration,
+    /// Deadline of one `PublishEvent` call and of a connection attempt.
+    pub request_timeout: Duration,
+    /// HTTP/2 keepalive: detects a server that died without closing the connection.
+    pub keepalive_interval: Duration,
+    /// On shutdown, how long queued events may still be published.
+    pub flush_timeout: Duration,
+}
+
+impl AgentConfig {
+    /// Defaults: 100 ms to 5 s back-off, 10 s requests, 10 s keepalive, 10 s flush.
+    pub fn new(agent_id: impl Into<String>, servers: Vec<ServerAddress>) -> Self {
+        Self {
+            agent_id: agent_id.into(),
+            servers,
+            tls: None,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            keepalive_interval: Duration::from_secs(10),
+            flush_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Capped exponential back-off with jitter (each pause is 80-100 % of the nominal one).
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// Starts at `initial`, doubles up to `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        let initial = initial.min(max);
+        Self {
+            initial,
+            max,
+            next: initial,
+        }
+    }
+
+    /// The next pause.
+    pub fn next_delay(&mut self) -> Duration {
+        let nominal = self.next;
+        self.next = (self.next * 2).min(self.max);
+        // Jitter keeps a fleet of agents from reconnecting in lock step after a server restart.
+        let fraction = (uuid::Uuid::new_v4().as_u128() % 1000) as f64 / 1000.0;
+        nominal.mul_f64(0.8 + 0.2 * fraction)
+    }
+
+    /// After a success: the next pause is the initial one again.
+    pub fn reset(&mut self) {
+        self.next = self.initial;
+    }
+}
+
+/// The default agent id: the MAC address of the first non-loopback network interface (lowest
+/// interface index) with a real hardware address, read from `/sys/class/net`.
+pub fn default_agent_id(sys_class_net: &Path) -> Option<String> {
+    let entries = std::fs::read_dir(sys_class_net).ok()?;
+    let mut candidates = Vec::new();
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let read = |file: &str| {
+            std::fs::read_to_string(dir.join(file))
+                .ok()
+                .map(|s| s.trim().to_owned())
+        };
+        candidates.push(Interface {
+            name: entry.file_name().to_string_lossy().into_owned(),
+            index: read("ifindex")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(u32::MAX),
+            link_type: read("type").and_then(|s| s.parse().ok()).unwrap_or(0),
+            address: read("address").unwrap_or_default(),
+        });
+    }
+    pick_interface(candidates)
+}
+
+/// A network interface as `/sys/class/net` describes it.
+#[derive(Debug, Clone)]
+pub struct Interface {
+    /// `eth0`.
+    pub name: String,
+    /// The kernel's interface index.
+    pub index: u32,
+    /// ARPHRD type: 1 is Ethernet, 772 loopback.
+    pub link_type: u32,
+    /// `aa:bb:cc:dd:ee:ff`.
+    pub address: String,
+}
+
+/// The MAC (lower case) of the Ethernet interface with the lowest index, skipping loopback and
+/// all-zero addresses.
+pub fn pick_interface(mut interfaces: Vec<Interface>) -> Option<String> {
+    interfaces.sort_by_key(|i| (i.index, i.name.clone()));
+    interfaces
+        .into_iter()
+        .filter(|i| i.name != "lo" && i.link_type == 1)
+        .map(|i| i.address.to_ascii_lowercase())
+        .find(|a| is_mac(a) && a != "00:00:00:00:00:00")
+}
+
+fn is_mac(s: &str) -> bool {
+    let parts: Vec<&str> = s.split(':').collect();
+    parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse() {
+        let a: ServerAddress = "10.0.0.1:42113".parse().expect("valid");
+        assert_eq!(a.uri(false), "http://10.0.0.1:42113");
+        assert_eq!(a.uri(true), "https://10.0.0.1:42113");
+        let a: ServerAddress = "https://tink.example:443/".parse().expect("valid");
+        assert_eq!(a.uri(false), "https://tink.example:443");
+        assert_eq!(a.to_string(), "https://tink.example:443");
+        let a: ServerAddress = "[::1]:42113".parse().expect("valid");
+        assert_eq!(a.uri(false), "http://[::1]:42113");
+        for bad in [
+            "",
+            "host",
+            "host:",
+            ":1",
+            "ftp://h:1",
+            "h:1/x",
+            "h:99999",
+            "http://",
+        ] {
+            assert!(bad.parse::<ServerAddress>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(700));
+        let nominal = [100u64, 200, 400, 700, 700];
+        for n in nominal {
+            let d = b.next_delay();
+            assert!(d <= Duration::from_millis(n), "{d:?} > {n}");
+            assert!(d >= Duration::from_millis(n * 8 / 10), "{d:?} < 0.8*{n}");
+        }
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+
+    fn iface(name: &str, index: u32, link_type: u32, address: &str) -> Interface {
+        Interface {
+            name: name.into(),
+            index,
+            link_type,
+            address: address.into(),
+        }
+    }
+
+    #[test]
+    fn first_real_ethernet_interface_wins() {
+        let picked = pick_interface(vec![
+            iface("eth1", 3, 1, "AA:BB:CC:00:00:02"),
+            iface("lo", 1, 772, "00:00:00:00:00:00"),
+            iface("dummy", 2, 1, "00:00:00:00:00:00"),
+            iface("eth0", 2, 1, "AA:BB:CC:00:00:01"),
+            iface("wg0", 0, 65534, ""),
+        ]);
+        assert_eq!(picked.as_deref(), Some("aa:bb:cc:00:00:01"));
+        assert_eq!(
+            pick_interface(vec![iface("lo", 1, 772, "00:00:00:00:00:00")]),
+            None
+        );
+    }
+
+    #[test]
+    fn reads_sys_class_net() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        for (name, index, kind, addr) in [
+            ("lo", 1, 772, "00:00:00:00:00:00"),
+            ("enp1s0", 2, 1, "52:54:00:12:34:56"),
+        ] {
+            let d = dir.path().join(name);
+            std::fs::create_dir(&d)?;
+            std::fs::write(d.join("ifindex"), format!("{index}\n"))?;
+            std::fs::write(d.join("type"), format!("{kind}\n"))?;
+            std::fs::write(d.join("address"), format!("{addr}\n"))?;
+        }
+        assert_eq!(
+            default_agent_id(dir.path()).as_deref(),
+            Some("52:54:00:12:34:56")
+        );
+        Ok(())
+    }
+}
