@@ -8,6 +8,41 @@
 //! the status write and the effects is repaired by stepping [`Input::Resume`] after a restart
 //! (every effect is idempotent).
 //!
+//! ```
+//! use std::time::Duration;
+//! use jiff::Timestamp;
+//! use tink_api::v1alpha2::{Action, WorkflowStatus, WorkflowState};
+//! use tink_workflow::{DispatchId, Effect, EventKind, AgentEvent, Input, StepContext, WorkflowRef, step, step_all};
+//!
+//! let now = Timestamp::from_second(1_700_000_000).unwrap();
+//! let ctx = StepContext::new(now, WorkflowRef::new("default", "wf-1", "4b2d8f0e"), Some(Duration::from_secs(3600)));
+//! let actions = vec![Action { name: "stream".into(), image: "quay.io/tinkerbell/image2disk".into(), ..Action::default() }];
+//!
+//! // Rendered and dispatched to an idle agent in one status write.
+//! let t = step_all(&WorkflowStatus::default(),
+//!     [Input::Prepared { actions }, Input::Dispatch { agent_id: "aa:bb:cc:dd:ee:ff".into() }], &ctx);
+//! assert!(t.status_changed());
+//! assert_eq!(t.status.state, WorkflowState::Scheduled);
+//! // ... write t.status, then carry out t.effects in order:
+//! assert!(matches!(&t.effects[..], [Effect::AddFinalizer, Effect::KubeEvent { .. }, Effect::PublishStart { .. }, Effect::KubeEvent { .. }]));
+//! // ... and requeue with Input::Tick at t.requeue_at (the scheduled timeout).
+//! assert_eq!(t.requeue_at, Some(now + jiff::SignedDuration::from_secs(300)));
+//!
+//! // An event arrives: its workflow_id names the object and the attempt.
+//! let workflow_id = t.status.dispatch_id.clone().unwrap();
+//! let key = DispatchId::parse(&workflow_id).unwrap().key(); // look the Workflow up by key
+//! assert_eq!(key.to_string(), "default/wf-1");
+//! let event = Input::Agent(AgentEvent {
+//!     dispatch_id: workflow_id,
+//!     agent_id: Some("aa:bb:cc:dd:ee:ff".into()),
+//!     at: now,
+//!     kind: EventKind::ActionSucceeded { action_id: t.status.actions[0].id.clone() },
+//! });
+//! let done = step(&t.status, event, &ctx);
+//! assert_eq!(done.status.state, WorkflowState::Succeeded);
+//! assert_eq!(done.effects.last(), Some(&Effect::RemoveFinalizer));
+//! ```
+//!
 //! # Transitions (seeds/000 and seeds/004)
 //!
 //! | state | input | new state | effects |
