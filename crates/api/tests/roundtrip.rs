@@ -1,0 +1,833 @@
+//! Property tests: random objects survive v1alpha1 -> v1alpha2 -> v1alpha1 and
+//! v1alpha2 -> v1alpha1 -> v1alpha2 unchanged (10,000 cases each way per kind), both through the
+//! typed functions and through the raw-JSON `convert` the webhook uses.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use proptest::collection::{btree_map, vec};
+use proptest::option;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tink_api::conversion;
+use tink_api::{Timeout, v1alpha1 as a1, v1alpha2 as a2};
+
+const CASES: u32 = 10_000;
+/// The raw-JSON path adds (de)serialization around the same typed conversion.
+const RAW_CASES: u32 = 1_000;
+
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        failure_persistence: None,
+        ..ProptestConfig::with_cases(cases)
+    }
+}
+
+// ---------- shared pieces ----------
+
+/// Short strings, including YAML- and template-significant ones (a fixed pool: generating
+/// from a regex costs more than the conversion under test).
+const TEXTS: &[&str] = &[
+    "",
+    "a",
+    "sm01",
+    "/dev/sda",
+    "10.0.0.1",
+    "255.255.255.0",
+    "x86_64",
+    "http://192.168.2.111:8080/img.raw.gz",
+    "{{ index .Hardware.Disks 0 }}",
+    "{{ formatPartition ( index .Hardware.Disks 0 ) 1 }}",
+    "{{.device_1}}",
+    "true",
+    "0600",
+    "1.0",
+    "null",
+    "a: b",
+    "# not a comment",
+    "line1\nline2",
+    "'quoted' \"twice\"",
+    "- item",
+    "ünïcödé",
+];
+
+fn text() -> impl Strategy<Value = String> {
+    prop::sample::select(TEXTS).prop_map(str::to_string)
+}
+
+fn non_empty_text() -> impl Strategy<Value = String> {
+    prop::sample::select(&TEXTS[1..]).prop_map(str::to_string)
+}
+
+fn key() -> impl Strategy<Value = String> {
+    prop::sample::select(&["A", "DEST_DISK", "IMG_URL", "device_1", "img_url", "x"][..])
+        .prop_map(str::to_string)
+}
+
+fn opt_text() -> impl Strategy<Value = Option<String>> {
+    option::of(non_empty_text())
+}
+
+fn small_vec<T: Strategy>(s: T) -> impl Strategy<Value = Vec<T::Value>> {
+    vec(s, 0..3)
+}
+
+fn small_map() -> impl Strategy<Value = BTreeMap<String, String>> {
+    btree_map(key(), text(), 0..3)
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        text().prop_map(Value::String),
+        any::<i32>().prop_map(|n| json!(n)),
+        any::<bool>().prop_map(Value::Bool),
+        Just(json!({"nested": [1, "two", {"three": null}]})),
+        Just(json!([])),
+    ]
+}
+
+fn extra() -> impl Strategy<Value = BTreeMap<String, Value>> {
+    btree_map(
+        prop::sample::select(&["futureField", "futureList"][..]).prop_map(str::to_string),
+        json_value(),
+        0..2,
+    )
+}
+
+fn time() -> impl Strategy<Value = Time> {
+    (1_500_000_000i64..1_900_000_000)
+        .prop_map(|s| Time(Timestamp::from_second(s).unwrap_or(Timestamp::UNIX_EPOCH)))
+}
+
+fn metadata() -> impl Strategy<Value = ObjectMeta> {
+    (
+        prop::sample::select(&["sm01", "ubuntu", "wf-1"][..]).prop_map(str::to_string),
+        option::of(Just("tink-system".to_string())),
+        option::of(btree_map(key(), text(), 1..3)),
+        option::of(btree_map(
+            prop::sample::select(&["example.com/a", "example.com/b"][..]).prop_map(str::to_string),
+            text(),
+            1..3,
+        )),
+    )
+        .prop_map(|(name, namespace, labels, annotations)| ObjectMeta {
+            name: Some(name),
+            namespace,
+            labels,
+            annotations,
+            ..Default::default()
+        })
+}
+
+fn timeout() -> impl Strategy<Value = Timeout> {
+    prop_oneof![
+        (1u64..100_000).prop_map(Timeout::from_secs),
+        prop::sample::select(vec!["0", "10m", "1h30m", "1.5s", "90s", "500ms", "2h"])
+            .prop_map(|s| Timeout::parse(s).unwrap_or_else(|_| Timeout::none())),
+    ]
+}
+
+// ---------- v1alpha1 ----------
+
+fn mac() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (0u8..4).prop_map(|i| format!("3c:ec:ef:00:00:0{i}")),
+        (0u8..4).prop_map(|i| format!("3C:EC:EF:00:00:0{i}")),
+        Just(String::new()),
+    ]
+}
+
+fn a1_ip() -> impl Strategy<Value = a1::Ip> {
+    (
+        text(),
+        text(),
+        text(),
+        prop::sample::select(vec![0i64, 4, 6]),
+        extra(),
+    )
+        .prop_map(|(address, netmask, gateway, family, extra)| a1::Ip {
+            address,
+            netmask,
+            gateway,
+            family,
+            extra,
+        })
+}
+
+fn a1_dhcp() -> impl Strategy<Value = a1::Dhcp> {
+    (
+        (
+            mac(),
+            text(),
+            prop::sample::select(vec![0i64, 3600, 86400, -5, 1 << 40]),
+        ),
+        (
+            small_vec(text()),
+            small_vec(text()),
+            text(),
+            any::<bool>(),
+            text(),
+        ),
+        (option::of(a1_ip()), text(), extra()),
+    )
+        .prop_map(
+            |(
+                (mac, hostname, lease_time),
+                (name_servers, time_servers, arch, uefi, iface_name),
+                (ip, vlan_id, extra),
+            )| {
+                a1::Dhcp {
+                    mac,
+                    hostname,
+                    lease_time,
+                    name_servers,
+                    time_servers,
+                    arch,
+                    uefi,
+                    iface_name,
+                    ip,
+                    vlan_id,
+                    extra,
+                }
+            },
+        )
+}
+
+fn a1_netboot() -> impl Strategy<Value = a1::Netboot> {
+    (
+        option::of(any::<bool>()),
+        option::of(any::<bool>()),
+        option::of(
+            (text(), text(), extra()).prop_map(|(url, contents, extra)| a1::Ipxe {
+                url,
+                contents,
+                extra,
+            }),
+        ),
+        option::of((text(), text(), text(), extra()).prop_map(
+            |(base_url, kernel, initrd, extra)| a1::Osie {
+                base_url,
+                kernel,
+                initrd,
+                extra,
+            },
+        )),
+        extra(),
+    )
+        .prop_map(
+            |(allow_pxe, allow_workflow, ipxe, osie, extra)| a1::Netboot {
+                allow_pxe,
+                allow_workflow,
+                ipxe,
+                osie,
+                extra,
+            },
+        )
+}
+
+fn a1_hardware() -> impl Strategy<Value = a1::Hardware> {
+    let iface = (option::of(a1_netboot()), option::of(a1_dhcp()), extra()).prop_map(
+        |(netboot, dhcp, extra)| a1::Interface {
+            netboot,
+            dhcp,
+            extra,
+        },
+    );
+    let spec =
+        (
+            (
+                option::of((option::of(text()), text(), text()).prop_map(
+                    |(api_group, kind, name)| a1::TypedLocalObjectReference {
+                        api_group,
+                        kind,
+                        name,
+                    },
+                )),
+                vec(iface, 0..4),
+                option::of(
+                    (text(), any::<u8>()).prop_map(|(state, b)| a1::HardwareMetadata {
+                        state,
+                        bonding_mode: i64::from(b % 3),
+                        custom: (b % 2 == 0).then(|| json!({"private_subnets": ["10.0.0.0/8"]})),
+                        ..Default::default()
+                    }),
+                ),
+                prop::sample::select(vec![0i64, 1]),
+            ),
+            (
+                small_vec((text(), extra()).prop_map(|(device, extra)| a1::Disk { device, extra })),
+                option::of(Just(BTreeMap::from([(
+                    "cpu".to_string(),
+                    Quantity("2".into()),
+                )]))),
+                option::of(text()),
+                option::of(text()),
+                extra(),
+            ),
+        )
+            .prop_map(
+                |(
+                    (bmc_ref, interfaces, metadata, tink_version),
+                    (disks, resources, user_data, vendor_data, extra),
+                )| {
+                    a1::HardwareSpec {
+                        bmc_ref,
+                        interfaces,
+                        metadata,
+                        tink_version,
+                        disks,
+                        resources: resources.unwrap_or_default(),
+                        user_data,
+                        vendor_data,
+                        extra,
+                    }
+                },
+            );
+    let status = option::of(
+        (text(), extra()).prop_map(|(state, extra)| a1::HardwareStatus { state, extra }),
+    );
+    (metadata(), spec, status).prop_map(|(metadata, spec, status)| a1::Hardware {
+        metadata,
+        spec,
+        status,
+    })
+}
+
+fn a1_doc() -> impl Strategy<Value = a1::TemplateDoc> {
+    let action = (
+        (
+            prop::sample::select(vec!["stream", "grow", "kexec", ""]),
+            text(),
+            prop::sample::select(vec![0i64, 60, 600, -1]),
+        ),
+        (
+            small_vec(text()),
+            small_vec(text()),
+            small_vec(text()),
+            small_map(),
+            text(),
+            extra(),
+        ),
+    )
+        .prop_map(
+            |((name, image, timeout), (command, on_failure, volumes, environment, pid, extra))| {
+                a1::TemplateAction {
+                    name: name.to_string(),
+                    image,
+                    timeout,
+                    command,
+                    on_timeout: Vec::new(),
+                    on_failure,
+                    volumes,
+                    environment,
+                    pid,
+                    extra,
+                }
+            },
+        );
+    let task = (
+        prop::sample::select(vec!["os-installation", "second", ""]),
+        text(),
+        small_vec(
+            prop::sample::select(vec!["/dev:/dev", "/x:/data", "/y:/data:ro"])
+                .prop_map(str::to_string),
+        ),
+        small_map(),
+        vec(action, 0..4),
+        extra(),
+    )
+        .prop_map(
+            |(name, worker, volumes, environment, actions, extra)| a1::TemplateTask {
+                name: name.to_string(),
+                worker,
+                volumes,
+                environment,
+                actions,
+                extra,
+            },
+        );
+    (
+        text(),
+        text(),
+        prop::sample::select(vec![0i64, 1800]),
+        vec(task, 0..3),
+        extra(),
+    )
+        .prop_map(
+            |(version, name, global_timeout, tasks, extra)| a1::TemplateDoc {
+                version,
+                name,
+                id: String::new(),
+                global_timeout,
+                tasks,
+                extra,
+            },
+        )
+}
+
+/// Template data as written by hand (unquoted expressions, comments), generated from a doc, or
+/// not parseable before rendering.
+fn a1_data() -> impl Strategy<Value = Option<String>> {
+    let hand = (text(), prop::sample::select(vec![60, 600]), any::<bool>()).prop_map(|(image, t, pid)| {
+        format!(
+            "version: \"0.1\"\nname: t # a comment\nglobal_timeout: 1800\ntasks:\n  - name: os\n    worker: \"{{{{.device_1}}}}\"\n    actions:\n      - name: stream\n        image: {image:?}\n        timeout: {t}\n{}        environment:\n          DEST_DISK: {{{{ index .Hardware.Disks 0 }}}}\n          COMPRESSED: true\n",
+            if pid { "        pid: host\n" } else { "" }
+        )
+    });
+    prop_oneof![
+        Just(None),
+        a1_doc().prop_map(|d| Some(d.to_yaml())),
+        hand.prop_map(Some),
+        Just(Some(
+            "tasks:\n{{- range .tasks }}\n  - name: {{ .name }}\n{{- end }}\n".to_string()
+        )),
+        Just(Some(": : not yaml [".to_string())),
+    ]
+}
+
+fn a1_template() -> impl Strategy<Value = a1::Template> {
+    (
+        metadata(),
+        a1_data(),
+        extra(),
+        option::of(
+            (text(), extra()).prop_map(|(state, extra)| a1::TemplateStatus { state, extra }),
+        ),
+    )
+        .prop_map(|(metadata, data, extra, status)| a1::Template {
+            metadata,
+            spec: a1::TemplateSpec { data, extra },
+            status,
+        })
+}
+
+fn a1_state() -> impl Strategy<Value = a1::WorkflowState> {
+    prop::sample::select(vec![
+        "STATE_PENDING",
+        "STATE_PREPARING",
+        "STATE_RUNNING",
+        "STATE_FAILED",
+        "STATE_TIMEOUT",
+        "STATE_SUCCESS",
+        "STATE_SOMETHING_NEW",
+    ])
+    .prop_map(a1::WorkflowState::from_str_lossless)
+}
+
+fn a1_workflow() -> impl Strategy<Value = a1::Workflow> {
+    let action = (
+        (
+            prop::sample::select(vec!["stream", "kexec", ""]),
+            text(),
+            prop::sample::select(vec![0i64, 90]),
+        ),
+        (
+            small_vec(text()),
+            small_map(),
+            option::of(a1_state()),
+            option::of(time()),
+        ),
+        (prop::sample::select(vec![0i64, 312]), text(), extra()),
+    )
+        .prop_map(
+            |(
+                (name, image, timeout),
+                (command, environment, status, started_at),
+                (seconds, message, extra),
+            )| {
+                a1::WorkflowAction {
+                    name: name.to_string(),
+                    image,
+                    timeout,
+                    command,
+                    volumes: Vec::new(),
+                    pid: String::new(),
+                    environment,
+                    status,
+                    started_at,
+                    seconds,
+                    message,
+                    extra,
+                }
+            },
+        );
+    let task =
+        (text(), text(), vec(action, 0..3), extra()).prop_map(|(name, worker, actions, extra)| {
+            a1::WorkflowTask {
+                name,
+                worker,
+                actions,
+                volumes: Vec::new(),
+                environment: BTreeMap::new(),
+                extra,
+            }
+        });
+    let cond = (
+        text(),
+        prop::sample::select(vec!["True", "False"]),
+        text(),
+        option::of(time()),
+    )
+        .prop_map(|(type_, status, reason, time)| a1::WorkflowCondition {
+            type_,
+            status: status.to_string(),
+            reason,
+            message: String::new(),
+            time,
+            extra: BTreeMap::new(),
+        });
+    let status = (
+        (
+            option::of(a1_state()),
+            prop::sample::select(vec![0i64, 1800]),
+            vec(task, 0..3),
+        ),
+        (
+            small_vec(cond),
+            option::of(time()),
+            option::of(time()),
+            extra(),
+        ),
+    )
+        .prop_map(
+            |(
+                (state, global_timeout, tasks),
+                (conditions, time_started, time_completed, extra),
+            )| a1::WorkflowStatus {
+                state,
+                global_timeout,
+                tasks,
+                conditions,
+                time_started,
+                time_completed,
+                extra,
+            },
+        );
+    let spec = (
+        text(),
+        text(),
+        btree_map(key(), text(), 0..3),
+        option::of(
+            (any::<bool>(), any::<bool>()).prop_map(|(t, o)| a1::BootOpts {
+                toggle_allow_netboot: t,
+                one_time_netboot: o,
+                extra: BTreeMap::new(),
+            }),
+        ),
+        extra(),
+    )
+        .prop_map(
+            |(template_ref, hardware_ref, hardware_map, boot_opts, extra)| a1::WorkflowSpec {
+                template_ref,
+                hardware_ref,
+                hardware_map,
+                boot_opts,
+                extra,
+            },
+        );
+    (metadata(), spec, option::of(status)).prop_map(|(metadata, spec, status)| a1::Workflow {
+        metadata,
+        spec,
+        status,
+    })
+}
+
+// ---------- v1alpha2 ----------
+
+fn a2_ref() -> impl Strategy<Value = a2::LocalObjectReference> {
+    text().prop_map(a2::LocalObjectReference::new)
+}
+
+fn a2_hardware() -> impl Strategy<Value = a2::Hardware> {
+    let dhcp = (
+        (opt_text(), opt_text(), opt_text(), opt_text(), opt_text()),
+        (
+            small_vec(text()),
+            small_vec(text()),
+            prop::sample::select(vec![0i32, -1, 3600, 86400, i32::MAX]),
+        ),
+    )
+        .prop_map(
+            |(
+                (ip, netmask, gateway, hostname, vlan_id),
+                (nameservers, timeservers, lease_time),
+            )| a2::Dhcp {
+                ip,
+                netmask,
+                gateway,
+                hostname,
+                vlan_id,
+                nameservers,
+                timeservers,
+                lease_time,
+            },
+        );
+    let ni = (option::of(dhcp), any::<bool>(), any::<bool>()).prop_map(
+        |(dhcp, disable_dhcp, disable_netboot)| a2::NetworkInterface {
+            dhcp,
+            disable_dhcp,
+            disable_netboot,
+        },
+    );
+    let spec = (
+        btree_map(
+            (0u8..5).prop_map(|i| format!("3c:ec:ef:00:00:0{i}")),
+            ni,
+            0..4,
+        ),
+        option::of(
+            (option::of(text()), option::of(text()))
+                .prop_map(|(content, url)| a2::Ipxe { content, url }),
+        ),
+        option::of((option::of(a2_ref()), small_vec(text())).prop_map(
+            |(osie_ref, kernel_params)| a2::HardwareOsie {
+                osie_ref,
+                kernel_params,
+            },
+        )),
+        option::of(
+            (opt_text(), opt_text()).prop_map(|(userdata, vendordata)| a2::Instance {
+                userdata,
+                vendordata,
+            }),
+        ),
+        small_vec(text()),
+        option::of(a2_ref()),
+    )
+        .prop_map(
+            |(network_interfaces, ipxe, osie, instance, storage_devices, bmc_ref)| {
+                a2::HardwareSpec {
+                    network_interfaces,
+                    ipxe,
+                    osie,
+                    instance,
+                    storage_devices,
+                    bmc_ref,
+                }
+            },
+        );
+    (metadata(), spec).prop_map(|(metadata, spec)| a2::Hardware { metadata, spec })
+}
+
+fn a2_action() -> impl Strategy<Value = a2::Action> {
+    (
+        (
+            prop::sample::select(vec!["stream", "grow", "kexec", ""]),
+            text(),
+            opt_text(),
+        ),
+        (
+            small_vec(text()),
+            small_map(),
+            small_vec(text()),
+            opt_text(),
+            option::of(timeout()),
+        ),
+    )
+        .prop_map(
+            |((name, image, cmd), (args, env, volumes, network_namespace, timeout))| a2::Action {
+                name: name.to_string(),
+                image,
+                cmd,
+                args,
+                env,
+                volumes,
+                network_namespace,
+                timeout,
+            },
+        )
+}
+
+fn a2_template() -> impl Strategy<Value = a2::Template> {
+    let spec = (vec(a2_action(), 0..4), small_vec(text()), small_map()).prop_map(
+        |(actions, volumes, env)| a2::TemplateSpec {
+            actions,
+            volumes,
+            env,
+        },
+    );
+    (metadata(), spec).prop_map(|(metadata, spec)| a2::Template { metadata, spec })
+}
+
+fn a2_workflow() -> impl Strategy<Value = a2::Workflow> {
+    let action_status = (
+        (
+            a2_action(),
+            prop::sample::select(vec!["stream", "kexec", "a-1"]),
+            option::of(time()),
+            option::of(time()),
+        ),
+        (
+            prop::sample::select(a2::ActionState::ALL.to_vec()),
+            opt_text(),
+            opt_text(),
+        ),
+    )
+        .prop_map(
+            |(
+                (rendered, id, started_at, last_transition),
+                (state, failure_reason, failure_message),
+            )| a2::ActionStatus {
+                rendered,
+                id: id.to_string(),
+                started_at,
+                last_transition,
+                state,
+                failure_reason,
+                failure_message,
+            },
+        );
+    let condition = (
+        prop::sample::select(vec![
+            a2::ConditionType::Started,
+            a2::ConditionType::Succeeded,
+            a2::ConditionType::TemplateRendered,
+        ]),
+        prop::sample::select(vec![
+            a2::ConditionStatus::True,
+            a2::ConditionStatus::False,
+            a2::ConditionStatus::Unknown,
+        ]),
+        prop::sample::select(vec![
+            a2::ConditionSeverity::Error,
+            a2::ConditionSeverity::Warning,
+            a2::ConditionSeverity::Info,
+            a2::ConditionSeverity::None,
+        ]),
+        option::of(time()),
+        opt_text(),
+        opt_text(),
+    )
+        .prop_map(
+            |(type_, status, severity, last_transition, reason, message)| a2::Condition {
+                type_,
+                status,
+                severity,
+                last_transition,
+                reason,
+                message,
+            },
+        );
+    let status = (
+        (
+            vec(action_status, 0..3),
+            option::of(time()),
+            option::of(time()),
+        ),
+        (
+            prop::sample::select(a2::WorkflowState::ALL.to_vec()),
+            vec(condition, 0..3),
+            opt_text(),
+            opt_text(),
+        ),
+        (0u32..5, option::of(time()), option::of(0i64..5)),
+    )
+        .prop_map(
+            |(
+                (actions, started_at, last_transition),
+                (state, conditions, agent_id, dispatch_id),
+                (dispatch_attempts, next_attempt_at, observed_generation),
+            )| a2::WorkflowStatus {
+                actions,
+                started_at,
+                last_transition,
+                state,
+                conditions,
+                agent_id,
+                dispatch_id,
+                dispatch_attempts,
+                next_attempt_at,
+                observed_generation,
+            },
+        );
+    let spec = (
+        a2_ref(),
+        a2_ref(),
+        btree_map(key(), json_value(), 0..3),
+        option::of(timeout()),
+    )
+        .prop_map(
+            |(hardware_ref, template_ref, template_data, timeout)| a2::WorkflowSpec {
+                hardware_ref,
+                template_ref,
+                template_data,
+                timeout,
+            },
+        );
+    (metadata(), spec, option::of(status)).prop_map(|(metadata, spec, status)| a2::Workflow {
+        metadata,
+        spec,
+        status,
+    })
+}
+
+// ---------- properties ----------
+
+fn json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("serialize")
+}
+
+fn raw_round_trip(v: Value, via: &str, back: &str) -> Value {
+    let there = conversion::convert(v, via).expect("convert there");
+    conversion::convert(there, back).expect("convert back")
+}
+
+proptest! {
+    #![proptest_config(config(CASES))]
+
+    #[test]
+    fn hardware_v1alpha1_survives_round_trip(x in a1_hardware()) {
+        let v2 = conversion::hardware_to_v1alpha2(&x);
+        prop_assert_eq!(&conversion::hardware_to_v1alpha1(&v2), &x);
+    }
+
+    #[test]
+    fn hardware_v1alpha2_survives_round_trip(x in a2_hardware()) {
+        let v1 = conversion::hardware_to_v1alpha1(&x);
+        prop_assert_eq!(&conversion::hardware_to_v1alpha2(&v1), &x);
+    }
+
+    #[test]
+    fn template_v1alpha1_survives_round_trip(x in a1_template()) {
+        let v2 = conversion::template_to_v1alpha2(&x);
+        prop_assert_eq!(&conversion::template_to_v1alpha1(&v2), &x);
+    }
+
+    #[test]
+    fn template_v1alpha2_survives_round_trip(x in a2_template()) {
+        let v1 = conversion::template_to_v1alpha1(&x);
+        prop_assert_eq!(&conversion::template_to_v1alpha2(&v1), &x);
+    }
+
+    #[test]
+    fn workflow_v1alpha1_survives_round_trip(x in a1_workflow()) {
+        let v2 = conversion::workflow_to_v1alpha2(&x);
+        prop_assert_eq!(&conversion::workflow_to_v1alpha1(&v2), &x);
+    }
+
+    #[test]
+    fn workflow_v1alpha2_survives_round_trip(x in a2_workflow()) {
+        let v1 = conversion::workflow_to_v1alpha1(&x);
+        prop_assert_eq!(&conversion::workflow_to_v1alpha2(&v1), &x);
+    }
+}
+
+proptest! {
+    #![proptest_config(config(RAW_CASES))]
+
+    #[test]
+    fn raw_objects_survive_round_trips(
+        h1 in a1_hardware(), h2 in a2_hardware(),
+        t1 in a1_template(), t2 in a2_template(),
+        w1 in a1_workflow(), w2 in a2_workflow(),
+    ) {
+        for j in [json(&h1), json(&t1), json(&w1)] {
+            prop_assert_eq!(raw_round_trip(j.clone(), a2::API_VERSION, a1::API_VERSION), j);
+        }
+        for j in [json(&h2), json(&t2), json(&w2)] {
+            prop_assert_eq!(raw_round_trip(j.clone(), a1::API_VERSION, a2::API_VERSION), j);
+        }
+    }
+}
