@@ -1,4 +1,152 @@
-//! The tinkerbell controller: the only writer of Workflow status.
+//! The tinkerbell controller: the only writer of Workflow status (DESIGN.md sections 1 and 3).
+//!
+//! Replicas elect a leader with a `coordination.k8s.io/v1` Lease ([`leader`]); only the leader
+//! runs a term ([`run`]):
+//! - a kube-runtime reconciler of Workflows (watching Templates and Hardware too, so a Workflow
+//!   waiting for a missing one proceeds when it appears) that prepares (finalizer, render,
+//!   `Pending`), dispatches (the oldest runnable Pending Workflow of an idle machine whose agent
+//!   is connected per the presence bucket; `Scheduled` is written before `StartWorkflow` is
+//!   published, and a restart resumes), supervises (timeouts by requeue time), cancels on
+//!   deletion and removes the finalizer at every end state, all through the pure
+//!   `tink_workflow::step_all`;
+//! - a durable JetStream consumer of agent events, applying each batch per Workflow in one
+//!   status write and acknowledging after it;
+//! - a watch of the presence bucket, Kubernetes Events for transitions, metrics.
+//!
+//! Tests and the binary start it the same way:
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) -> Result<(), tink_controller::Error> {
+//! let config = tink_controller::ControllerConfig::new("nats://127.0.0.1:4222", "controller-0");
+//! let shutdown = tokio_util::sync::CancellationToken::new();
+//! tink_controller::run(
+//!     config,
+//!     client,
+//!     tink_runtime::Health::new(),
+//!     tink_controller::Metrics::default(),
+//!     shutdown,
+//! )
+//! .await
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 
+mod config;
+mod engine;
+mod events;
+pub mod leader;
+mod metrics;
+mod presence;
+mod reconcile;
 pub mod render;
+mod shared;
+pub mod trace;
+
+use kube::Client;
+use tink_runtime::Health;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+pub use config::{CONTROLLER_NAME, ControllerConfig, FINALIZER, LeaseConfig};
+pub use events::consumer_config;
+pub use metrics::{Label, Metrics};
+
+/// Errors that stop a replica.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The NATS URL or options are invalid.
+    #[error("cannot connect to NATS at {url}: {source}")]
+    Nats {
+        /// The URL.
+        url: String,
+        /// Why.
+        source: async_nats::ConnectError,
+    },
+    /// A part of the leader's term stopped on its own.
+    #[error("the {0} stopped unexpectedly")]
+    Stopped(String),
+}
+
+/// Runs one replica until `shutdown` is cancelled: stands by, leads when elected, and stands
+/// by again if leadership is lost. On shutdown the leader drains its term and releases the
+/// Lease so a standby takes over at once.
+///
+/// Readiness: a standby is ready while it can read the Lease; the leader turns ready once its
+/// caches are synced, the events consumer is bound and presence is watched.
+pub async fn run(
+    config: ControllerConfig,
+    client: Client,
+    health: Health,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    health.set_ready(false);
+    let nats = async_nats::ConnectOptions::new()
+        .name(format!("tink-controller {}", config.replica_id))
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .connect(config.nats_url.as_str())
+        .await
+        .map_err(|source| Error::Nats {
+            url: config.nats_url.clone(),
+            source,
+        })?;
+    let jetstream = async_nats::jetstream::new(nats.clone());
+    let elector = leader::Elector::new(
+        client.clone(),
+        config.lease.clone(),
+        config.replica_id.clone(),
+    );
+    let result = loop {
+        metrics.leader.set(0);
+        let standby_health = health.clone();
+        if !elector
+            .acquire(&shutdown, |ok| standby_health.set_ready(ok))
+            .await
+        {
+            break Ok(());
+        }
+        metrics.leader.set(1);
+        health.set_ready(false);
+        let term = shutdown.child_token();
+        let engine = engine::lead(
+            client.clone(),
+            config.clone(),
+            metrics.clone(),
+            health.clone(),
+            jetstream.clone(),
+            term.clone(),
+        );
+        let keeper = elector.keep(&term);
+        tokio::pin!(engine, keeper);
+        let outcome = tokio::select! {
+            r = &mut engine => { term.cancel(); Some(r) }
+            ended = &mut keeper => {
+                if ended == leader::Ended::Lost {
+                    warn!("leadership lost; stopping the term and standing by");
+                }
+                term.cancel();
+                None
+            }
+        };
+        let outcome = match outcome {
+            Some(r) => r,
+            None => engine.await,
+        };
+        health.set_ready(false);
+        metrics.leader.set(0);
+        if shutdown.is_cancelled() {
+            elector.release().await;
+            break outcome;
+        }
+        if let Err(e) = outcome {
+            elector.release().await;
+            break Err(e);
+        }
+        info!("standing by");
+    };
+    if let Err(e) = nats.flush().await {
+        warn!(error = %e, "cannot flush NATS on shutdown");
+    }
+    result
+}

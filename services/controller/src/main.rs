@@ -1,9 +1,125 @@
-//! tink-controller
-tink-controller
+//! tink-controller: the only writer of Workflow status.
 #![forbid(unsafe_code)]
 
-fn main() -> std::process::ExitCode {
-    eprintln!("tink-controller
-tink-controller {}: not implemented yet; see the project's open issues", env!("CARGO_PKG_VERSION"));
-    std::process::ExitCode::from(2)
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+
+/// The tinkerbell controller: prepares, dispatches, supervises and cancels Workflows.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// NATS server URL(s), comma separated.
+    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    nats_url: String,
+    /// This replica's identity in the Lease and in Events; defaults to the host name (the pod name).
+    #[arg(long, env = "TINK_REPLICA_ID")]
+    replica_id: Option<String>,
+    /// Only watch this namespace (default: all namespaces).
+    #[arg(long, env = "TINK_NAMESPACE")]
+    namespace: Option<String>,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "TINK_LEASE_NAMESPACE", default_value = "tink-system")]
+    lease_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "TINK_LEASE_NAME", default_value = "tink-controller")]
+    lease_name: String,
+    /// Seconds a leader's claim is valid without renewal (a standby takes over after this).
+    #[arg(long, env = "TINK_LEASE_DURATION_SECONDS", default_value_t = 10)]
+    lease_duration_seconds: u64,
+    /// Replicas of the JetStream streams and bucket (1 for a single NATS server, 3 for a cluster).
+    #[arg(long, env = "TINK_NATS_STREAM_REPLICAS", default_value_t = 1)]
+    stream_replicas: usize,
+    /// Seconds an agent's presence entry lives without a heartbeat (as the servers are told).
+    #[arg(long, env = "TINK_PRESENCE_TTL_SECONDS", default_value_t = 30)]
+    presence_ttl_seconds: u64,
+    /// Seconds a Workflow may stay Scheduled before it fails (ScheduledTimeout).
+    #[arg(long, env = "TINK_SCHEDULED_TIMEOUT_SECONDS", default_value_t = 300)]
+    scheduled_timeout_seconds: u64,
+    /// Seconds a Workflow may stay Cancelling before it is forced to Canceled (CancelTimeout).
+    #[arg(long, env = "TINK_CANCELLING_TIMEOUT_SECONDS", default_value_t = 120)]
+    cancelling_timeout_seconds: u64,
+    /// Milliseconds before the first re-dispatch after a rejection (doubles each time).
+    #[arg(long, env = "TINK_BACKOFF_BASE_MS", default_value_t = 5000)]
+    backoff_base_ms: u64,
+    /// Longest wait between re-dispatches after rejections, in milliseconds.
+    #[arg(long, env = "TINK_BACKOFF_MAX_MS", default_value_t = 300_000)]
+    backoff_max_ms: u64,
+    /// Seconds added to an action's timeout before the controller fails it (the agent enforces it first).
+    #[arg(long, env = "TINK_ACTION_TIMEOUT_GRACE_SECONDS", default_value_t = 30)]
+    action_timeout_grace_seconds: u64,
+    /// The most reconciles at once.
+    #[arg(long, env = "TINK_CONTROLLER_CONCURRENCY", default_value_t = 64)]
+    concurrency: u16,
+    /// Do not publish Kubernetes Events for transitions.
+    #[arg(long, env = "TINK_NO_KUBE_EVENTS")]
+    no_kube_events: bool,
+    #[command(flatten)]
+    admin: tink_runtime::AdminArgs,
+    #[command(flatten)]
+    telemetry: tink_telemetry::TelemetryArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let _telemetry = tink_telemetry::init("tink-controller", &args.telemetry)?;
+
+    let replica_id = match args.replica_id {
+        Some(id) => id,
+        None => std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| format!("tink-controller-{}", std::process::id())),
+    };
+    let mut config = tink_controller::ControllerConfig::new(args.nats_url, replica_id);
+    config.namespace = args.namespace;
+    config.concurrency = args.concurrency.max(1);
+    config.kube_events = !args.no_kube_events;
+    config.bus.replicas = args.stream_replicas;
+    config.bus.presence_ttl = Duration::from_secs(args.presence_ttl_seconds.max(2));
+    config.bus.presence_heartbeat = config.bus.presence_ttl / 3;
+    config.workflow = tink_workflow::Config {
+        scheduled_timeout: Duration::from_secs(args.scheduled_timeout_seconds),
+        cancelling_timeout: Duration::from_secs(args.cancelling_timeout_seconds),
+        backoff_base: Duration::from_millis(args.backoff_base_ms),
+        backoff_max: Duration::from_millis(args.backoff_max_ms.max(args.backoff_base_ms)),
+        action_timeout_grace: Duration::from_secs(args.action_timeout_grace_seconds),
+    };
+    let duration = Duration::from_secs(args.lease_duration_seconds.max(3));
+    config.lease = tink_controller::LeaseConfig {
+        namespace: args.lease_namespace,
+        name: args.lease_name,
+        duration,
+        renew_period: duration / 5,
+        renew_deadline: duration * 7 / 10,
+        retry_period: duration / 5,
+    };
+
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot configure the Kubernetes client (KUBECONFIG or in-cluster)")?;
+
+    let shutdown = tink_runtime::shutdown_token();
+    let health = tink_runtime::Health::new();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = tink_controller::Metrics::register(&mut registry);
+    let admin = tokio::net::TcpListener::bind(args.admin.admin_addr)
+        .await
+        .with_context(|| format!("cannot bind the admin endpoint {}", args.admin.admin_addr))?;
+    let admin_task = tokio::spawn(tink_runtime::serve_admin(
+        admin,
+        health.clone(),
+        Arc::new(registry),
+        shutdown.clone(),
+    ));
+
+    let result = tink_controller::run(config, client, health, metrics, shutdown.clone()).await;
+    shutdown.cancel();
+    admin_task.await.context("admin endpoint task")??;
+    result?;
+    Ok(())
 }

@@ -214,7 +214,10 @@ fn hardware_data_has_the_tinkerbell_shape() {
     assert_eq!(h["Name"], "sm01");
     assert_eq!(h["Labels"]["rack"], "r1");
     assert_eq!(h["Interfaces"][0]["DHCP"]["MAC"], "3c:ec:ef:4c:4f:54");
-    assert_eq!(h["Interfaces"][0]["DHCP"]["NameServers"], json!(["1.1.1.1", "8.8.8.8"]));
+    assert_eq!(
+        h["Interfaces"][0]["DHCP"]["NameServers"],
+        json!(["1.1.1.1", "8.8.8.8"])
+    );
     assert_eq!(h["Interfaces"][0]["Netboot"]["AllowPXE"], true);
     assert_eq!(h["Interfaces"][1]["Netboot"]["AllowPXE"], false);
     assert_eq!(h["Interfaces"][1]["DHCP"]["VLANID"], "100");
@@ -223,7 +226,11 @@ fn hardware_data_has_the_tinkerbell_shape() {
 }
 
 fn one_action(field: &str, value: &str) -> TemplateSpec {
-    let image = if field == "image" { "" } else { "\n      image: busybox" };
+    let image = if field == "image" {
+        ""
+    } else {
+        "\n      image: busybox"
+    };
     template(&format!(
         "apiVersion: tinkerbell.org/v1alpha2\nkind: Template\nmetadata: {{name: t}}\nspec:\n  actions:\n    - name: a{image}\n      {field}: {value}\n"
     ))
@@ -273,11 +280,8 @@ fn render_errors_name_the_field_with_line_and_column() {
 #[test]
 fn output_is_capped() {
     let data = template_data(&workflow(json!({})), &hardware(&[]));
-    let err = render_actions(
-        &one_action("image", "'{{ repeat 300000 \"x\" }}'"),
-        &data,
-    )
-    .expect_err("too large");
+    let err = render_actions(&one_action("image", "'{{ repeat 300000 \"x\" }}'"), &data)
+        .expect_err("too large");
     assert!(err.to_string().contains("exceeds"), "{err}");
 }
 

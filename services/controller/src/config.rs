@@ -1,0 +1,96 @@
+//! Configuration of one controller replica (injected: the binary maps flags and environment
+//! variables onto it; the library reads no environment).
+
+use std::time::Duration;
+
+use tink_bus::BusConfig;
+
+/// The finalizer the controller puts on every Workflow it prepares, so a deleted Workflow stays
+/// until it reached an end state (seeds/004 "cancellation by deletion").
+pub const FINALIZER: &str = "tinkerbell.org/workflow-controller";
+
+/// The name of the controller in Kubernetes Events (`reportingController`) and the field
+/// manager of its writes.
+pub const CONTROLLER_NAME: &str = "tink-controller";
+
+/// Leader election with a `coordination.k8s.io/v1` Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+    /// How long a leader's claim is valid without renewal; a standby takes over once it has
+    /// seen no renewal for this long. Default 10 s.
+    pub duration: Duration,
+    /// How often the leader renews. Default 2 s.
+    pub renew_period: Duration,
+    /// The leader steps down when it could not renew for this long (shorter than `duration`,
+    /// so it stops before anyone else may start). Default 7 s.
+    pub renew_deadline: Duration,
+    /// How often a standby looks at the Lease. Default 2 s.
+    pub retry_period: Duration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "tink-system".into(),
+            name: "tink-controller".into(),
+            duration: Duration::from_secs(10),
+            renew_period: Duration::from_secs(2),
+            renew_deadline: Duration::from_secs(7),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Everything one replica needs besides its Kubernetes client.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    /// NATS server URL(s), comma separated.
+    pub nats_url: String,
+    /// This replica's identity in the Lease and in Kubernetes Events (the pod name).
+    pub replica_id: String,
+    /// Stream, bucket and consumer settings (the same in every service).
+    pub bus: BusConfig,
+    /// Supervision timeouts and the rejection back-off.
+    pub workflow: tink_workflow::Config,
+    /// Leader election.
+    pub lease: LeaseConfig,
+    /// Only Workflows, Templates and Hardware of this namespace; `None`: all namespaces.
+    pub namespace: Option<String>,
+    /// The most reconciles running at once.
+    pub concurrency: u16,
+    /// The durable name of the events consumer.
+    pub events_consumer: String,
+    /// The most events read in one batch (grouped per Workflow into one status write each).
+    pub events_batch: usize,
+    /// After the first event of a batch arrived, how long to wait for more to coalesce.
+    pub events_window: Duration,
+    /// How long an event read but not acknowledged (the controller died mid-write) waits before
+    /// JetStream delivers it again.
+    pub events_ack_wait: Duration,
+    /// Publish Kubernetes Events for transitions.
+    pub kube_events: bool,
+}
+
+impl ControllerConfig {
+    /// A configuration with the defaults and the given NATS URL and replica id.
+    pub fn new(nats_url: impl Into<String>, replica_id: impl Into<String>) -> Self {
+        Self {
+            nats_url: nats_url.into(),
+            replica_id: replica_id.into(),
+            bus: BusConfig::default(),
+            workflow: tink_workflow::Config::default(),
+            lease: LeaseConfig::default(),
+            namespace: None,
+            concurrency: 64,
+            events_consumer: "tink-controller".into(),
+            events_batch: 512,
+            events_window: Duration::from_millis(2),
+            events_ack_wait: Duration::from_secs(30),
+            kube_events: true,
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! One leadership term: the caches, the reconciler, the events consumer, the presence watch,
+//! the Kubernetes Event publisher and the housekeeping, all stopped together when the term
+//! ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use futures::StreamExt as _;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::events::{Event as KEvent, EventType as KEventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, Client, ResourceExt as _};
+use tink_api::v1alpha2::{Hardware, Template, Workflow, WorkflowState};
+use tink_runtime::Health;
+use tink_workflow::EventType;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::{CONTROLLER_NAME, ControllerConfig};
+use crate::metrics::Metrics;
+use crate::shared::{KubeEvent, Shared, key_of};
+use crate::{Error, events, presence, reconcile};
+
+/// How often housekeeping runs (state gauges, ledger sweep).
+const HOUSEKEEPING: Duration = Duration::from_secs(2);
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the term until `term` is cancelled (returns `Ok`) or a part of it fails for good.
+pub(crate) async fn lead(
+    client: Client,
+    config: ControllerConfig,
+    metrics: Metrics,
+    health: Health,
+    jetstream: jetstream::Context,
+    term: CancellationToken,
+) -> Result<(), Error> {
+    let bus = loop {
+        match tink_bus::ensure_streams(&jetstream, &config.bus).await {
+            Ok(bus) => break bus,
+            Err(e) => {
+                metrics.error("nats");
+                warn!(error = %e, "cannot set up the JetStream streams yet; retrying");
+                tokio::select! {
+                    _ = term.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    };
+    let ns = config.namespace.as_deref();
+    let wc = watcher::Config::default();
+
+    let (templates, tpl_writer) = reflector::store::<Template>();
+    let tpl_stream = watcher(api::<Template>(&client, ns), wc.clone())
+        .default_backoff()
+        .reflect(tpl_writer)
+        .applied_objects();
+    let (hardware, hw_writer) = reflector::store::<Hardware>();
+    let hw_stream = watcher(api::<Hardware>(&client, ns), wc.clone())
+        .default_backoff()
+        .reflect(hw_writer)
+        .applied_objects();
+
+    let controller = Controller::new(api::<Workflow>(&client, ns), wc)
+        .with_config(controller::Config::default().concurrency(config.concurrency));
+    let workflows = controller.store();
+
+    let (trigger_tx, trigger_rx) = mpsc::channel(4096);
+    let (event_tx, event_rx) = mpsc::channel(4096);
+    let shared = Arc::new(Shared::new(
+        client.clone(),
+        config.clone(),
+        metrics.clone(),
+        workflows.clone(),
+        templates.clone(),
+        hardware.clone(),
+        jetstream.clone(),
+        trigger_tx,
+        event_tx,
+    ));
+
+    let by_template = {
+        let workflows = workflows.clone();
+        move |t: Template| {
+            waiting_for(&workflows, &t.namespace().unwrap_or_default(), |w| {
+                w.spec.template_ref.name == t.name_any()
+            })
+        }
+    };
+    let by_hardware = {
+        let workflows = workflows.clone();
+        move |h: Hardware| {
+            waiting_for(&workflows, &h.namespace().unwrap_or_default(), |w| {
+                w.spec.hardware_ref.name == h.name_any()
+            })
+        }
+    };
+    let controller = controller
+        .watches_stream(tpl_stream, by_template)
+        .watches_stream(hw_stream, by_hardware)
+        .reconcile_on(tokio_stream::wrappers::ReceiverStream::new(trigger_rx))
+        .graceful_shutdown_on(term.clone().cancelled_owned());
+
+    let mut tasks: JoinSet<&'static str> = JoinSet::new();
+    {
+        let shared = shared.clone();
+        tasks.spawn(async move {
+            controller
+                .run(reconcile::reconcile, reconcile::error_policy, shared)
+                .for_each(|_| std::future::ready(()))
+                .await;
+            "reconciler"
+        });
+    }
+    let (bound_tx, bound_rx) = oneshot::channel();
+    {
+        let (shared, term) = (shared.clone(), term.clone());
+        let stream = bus.events.clone();
+        tasks.spawn(async move {
+            events::run(shared, stream, bound_tx, term).await;
+            "events consumer"
+        });
+    }
+    let (loaded_tx, loaded_rx) = oneshot::channel();
+    {
+        let (shared, term) = (shared.clone(), term.clone());
+        let bucket = bus.presence.clone();
+        tasks.spawn(async move {
+            presence::run(shared, bucket, loaded_tx, term).await;
+            "presence watch"
+        });
+    }
+    {
+        let term = term.clone();
+        let reporter = Reporter {
+            controller: CONTROLLER_NAME.into(),
+            instance: Some(config.replica_id.clone()),
+        };
+        let recorder = Recorder::new(client.clone(), reporter);
+        let metrics = metrics.clone();
+        tasks.spawn(async move {
+            publish_kube_events(recorder, event_rx, metrics, term).await;
+            "event publisher"
+        });
+    }
+    {
+        let (shared, term) = (shared.clone(), term.clone());
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = term.cancelled() => break,
+                    _ = tokio::time::sleep(HOUSEKEEPING) => {}
+                }
+                shared.sweep();
+                count_states(&shared);
+            }
+            "housekeeping"
+        });
+    }
+
+    // Ready once the caches are filled, the consumer is bound and presence is watched.
+    let ready = async {
+        workflows.wait_until_ready().await.ok()?;
+        templates.wait_until_ready().await.ok()?;
+        hardware.wait_until_ready().await.ok()?;
+        bound_rx.await.ok()?;
+        loaded_rx.await.ok()?;
+        Some(())
+    };
+    tokio::select! {
+        r = ready => if r.is_some() {
+            health.set_ready(true);
+            info!("caches synced and events consumer bound; ready");
+        },
+        _ = term.cancelled() => {}
+        done = tasks.join_next() => {
+            let stopping = term.is_cancelled();
+            term.cancel();
+            while tasks.join_next().await.is_some() {}
+            return if stopping { Ok(()) } else { Err(Error::Stopped(task_name(done))) };
+        }
+    }
+
+    let result = tokio::select! {
+        _ = term.cancelled() => Ok(()),
+        // A part that stops while the term is being cancelled is shutting down, not failing.
+        done = tasks.join_next() => if term.is_cancelled() {
+            Ok(())
+        } else {
+            Err(Error::Stopped(task_name(done)))
+        },
+    };
+    term.cancel();
+    // Drain: the reconciler finishes its running reconciles, the others stop at once.
+    while tasks.join_next().await.is_some() {}
+    result
+}
+
+fn task_name(done: Option<Result<&'static str, tokio::task::JoinError>>) -> String {
+    match done {
+        Some(Ok(name)) => name.to_string(),
+        Some(Err(e)) => format!("a task failed: {e}"),
+        None => "no task".to_string(),
+    }
+}
+
+/// The Workflows of a namespace matching `is_ref` that still wait for their Template or
+/// Hardware, or (for a Hardware) wait to be dispatched.
+fn waiting_for(
+    workflows: &Store<Workflow>,
+    namespace: &str,
+    is_ref: impl Fn(&Workflow) -> bool,
+) -> Vec<ObjectRef<Workflow>> {
+    workflows
+        .state()
+        .into_iter()
+        .filter(|w| w.namespace().as_deref() == Some(namespace) && is_ref(w))
+        .filter(|w| {
+            w.status.as_ref().map(|s| s.state).unwrap_or_default() == WorkflowState::Pending
+        })
+        .map(|w| {
+            let k = key_of(&w);
+            ObjectRef::new(&k.name).within(&k.namespace)
+        })
+        .collect()
+}
+
+fn count_states(shared: &Shared) {
+    let mut counts: Vec<(WorkflowState, i64)> =
+        WorkflowState::ALL.iter().map(|s| (*s, 0)).collect();
+    for w in shared.workflows.state() {
+        let state = shared
+            .fresh(&w)
+            .status
+            .as_ref()
+            .map(|s| s.state)
+            .unwrap_or_default();
+        if let Some(c) = counts.iter_mut().find(|(s, _)| *s == state) {
+            c.1 += 1;
+        }
+    }
+    shared.metrics.set_states(&counts);
+}
+
+async fn publish_kube_events(
+    recorder: Recorder,
+    mut rx: mpsc::Receiver<KubeEvent>,
+    metrics: Metrics,
+    term: CancellationToken,
+) {
+    loop {
+        let event = tokio::select! {
+            _ = term.cancelled() => return,
+            e = rx.recv() => e,
+        };
+        let Some(e) = event else { return };
+        let kevent = KEvent {
+            type_: match e.type_ {
+                EventType::Normal => KEventType::Normal,
+                EventType::Warning => KEventType::Warning,
+            },
+            reason: e.reason.as_str().to_string(),
+            note: Some(e.message),
+            action: e.reason.as_str().to_string(),
+            secondary: None,
+        };
+        metrics.write("event");
+        if let Err(err) = recorder.publish(&kevent, &e.regarding).await {
+            metrics.error("kube_event");
+            warn!(error = %err, "cannot publish a Kubernetes Event");
+        }
+    }
+}

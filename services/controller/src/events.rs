@@ -1,0 +1,302 @@
+//! The events consumer: a durable JetStream pull consumer on the events stream.
+//!
+//! Events are read in batches (the first one waited for, then whatever else arrives within
+//! `events_window`, up to `events_batch`), grouped per Workflow, and each group is applied
+//! with one `step_all` and at most one status write. Messages are acknowledged only after the
+//! write succeeded (or when the event is invalid, stale or about a Workflow that is gone, with
+//! a log line); on a conflict the Workflow is re-read and the group applied again; on any other
+//! failure the messages are handed back (NAK with a delay) and JetStream delivers them again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+use async_nats::jetstream::{self, AckKind};
+use futures::StreamExt as _;
+use jiff::Timestamp;
+use kube::ResourceExt as _;
+use tink_bus::proto::event;
+use tink_workflow::{
+    AgentEvent, DispatchId, EventKind, Ignored, Input, Outcome, WorkflowKey, step_all,
+};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument as _, debug, info, warn};
+
+use crate::shared::{Error, Shared, report};
+
+/// How often a group is re-read and applied again after write conflicts.
+const CONFLICT_RETRIES: usize = 8;
+/// Groups applied at once.
+const GROUP_CONCURRENCY: usize = 64;
+/// How long a message handed back waits before JetStream delivers it again.
+const NAK_DELAY: Duration = Duration::from_secs(1);
+/// Pause before binding the consumer again after a failure.
+const REBIND_DELAY: Duration = Duration::from_secs(1);
+
+/// The consumer's configuration: every event subject, explicit acks, unlimited redeliveries.
+pub fn consumer_config(name: &str, ack_wait: Duration, batch: usize) -> pull::Config {
+    pull::Config {
+        durable_name: Some(name.to_string()),
+        name: Some(name.to_string()),
+        description: Some("tink-controller: agent events to Workflow status".into()),
+        filter_subject: tink_bus::EVENTS_ALL.to_string(),
+        deliver_policy: DeliverPolicy::All,
+        ack_policy: AckPolicy::Explicit,
+        ack_wait,
+        max_deliver: -1,
+        max_ack_pending: i64::try_from(batch.saturating_mul(8)).unwrap_or(i64::MAX),
+        ..Default::default()
+    }
+}
+
+/// Runs the consumer until `term` is cancelled; `bound` fires once the consumer exists.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    stream: jetstream::stream::Stream,
+    bound: oneshot::Sender<()>,
+    term: CancellationToken,
+) {
+    let config = &shared.config;
+    let name = config.events_consumer.clone();
+    let consumer_config = consumer_config(&name, config.events_ack_wait, config.events_batch);
+    let mut bound = Some(bound);
+    while !term.is_cancelled() {
+        let consumer: jetstream::consumer::Consumer<pull::Config> = match stream
+            .get_or_create_consumer(&name, consumer_config.clone())
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                shared.metrics.error("consumer");
+                warn!(error = %e, "cannot bind the events consumer; retrying");
+                pause(&term, REBIND_DELAY).await;
+                continue;
+            }
+        };
+        let messages = consumer
+            .stream()
+            .max_messages_per_batch(config.events_batch)
+            .heartbeat(Duration::from_secs(5))
+            .expires(Duration::from_secs(30))
+            .messages()
+            .await;
+        let mut messages = match messages {
+            Ok(m) => m,
+            Err(e) => {
+                shared.metrics.error("consumer");
+                warn!(error = %e, "cannot read the events consumer; retrying");
+                pause(&term, REBIND_DELAY).await;
+                continue;
+            }
+        };
+        if let Some(tx) = bound.take() {
+            let _ = tx.send(());
+        }
+        info!(consumer = %name, "events consumer bound");
+        loop {
+            let first = tokio::select! {
+                _ = term.cancelled() => return,
+                m = messages.next() => m,
+            };
+            let first = match first {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => {
+                    shared.metrics.error("consumer");
+                    warn!(error = %e, "events consumer error");
+                    continue;
+                }
+                None => break,
+            };
+            let mut batch = vec![first];
+            let deadline = tokio::time::Instant::now() + config.events_window;
+            while batch.len() < config.events_batch {
+                match tokio::time::timeout_at(deadline, messages.next()).await {
+                    Ok(Some(Ok(m))) => batch.push(m),
+                    Ok(Some(Err(e))) => {
+                        shared.metrics.error("consumer");
+                        warn!(error = %e, "events consumer error");
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            process(&shared, batch).await;
+        }
+        warn!("the events consumer stream ended; binding again");
+    }
+}
+
+async fn pause(term: &CancellationToken, d: Duration) {
+    tokio::select! {
+        _ = term.cancelled() => {}
+        _ = tokio::time::sleep(d) => {}
+    }
+}
+
+/// One decoded event and its message.
+struct Item {
+    message: jetstream::Message,
+    input: Input,
+    stored: Timestamp,
+    uid: String,
+}
+
+fn stored_at(m: &jetstream::Message) -> Option<Timestamp> {
+    let info = m.info().ok()?;
+    Timestamp::from_nanosecond(info.published.unix_timestamp_nanos()).ok()
+}
+
+async fn ack(shared: &Shared, m: &jetstream::Message) {
+    if let Err(e) = m.ack().await {
+        shared.metrics.error("ack");
+        warn!(error = %e, "cannot acknowledge an event; it will be delivered again");
+    }
+}
+
+/// Decodes a message into the state machine's input, or says why it is dropped.
+fn decode(m: &jetstream::Message) -> Result<(WorkflowKey, String, Input), String> {
+    let e = tink_bus::decode_event(&m.payload).map_err(|e| e.to_string())?;
+    let id = DispatchId::parse(&e.workflow_id).map_err(|e| e.to_string())?;
+    let stored = stored_at(m).unwrap_or_else(Timestamp::now);
+    let at = e
+        .occurred_at
+        .as_ref()
+        .and_then(|t| Timestamp::new(t.seconds, t.nanos).ok())
+        .unwrap_or(stored);
+    let kind = match e.event {
+        Some(event::Event::ActionStarted(a)) => EventKind::ActionStarted {
+            action_id: a.action_id,
+        },
+        Some(event::Event::ActionSucceeded(a)) => EventKind::ActionSucceeded {
+            action_id: a.action_id,
+        },
+        Some(event::Event::ActionFailed(a)) => EventKind::ActionFailed {
+            action_id: a.action_id,
+            reason: a.failure_reason,
+            message: a.failure_message,
+        },
+        Some(event::Event::WorkflowRejected(r)) => EventKind::WorkflowRejected {
+            reason: r.failure_reason,
+            message: Some(r.failure_message).filter(|m| !m.is_empty()),
+        },
+        Some(event::Event::WorkflowCanceled(c)) => EventKind::WorkflowCanceled {
+            action_id: c.action_id,
+            reason: c.reason,
+            message: c.message,
+        },
+        None => return Err("no event kind is set".into()),
+    };
+    let input = Input::Agent(AgentEvent {
+        dispatch_id: e.workflow_id,
+        agent_id: Some(e.agent_id).filter(|a| !a.is_empty()),
+        at,
+        kind,
+    });
+    Ok((id.key(), id.workflow().uid.clone(), input))
+}
+
+/// Applies one batch: invalid messages are dropped, the rest grouped per Workflow.
+async fn process(shared: &Arc<Shared>, batch: Vec<jetstream::Message>) {
+    let mut groups: HashMap<WorkflowKey, Vec<Item>> = HashMap::new();
+    for m in batch {
+        match decode(&m) {
+            Ok((key, uid, input)) => {
+                let stored = stored_at(&m).unwrap_or_else(Timestamp::now);
+                groups.entry(key).or_default().push(Item {
+                    message: m,
+                    input,
+                    stored,
+                    uid,
+                });
+            }
+            Err(why) => {
+                shared.metrics.event("invalid");
+                warn!(subject = %m.subject, error = %why, "dropping an invalid event");
+                ack(shared, &m).await;
+            }
+        }
+    }
+    futures::stream::iter(groups)
+        .for_each_concurrent(GROUP_CONCURRENCY, |(key, items)| {
+            let uid = items.first().map(|i| i.uid.clone()).unwrap_or_default();
+            let span = tracing::info_span!("apply_events", workflow = %key, events = items.len());
+            tink_telemetry::propagation::set_parent(&span, crate::trace::workflow_context(&uid));
+            apply_group(shared, key, items).instrument(span)
+        })
+        .await;
+}
+
+async fn apply_group(shared: &Arc<Shared>, key: WorkflowKey, items: Vec<Item>) {
+    let inputs: Vec<Input> = items.iter().map(|i| i.input.clone()).collect();
+    for attempt in 0..CONFLICT_RETRIES {
+        let w = if attempt == 0 {
+            match shared.cached(&key) {
+                Some(w) => Ok(Some(w)),
+                None => shared.read(&key).await,
+            }
+        } else {
+            shared.read(&key).await
+        };
+        let w = match w {
+            Ok(Some(w)) => w,
+            Ok(None) => {
+                shared.metrics.event("gone");
+                info!(workflow = %key, events = items.len(), "dropping events of a Workflow that no longer exists");
+                for i in &items {
+                    ack(shared, &i.message).await;
+                }
+                return;
+            }
+            Err(e) => {
+                report(&shared.metrics, "cannot read a Workflow for its events", &e);
+                break;
+            }
+        };
+        let status = w.status.clone().unwrap_or_default();
+        let ctx = shared.step_context(&w, Timestamp::now());
+        let t = step_all(&status, inputs.clone(), &ctx);
+        if let Outcome::Ignored(why) = t.outcome {
+            shared.metrics.event("ignored");
+            match why {
+                Ignored::Outdated | Ignored::Terminal => {
+                    debug!(workflow = %key, reason = ?why, "events change nothing (duplicates or late)")
+                }
+                _ => {
+                    info!(workflow = %key, reason = ?why, uid = %w.uid().unwrap_or_default(), "dropping stale events")
+                }
+            }
+            for i in &items {
+                ack(shared, &i.message).await;
+            }
+            return;
+        }
+        match shared.apply(&w, &t).await {
+            Ok(_) => {
+                let now = Timestamp::now();
+                for i in &items {
+                    let waited = now.duration_since(i.stored).as_secs_f64().max(0.0);
+                    shared.metrics.event_to_status_seconds.observe(waited);
+                    shared.metrics.event("applied");
+                    ack(shared, &i.message).await;
+                }
+                return;
+            }
+            Err(Error::Conflict(_)) => continue,
+            Err(e) => {
+                report(&shared.metrics, "cannot apply events", &e);
+                // The status may be written while an effect was not carried out: let the
+                // reconciler resume the Workflow.
+                shared.forget(&w.uid().unwrap_or_default());
+                shared.trigger(&key);
+                break;
+            }
+        }
+    }
+    for i in &items {
+        if let Err(e) = i.message.ack_with(AckKind::Nak(Some(NAK_DELAY))).await {
+            shared.metrics.error("ack");
+            warn!(error = %e, "cannot hand an event back; it is delivered again after the ack wait");
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The Workflow reconciler: the IO shell around `tink_workflow::step_all`.
+//!
+//! Read (cache, or the API after a conflict) -> choose the inputs (resume, deletion, the
+//! rendered Template, a dispatch when the machine is free, the supervision tick) -> step ->
+//! write the status if it changed -> carry out the effects -> requeue at the next deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use tink_api::v1alpha2::{Workflow, WorkflowState};
+use tink_workflow::{Input, step_all};
+use tracing::{Instrument as _, debug};
+
+use crate::render;
+use crate::shared::{Choice, Error, Shared, has_finalizer, key_of, report};
+
+/// How often a reconcile re-reads and retries after a write conflict before it gives up and
+/// requeues.
+const CONFLICT_RETRIES: usize = 5;
+
+/// Reconciles one Workflow.
+pub(crate) async fn reconcile(obj: Arc<Workflow>, shared: Arc<Shared>) -> Result<Action, Error> {
+    let key = key_of(&obj);
+    let uid = obj.uid().unwrap_or_default();
+    let span = tracing::info_span!("reconcile", workflow = %key);
+    tink_telemetry::propagation::set_parent(&span, crate::trace::workflow_context(&uid));
+    let result = async {
+        let mut w = shared.fresh(&obj);
+        for _ in 0..CONFLICT_RETRIES {
+            match reconcile_once(&shared, &w).await {
+                Err(Error::Conflict(_)) => match shared.read(&key).await? {
+                    Some(newer) => w = newer,
+                    None => return Ok(Action::await_change()),
+                },
+                other => return other,
+            }
+        }
+        Ok(Action::requeue(Duration::from_millis(200)))
+    }
+    .instrument(span)
+    .await;
+    if result.is_err() {
+        // The status may be written while an effect was not carried out: the next look
+        // resumes (re-emits the effects, all idempotent).
+        shared.forget(&uid);
+    }
+    shared.metrics.reconciled(result.is_ok());
+    result
+}
+
+/// What to do after an error: count it and try again soon.
+pub(crate) fn error_policy(_obj: Arc<Workflow>, e: &Error, shared: Arc<Shared>) -> Action {
+    report(&shared.metrics, "reconcile failed; retrying", e);
+    Action::requeue(Duration::from_secs(1))
+}
+
+async fn reconcile_once(shared: &Shared, w: &Arc<Workflow>) -> Result<Action, Error> {
+    let now = Timestamp::now();
+    let status = w.status.clone().unwrap_or_default();
+    let uid = w.uid().unwrap_or_default();
+    if status.state.is_terminal() {
+        if has_finalizer(w) {
+            shared.release_finished(w).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    let ctx = shared.step_context(w, now);
+    let mut inputs = Vec::with_capacity(4);
+    if shared.first_look(&uid) {
+        inputs.push(Input::Resume);
+    }
+    let deleting = w.metadata.deletion_timestamp.is_some();
+    if deleting {
+        inputs.push(Input::Deleted);
+    } else if status.state == WorkflowState::Pending && status.actions.is_empty() {
+        inputs.push(prepare(shared, w));
+    }
+    inputs.push(Input::Tick);
+    let mut t = step_all(&status, inputs.clone(), &ctx);
+
+    // Dispatch in the same status write as the preparation when the machine is free.
+    let mut claim = None;
+    let due = t.status.next_attempt_at.as_ref().is_none_or(|n| n.0 <= now);
+    if !deleting && t.status.state == WorkflowState::Pending && !t.status.actions.is_empty() && due
+    {
+        match shared.choose_agent(w, &t.status, now) {
+            Choice::Go(agent_id, c) => {
+                let tick = inputs.len() - 1;
+                inputs.insert(tick, Input::Dispatch { agent_id });
+                t = step_all(&status, inputs, &ctx);
+                claim = Some(c);
+            }
+            Choice::Wait => {}
+            // Another dispatch to the same machine is being written: look again shortly.
+            Choice::Busy => return Ok(Action::requeue(Duration::from_millis(200))),
+        }
+    }
+    debug!(state = %t.status.state, outcome = ?t.outcome, effects = t.effects.len(), "stepped");
+    shared.apply(w, &t).await?;
+    drop(claim);
+    Ok(match t.requeue_at {
+        Some(at) => {
+            let wait = Timestamp::now().duration_until(at);
+            let wait = Duration::try_from(wait).unwrap_or_default();
+            // Whole-second deadlines: a little slack so the tick lands after them.
+            Action::requeue(wait + Duration::from_millis(20))
+        }
+        None => Action::await_change(),
+    })
+}
+
+/// The preparation input: the rendered actions, a render failure, or what is missing.
+fn prepare(shared: &Shared, w: &Workflow) -> Input {
+    let namespace = w.namespace().unwrap_or_default();
+    let template_name = &w.spec.template_ref.name;
+    let hardware_name = &w.spec.hardware_ref.name;
+    let Some(template) = shared
+        .templates
+        .get(&ObjectRef::new(template_name).within(&namespace))
+    else {
+        return Input::Unresolved {
+            reason: "TemplateNotFound".into(),
+            message: format!("waiting for Template {namespace}/{template_name}"),
+        };
+    };
+    let Some(hardware) = shared
+        .hardware
+        .get(&ObjectRef::new(hardware_name).within(&namespace))
+    else {
+        return Input::Unresolved {
+            reason: "HardwareNotFound".into(),
+            message: format!("waiting for Hardware {namespace}/{hardware_name}"),
+        };
+    };
+    let _span = tracing::info_span!("render", template = %template_name).entered();
+    let data = render::template_data(w, &hardware);
+    match render::render_actions(&template.spec, &data) {
+        Ok(actions) => Input::Prepared { actions },
+        Err(e) => {
+            shared.metrics.error("render");
+            Input::RenderFailed {
+                message: e.to_string(),
+            }
+        }
+    }
+}

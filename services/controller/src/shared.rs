@@ -1,0 +1,637 @@
+//! The state one leadership term shares between the reconciler, the events consumer and the
+//! presence watcher, and the IO every one of them uses: status writes, finalizers, commands,
+//! Kubernetes Events.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tink_api::v1alpha2::{Hardware, Template, Workflow, WorkflowState, WorkflowStatus};
+use tink_bus::proto::{GetWorkflowsResponse, get_workflows_response, workflow as pw};
+use tink_workflow::{
+    Candidate, Effect, EventReason, EventType, StepContext, Transition, WorkflowKey, WorkflowRef,
+    agent_ids, normalize_agent_id, pick_dispatches,
+};
+use tokio::sync::mpsc;
+use tracing::{Instrument as _, debug, info, warn};
+
+use crate::config::{ControllerConfig, FINALIZER};
+use crate::metrics::Metrics;
+
+/// Errors of one reconcile or one batch of events.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Workflow changed since it was read (409); the caller re-reads and retries.
+    #[error("conflict writing {0}: it changed since it was read")]
+    Conflict(WorkflowKey),
+    /// The Kubernetes API failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Publishing a command failed.
+    #[error("publishing a command: {0}")]
+    Bus(#[from] tink_bus::BusError),
+    /// An object could not be serialized.
+    #[error("serializing: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl Error {
+    /// A short label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Conflict(_) => "conflict",
+            Self::Kube(_) => "kube",
+            Self::Bus(_) => "publish",
+            Self::Json(_) => "json",
+        }
+    }
+}
+
+/// The latest version of a Workflow this replica wrote; newer than the watch cache until the
+/// watch catches up.
+struct Known {
+    object: Arc<Workflow>,
+    rv: u64,
+    at: Instant,
+}
+
+/// A connected agent as the presence bucket shows it.
+#[derive(Clone, Debug)]
+pub(crate) struct Seen {
+    /// The id as the agent presented it (the dispatch subject is built from it).
+    pub presented: String,
+    /// Its last heartbeat.
+    pub heartbeat: Timestamp,
+}
+
+/// A Kubernetes Event waiting to be published.
+pub(crate) struct KubeEvent {
+    pub regarding: ObjectReference,
+    pub type_: EventType,
+    pub reason: EventReason,
+    pub message: String,
+}
+
+pub(crate) struct Shared {
+    pub client: Client,
+    pub config: ControllerConfig,
+    pub metrics: Metrics,
+    pub workflows: Store<Workflow>,
+    pub templates: Store<Template>,
+    pub hardware: Store<Hardware>,
+    pub jetstream: jetstream::Context,
+    /// Normalised agent id -> presence.
+    pub presence: RwLock<HashMap<String, Seen>>,
+    ledger: Mutex<HashMap<WorkflowKey, Known>>,
+    /// Machine agent ids claimed by a dispatch whose status write is in flight.
+    claims: Mutex<HashMap<String, WorkflowKey>>,
+    /// Workflow uids stepped with `Resume` in this term.
+    resumed: Mutex<HashSet<String>>,
+    triggers: mpsc::Sender<ObjectRef<Workflow>>,
+    kube_events: mpsc::Sender<KubeEvent>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another task panicked while holding it; the data is still
+    // usable (plain maps).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn rv_of(w: &Workflow) -> u64 {
+    w.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+pub(crate) fn key_of(w: &Workflow) -> WorkflowKey {
+    WorkflowKey::new(w.namespace().unwrap_or_default(), w.name_any())
+}
+
+pub(crate) fn ref_of(w: &Workflow) -> WorkflowRef {
+    WorkflowRef::new(
+        w.namespace().unwrap_or_default(),
+        w.name_any(),
+        w.uid().unwrap_or_default(),
+    )
+}
+
+pub(crate) fn has_finalizer(w: &Workflow) -> bool {
+    w.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+fn is_active(state: WorkflowState) -> bool {
+    matches!(
+        state,
+        WorkflowState::Scheduled | WorkflowState::Running | WorkflowState::Cancelling
+    )
+}
+
+/// The dispatcher's answer for one Workflow.
+pub(crate) enum Choice<'a> {
+    /// Dispatch to this agent (as it presented its id); hold the claim until the status is
+    /// written.
+    Go(String, Claim<'a>),
+    /// Not now: the machine is busy, disconnected, or an older Workflow goes first (it was
+    /// woken); something will wake this one.
+    Wait,
+    /// Another dispatch to the same machine is being written right now.
+    Busy,
+}
+
+/// Releases the machine's claim when the dispatch is written (or failed).
+pub(crate) struct Claim<'a> {
+    shared: &'a Shared,
+    ids: Vec<String>,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        let mut claims = lock(&self.shared.claims);
+        for id in &self.ids {
+            claims.remove(id);
+        }
+    }
+}
+
+impl Shared {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        config: ControllerConfig,
+        metrics: Metrics,
+        workflows: Store<Workflow>,
+        templates: Store<Template>,
+        hardware: Store<Hardware>,
+        jetstream: jetstream::Context,
+        triggers: mpsc::Sender<ObjectRef<Workflow>>,
+        kube_events: mpsc::Sender<KubeEvent>,
+    ) -> Self {
+        Self {
+            client,
+            config,
+            metrics,
+            workflows,
+            templates,
+            hardware,
+            jetstream,
+            presence: RwLock::new(HashMap::new()),
+            ledger: Mutex::new(HashMap::new()),
+            claims: Mutex::new(HashMap::new()),
+            resumed: Mutex::new(HashSet::new()),
+            triggers,
+            kube_events,
+        }
+    }
+
+    pub fn api(&self, namespace: &str) -> Api<Workflow> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    pub fn step_context(&self, w: &Workflow, now: Timestamp) -> StepContext {
+        StepContext {
+            now,
+            workflow: ref_of(w),
+            timeout: w.spec.timeout_limit(),
+            config: self.config.workflow.clone(),
+        }
+    }
+
+    // ---- the freshest view ----
+
+    /// `w` or, when this replica wrote a newer version of the same object, that version.
+    pub fn fresh(&self, w: &Arc<Workflow>) -> Arc<Workflow> {
+        let ledger = lock(&self.ledger);
+        Self::overlay(&ledger, w)
+    }
+
+    fn overlay(ledger: &HashMap<WorkflowKey, Known>, w: &Arc<Workflow>) -> Arc<Workflow> {
+        match ledger.get(&key_of(w)) {
+            Some(k) if k.object.uid() == w.uid() && k.rv > rv_of(w) => k.object.clone(),
+            _ => w.clone(),
+        }
+    }
+
+    /// The freshest known version of a Workflow from the cache and the ledger.
+    pub fn cached(&self, key: &WorkflowKey) -> Option<Arc<Workflow>> {
+        let r = ObjectRef::new(&key.name).within(&key.namespace);
+        let cached = self.workflows.get(&r);
+        let ledger = lock(&self.ledger);
+        cached.map(|w| Self::overlay(&ledger, &w))
+    }
+
+    /// Reads a Workflow from the API server (after a conflict); `None` when it is gone.
+    pub async fn read(&self, key: &WorkflowKey) -> Result<Option<Arc<Workflow>>, Error> {
+        let w = self.api(&key.namespace).get_opt(&key.name).await?;
+        Ok(w.map(|w| {
+            let w = Arc::new(w);
+            self.remember(&w);
+            w
+        }))
+    }
+
+    fn remember(&self, w: &Arc<Workflow>) {
+        let rv = rv_of(w);
+        let mut ledger = lock(&self.ledger);
+        let key = key_of(w);
+        match ledger.get(&key) {
+            Some(k) if k.object.uid() == w.uid() && k.rv >= rv => {}
+            _ => {
+                ledger.insert(
+                    key,
+                    Known {
+                        object: w.clone(),
+                        rv,
+                        at: Instant::now(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Drops ledger entries the watch cache has caught up with, and old entries of objects
+    /// the cache no longer has.
+    pub fn sweep(&self) {
+        let mut ledger = lock(&self.ledger);
+        ledger.retain(|key, k| {
+            let r = ObjectRef::new(&key.name).within(&key.namespace);
+            match self.workflows.get(&r) {
+                Some(w) => w.uid() == k.object.uid() && rv_of(&w) < k.rv,
+                None => k.at.elapsed() < Duration::from_secs(60),
+            }
+        });
+    }
+
+    /// Whether this is the first time this term looks at the object (then it is resumed).
+    pub fn first_look(&self, uid: &str) -> bool {
+        lock(&self.resumed).insert(uid.to_string())
+    }
+
+    /// Makes the next look at the object a resume again (its effects may not have happened).
+    pub fn forget(&self, uid: &str) {
+        lock(&self.resumed).remove(uid);
+    }
+
+    // ---- triggers ----
+
+    /// Asks the reconciler to look at a Workflow.
+    pub fn trigger(&self, key: &WorkflowKey) {
+        let r = ObjectRef::new(&key.name).within(&key.namespace);
+        if let Err(mpsc::error::TrySendError::Full(r)) = self.triggers.try_send(r) {
+            // The queue is bounded; wait for room without blocking the caller.
+            let tx = self.triggers.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(r).await;
+            });
+        }
+    }
+
+    /// The Workflows of a Hardware (namespace and name), from the cache.
+    pub fn workflows_of_hardware(&self, namespace: &str, hardware: &str) -> Vec<Arc<Workflow>> {
+        self.workflows
+            .state()
+            .into_iter()
+            .filter(|w| {
+                w.namespace().as_deref() == Some(namespace) && w.spec.hardware_ref.name == hardware
+            })
+            .collect()
+    }
+
+    /// Wakes the Pending Workflows of a Hardware (its agent became idle or connected).
+    pub fn trigger_pending_of(&self, namespace: &str, hardware: &str) {
+        for w in self.workflows_of_hardware(namespace, hardware) {
+            let w = self.fresh(&w);
+            let state = w.status.as_ref().map(|s| s.state).unwrap_or_default();
+            if state == WorkflowState::Pending && w.metadata.deletion_timestamp.is_none() {
+                self.trigger(&key_of(&w));
+            }
+        }
+    }
+
+    /// Wakes the Pending Workflows of the machine an agent id belongs to.
+    pub fn trigger_agent(&self, agent: &str) {
+        let agent = normalize_agent_id(agent);
+        for hw in self.hardware.state() {
+            if agent_ids(&hw.spec).contains(&agent) {
+                self.trigger_pending_of(&hw.namespace().unwrap_or_default(), &hw.name_any());
+            }
+        }
+    }
+
+    // ---- dispatch ----
+
+    /// Whether the agent may receive a command now: its presence entry is fresh.
+    fn connected(&self, normalized: &str, now: Timestamp) -> Option<String> {
+        let presence = self.presence.read().unwrap_or_else(|e| e.into_inner());
+        let seen = presence.get(normalized)?;
+        let ttl = self.config.bus.presence_ttl;
+        let age = now.duration_since(seen.heartbeat);
+        (age.as_secs_f64() <= ttl.as_secs_f64()).then(|| seen.presented.clone())
+    }
+
+    /// Decides whether `w` (with the candidate `status`) is the Workflow to dispatch to its
+    /// machine now: the machine is idle (nothing Scheduled, Running or Cancelling on it, no
+    /// dispatch in flight), one of its agents is connected, and `w` is the oldest runnable
+    /// Pending Workflow of that machine. Returns the agent id as the agent presented it, and a
+    /// claim on the machine to hold until the status is written. When an older Workflow should
+    /// go first, it is woken instead.
+    pub fn choose_agent<'a>(
+        &'a self,
+        w: &Workflow,
+        status: &WorkflowStatus,
+        now: Timestamp,
+    ) -> Choice<'a> {
+        let namespace = w.namespace().unwrap_or_default();
+        let hw_ref = ObjectRef::new(&w.spec.hardware_ref.name).within(&namespace);
+        let Some(hw) = self.hardware.get(&hw_ref) else {
+            return Choice::Wait;
+        };
+        let machine = agent_ids(&hw.spec);
+        let me = key_of(w);
+        let mut claims = lock(&self.claims);
+        if machine
+            .iter()
+            .any(|id| claims.get(id).is_some_and(|k| *k != me))
+        {
+            return Choice::Busy;
+        }
+        let siblings = self.workflows_of_hardware(&namespace, &w.spec.hardware_ref.name);
+        let mut candidates = Vec::with_capacity(siblings.len() + 1);
+        {
+            let ledger = lock(&self.ledger);
+            for s in &siblings {
+                if key_of(s) == me {
+                    continue;
+                }
+                let s = Self::overlay(&ledger, s);
+                candidates.push(Candidate::from_workflow(&s, Some(&hw.spec)));
+            }
+        }
+        let mut mine = w.clone();
+        mine.status = Some(status.clone());
+        candidates.push(Candidate::from_workflow(&mine, Some(&hw.spec)));
+        let connected: Vec<(String, String)> = machine
+            .iter()
+            .filter_map(|id| self.connected(id, now).map(|p| (id.clone(), p)))
+            .collect();
+        let picks = pick_dispatches(&candidates, connected.iter().map(|(id, _)| id), now);
+        let Some((key, agent)) = picks.into_iter().next() else {
+            return Choice::Wait;
+        };
+        if key != me {
+            drop(claims);
+            self.trigger(&key);
+            return Choice::Wait;
+        }
+        let Some(presented) = connected
+            .into_iter()
+            .find(|(id, _)| *id == agent)
+            .map(|(_, p)| p)
+        else {
+            return Choice::Wait;
+        };
+        for id in &machine {
+            claims.insert(id.clone(), me.clone());
+        }
+        Choice::Go(
+            presented,
+            Claim {
+                shared: self,
+                ids: machine,
+            },
+        )
+    }
+
+    // ---- writes ----
+
+    async fn add_finalizer(&self, w: &Workflow) -> Result<Arc<Workflow>, Error> {
+        let mut finalizers = w.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_string());
+        let patch = json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": w.resource_version(),
+        }});
+        let out = self.patch_meta(w, &patch).await?;
+        Ok(out)
+    }
+
+    async fn remove_finalizer(&self, w: &Workflow) -> Result<(), Error> {
+        if !has_finalizer(w) {
+            return Ok(());
+        }
+        let finalizers: Vec<&String> = w.finalizers().iter().filter(|f| *f != FINALIZER).collect();
+        // No resourceVersion: removing our own finalizer is right whatever else changed, and
+        // a conflict here would only cost another round trip.
+        let patch = json!({"metadata": {"finalizers": finalizers}});
+        match self.patch_meta(w, &patch).await {
+            Ok(_) => Ok(()),
+            Err(Error::Kube(kube::Error::Api(e))) if e.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn patch_meta(
+        &self,
+        w: &Workflow,
+        patch: &serde_json::Value,
+    ) -> Result<Arc<Workflow>, Error> {
+        let key = key_of(w);
+        let params = PatchParams::default();
+        self.metrics.write("finalizer");
+        match self
+            .api(&key.namespace)
+            .patch(&key.name, &params, &Patch::Merge(patch))
+            .await
+        {
+            Ok(out) => {
+                let out = Arc::new(out);
+                self.remember(&out);
+                Ok(out)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::Conflict(key)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn write_status(
+        &self,
+        w: &Workflow,
+        status: WorkflowStatus,
+    ) -> Result<Arc<Workflow>, Error> {
+        let key = key_of(w);
+        let mut obj = w.clone();
+        obj.status = Some(status);
+        obj.metadata.managed_fields = None;
+        self.metrics.write("status");
+        match self
+            .api(&key.namespace)
+            .replace_status(&key.name, &PostParams::default(), &obj)
+            .await
+        {
+            Ok(out) => {
+                let out = Arc::new(out);
+                self.remember(&out);
+                Ok(out)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::Conflict(key)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Carries out a transition on `w`: the finalizer first when the Workflow needs it (so
+    /// nothing is dispatched before the finalizer protects it), the status write when it
+    /// changed, then the effects in order. Returns the Workflow as written.
+    pub async fn apply(&self, w: &Arc<Workflow>, t: &Transition) -> Result<Arc<Workflow>, Error> {
+        let mut current = w.clone();
+        let old_state = w.status.as_ref().map(|s| s.state).unwrap_or_default();
+        if t.effects.contains(&Effect::AddFinalizer)
+            && !has_finalizer(&current)
+            && current.metadata.deletion_timestamp.is_none()
+        {
+            current = self.add_finalizer(&current).await?;
+        }
+        if t.status_changed() {
+            current = self.write_status(&current, t.status.clone()).await?;
+        }
+        let uid = current.uid().unwrap_or_default();
+        for effect in &t.effects {
+            match effect {
+                Effect::AddFinalizer => {}
+                Effect::PublishStart {
+                    agent_id,
+                    dispatch_id,
+                } => {
+                    let span = tracing::info_span!("dispatch", workflow = %key_of(&current), agent = %agent_id, dispatch = %dispatch_id);
+                    tink_telemetry::propagation::set_parent(
+                        &span,
+                        crate::trace::workflow_context(&uid),
+                    );
+                    let cmd = start_command(dispatch_id, &t.status);
+                    let cx = span.in_scope(|| crate::trace::command_context(&uid));
+                    let msg_id = format!("{dispatch_id}/start");
+                    tink_bus::publish_command(&self.jetstream, agent_id, &cmd, &msg_id, &cx)
+                        .instrument(span)
+                        .await?;
+                    if let Some(created) = current.metadata.creation_timestamp.as_ref() {
+                        let waited = Timestamp::now().duration_since(created.0);
+                        self.metrics
+                            .dispatch_seconds
+                            .observe(waited.as_secs_f64().max(0.0));
+                    }
+                    info!(workflow = %key_of(&current), agent = %agent_id, dispatch = %dispatch_id, "dispatched");
+                }
+                Effect::PublishStop {
+                    agent_id,
+                    dispatch_id,
+                    reason,
+                    message,
+                } => {
+                    let cmd = GetWorkflowsResponse {
+                        cmd: Some(get_workflows_response::Cmd::StopWorkflow(
+                            get_workflows_response::StopWorkflow {
+                                workflow_id: dispatch_id.clone(),
+                                reason: Some(reason.as_str().to_string()),
+                                message: Some(message.clone()),
+                            },
+                        )),
+                        ..Default::default()
+                    };
+                    let cx = crate::trace::command_context(&uid);
+                    let msg_id = format!("{dispatch_id}/stop");
+                    tink_bus::publish_command(&self.jetstream, agent_id, &cmd, &msg_id, &cx)
+                        .await?;
+                    info!(workflow = %key_of(&current), agent = %agent_id, %reason, "stop sent");
+                }
+                Effect::KubeEvent {
+                    type_,
+                    reason,
+                    message,
+                } => self.kube_event(&current, *type_, *reason, message),
+                Effect::RemoveFinalizer => self.remove_finalizer(&current).await?,
+            }
+        }
+        let new_state = t.status.state;
+        if is_active(old_state) && !is_active(new_state) {
+            // The machine is free again: its next Workflow may go.
+            let ns = current.namespace().unwrap_or_default();
+            self.trigger_pending_of(&ns, &current.spec.hardware_ref.name);
+        }
+        Ok(current)
+    }
+
+    /// Removes the finalizer of a Workflow in an end state (a step that crashed before doing
+    /// so, or a finalizer added back by hand).
+    pub async fn release_finished(&self, w: &Workflow) -> Result<(), Error> {
+        self.remove_finalizer(w).await
+    }
+
+    fn kube_event(&self, w: &Workflow, type_: EventType, reason: EventReason, message: &str) {
+        if !self.config.kube_events {
+            return;
+        }
+        let event = KubeEvent {
+            regarding: w.object_ref(&()),
+            type_,
+            reason,
+            message: message.to_string(),
+        };
+        if self.kube_events.try_send(event).is_err() {
+            self.metrics.error("kube_event_dropped");
+            debug!("the Kubernetes Event queue is full; an Event is dropped");
+        }
+    }
+}
+
+/// The StartWorkflow command of a dispatch, built from the rendered actions.
+pub(crate) fn start_command(dispatch_id: &str, status: &WorkflowStatus) -> GetWorkflowsResponse {
+    let actions = status
+        .actions
+        .iter()
+        .map(|a| {
+            let r = &a.rendered;
+            pw::Action {
+                id: a.id.clone(),
+                name: r.name.clone(),
+                image: r.image.clone(),
+                cmd: r.cmd.clone(),
+                args: r.args.clone(),
+                env: r.env.clone().into_iter().collect(),
+                volumes: r.volumes.clone(),
+                ns: r.network_namespace.as_ref().map(|n| pw::action::Namespace {
+                    pid: None,
+                    net: Some(n.clone()),
+                }),
+                timeout_seconds: a.timeout_limit().map(|d| d.as_secs().max(1)),
+            }
+        })
+        .collect();
+    GetWorkflowsResponse {
+        cmd: Some(get_workflows_response::Cmd::StartWorkflow(
+            get_workflows_response::StartWorkflow {
+                workflow: Some(tink_bus::proto::Workflow {
+                    workflow_id: dispatch_id.to_string(),
+                    actions,
+                    ..Default::default()
+                }),
+            },
+        )),
+        ..Default::default()
+    }
+}
+
+/// Logs an error of a background piece and counts it.
+pub(crate) fn report(metrics: &Metrics, what: &str, e: &Error) {
+    metrics.error(e.kind());
+    match e {
+        Error::Conflict(_) => debug!(error = %e, "{what}"),
+        _ => warn!(error = %e, "{what}"),
+    }
+}
