@@ -325,7 +325,7 @@ impl Registry {
         groups
             .into_iter()
             .map(|(g, mut vs)| {
-                vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+                vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
                 (g, vs)
             })
             .collect()
@@ -369,7 +369,7 @@ mod tests {
     #[test]
     fn version_order() {
         let mut vs = vec!["v1alpha1", "v1", "v1beta1", "v2", "v1alpha2", "v2beta1"];
-        vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         assert_eq!(
             vs,
             ["v2", "v1", "v2beta1", "v1beta1", "v1alpha2", "v1alpha1"]

@@ -71,20 +71,15 @@ struct Calls {
 
 fn convert_object(mut obj: Value, to: &str) -> Value {
     let from = obj["apiVersion"].as_str().unwrap_or_default().to_string();
-    if from.ends_with("/v1beta1") && to.ends_with("/v1") {
-        if let Some(l) = obj["spec"].get("legacySize").cloned() {
-            obj["spec"]["size"] = l;
-            if let Some(s) = obj["spec"].as_object_mut() {
-                s.remove("legacySize");
-            }
-        }
+    let (src, dst) = if from.ends_with("/v1beta1") && to.ends_with("/v1") {
+        ("legacySize", "size")
     } else if from.ends_with("/v1") && to.ends_with("/v1beta1") {
-        if let Some(l) = obj["spec"].get("size").cloned() {
-            obj["spec"]["legacySize"] = l;
-            if let Some(s) = obj["spec"].as_object_mut() {
-                s.remove("size");
-            }
-        }
+        ("size", "legacySize")
+    } else {
+        ("", "")
+    };
+    if let Some(v) = obj["spec"].as_object_mut().and_then(|s| s.remove(src)) {
+        obj["spec"][dst] = v;
     }
     obj["apiVersion"] = json!(to);
     obj
