@@ -530,3 +530,42 @@ fn malformed_conversion_data_is_ignored() {
     );
     assert_eq!(back.spec.interfaces.len(), 2);
 }
+
+#[test]
+fn conversion_review_converts_every_object_in_order() {
+    let hw: Value = serde_yaml::from_str(&fixture_text("v1alpha1/hardware.yaml")).expect("yaml");
+    let wf: Value = serde_yaml::from_str(&fixture_text("v1alpha1/workflow.yaml")).expect("yaml");
+    let review: kube::core::conversion::ConversionReview = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "ConversionReview",
+        "request": {"uid": "705ab4f5", "desiredAPIVersion": "tinkerbell.org/v1alpha2", "objects": [hw, wf]}
+    }))
+    .expect("review");
+    let out = serde_json::to_value(conversion::review(review)).expect("json");
+    assert_eq!(out["response"]["uid"], json!("705ab4f5"));
+    assert_eq!(out["response"]["result"]["status"], json!("Success"));
+    let objs = out["response"]["convertedObjects"]
+        .as_array()
+        .expect("objects");
+    assert_eq!(objs.len(), 2);
+    assert_eq!(objs[0]["kind"], json!("Hardware"));
+    assert_eq!(objs[1]["apiVersion"], json!("tinkerbell.org/v1alpha2"));
+
+    let mut bad = wf.clone();
+    bad["spec"]["hardwareMap"] = json!("not a map");
+    let review: kube::core::conversion::ConversionReview = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "ConversionReview",
+        "request": {"uid": "u2", "desiredAPIVersion": "tinkerbell.org/v1alpha2", "objects": [wf, bad]}
+    }))
+    .expect("review");
+    let out = serde_json::to_value(conversion::review(review)).expect("json");
+    assert_eq!(out["response"]["result"]["status"], json!("Failure"));
+    let msg = out["response"]["result"]["message"]
+        .as_str()
+        .expect("message");
+    assert!(
+        msg.contains("objects[1]") && msg.contains("spec.hardwareMap"),
+        "{msg}"
+    );
+}

@@ -148,11 +148,9 @@ proptest! {
         let mut paths = Vec::new();
         leaves(&obj, String::new(), &mut paths);
         let mut path = pick.get(&paths).clone();
-        if whole {
-            if let Some((parent, _)) = path.rsplit_once('/') {
-                if !parent.is_empty() { path = parent.to_string(); }
-            }
-        }
+        if whole
+            && let Some((parent, _)) = path.rsplit_once('/')
+                && !parent.is_empty() { path = parent.to_string(); }
         if let Some(slot) = obj.pointer_mut(&path) {
             *slot = value;
         }

@@ -307,3 +307,43 @@ pub fn convert(obj: Value, desired_api_version: &str) -> Result<Value, Conversio
         }
     })
 }
+
+/// Answers a `ConversionReview` from the API server: converts every object to the desired
+/// version, in order. The first object that cannot be converted fails the whole review with a
+/// message naming the object index and the field path.
+pub fn review(
+    review: kube::core::conversion::ConversionReview,
+) -> kube::core::conversion::ConversionReview {
+    use kube::core::Status;
+    use kube::core::conversion::{ConversionRequest, ConversionResponse};
+
+    let mut request = match ConversionRequest::from_review(review) {
+        Ok(r) => r,
+        Err(_) => {
+            return ConversionResponse::invalid(Status::failure(
+                "ConversionReview has no request",
+                "InvalidRequest",
+            ))
+            .into_review();
+        }
+    };
+    let objects = std::mem::take(&mut request.objects);
+    let desired = request.desired_api_version.clone();
+    let mut converted = Vec::with_capacity(objects.len());
+    for (i, obj) in objects.into_iter().enumerate() {
+        match convert(obj, &desired) {
+            Ok(v) => converted.push(v),
+            Err(e) => {
+                return ConversionResponse::for_request(request)
+                    .failure(Status::failure(
+                        &format!("objects[{i}]: {e}"),
+                        "ConversionFailed",
+                    ))
+                    .into_review();
+            }
+        }
+    }
+    ConversionResponse::for_request(request)
+        .success(converted)
+        .into_review()
+}
