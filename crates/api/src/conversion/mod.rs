@@ -5,7 +5,7 @@
 //!
 //! Each kind has a plain field mapping each way (`up`: v1alpha1 -> v1alpha2, `down`: v1alpha2 ->
 //! v1alpha1). What the mapping cannot carry is kept in the annotation
-//! [`CONVERSION_DATA_ANNOTATION`](crate::CONVERSION_DATA_ANNOTATION) of the converted object:
+//! [`crate::CONVERSION_DATA_ANNOTATION`] of the converted object:
 //! converting `a` gives `b = map(a)` plus the difference between `a` and `map_back(b)`, as a
 //! list of *conditional* operations (see [`patch`]): "at this path, if the value is still X,
 //! put Y". Converting back applies them to `map_back(b)`:
@@ -46,7 +46,10 @@
 //!   actions in task order on the one Hardware; each task's volumes and environment move into its
 //!   actions (the action's own values win). Task names and workers stay in the annotation. Action
 //!   names repeated across tasks are kept, so the migration command reports them (v1alpha2
-//!   requires unique names);
+//!   requires unique names). Converted back unchanged, the original tasks return exactly; after
+//!   an edit in v1alpha2 the actions are regenerated into the first task and the second and later
+//!   tasks are restored from the annotation as they were, so such templates should be migrated
+//!   (split per task) rather than edited through v1alpha2;
 //! - action `command` -> `args` (Docker `Cmd`, the image's entrypoint still runs), `timeout`
 //!   seconds -> `timeout: "<n>s"`; `pid`, `on-timeout`, `on-failure`, `version`, `name`, `id`,
 //!   `global_timeout` (the timeout moved to `Workflow.spec.timeout`) and the exact YAML text:
