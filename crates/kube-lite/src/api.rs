@@ -972,6 +972,9 @@ async fn modify(
         }
         let mut new = if status_sub {
             let mut n = cur.clone();
+            if let Some(mf) = desired.pointer("/metadata/managedFields") {
+                set_meta(&mut n, "managedFields", mf.clone());
+            }
             match desired.get("status") {
                 Some(s) => n["status"] = s.clone(),
                 None => {
@@ -1126,27 +1129,6 @@ fn strip_directives(v: &mut Value) {
     }
 }
 
-/// Merges an applied configuration: objects merge recursively, everything else replaces.
-fn apply_merge(live: &mut Value, applied: &Value) {
-    match (live, applied) {
-        (Value::Object(l), Value::Object(a)) => {
-            for (k, v) in a {
-                if v.is_null() {
-                    l.remove(k);
-                } else if let Some(lv) = l.get_mut(k)
-                    && lv.is_object()
-                    && v.is_object()
-                {
-                    apply_merge(lv, v);
-                } else {
-                    l.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        (l, a) => *l = a.clone(),
-    }
-}
-
 fn patch_error(e: json_patch::PatchError) -> ApiError {
     ApiError::new(
         422,
@@ -1218,13 +1200,22 @@ async fn patch(
                     t.name.as_deref().unwrap_or_default()
                 )));
             }
-            let entry = json!([{"manager": manager, "operation": "Apply", "apiVersion": t.api_version(), "time": now(), "fieldsType": "FieldsV1", "fieldsV1": {}}]);
+            let manager = manager.to_string();
+            let api_version = t.api_version();
+            let sub = t.sub.clone();
+            let skip_status = t.rt.has_status(&t.version) && sub.is_none();
             let a1 = applied.clone();
-            let e1 = entry.clone();
+            let (m1, av1, sub1) = (manager.clone(), api_version.clone(), sub.clone());
             let make = move |cur: &Value| {
-                let mut n = cur.clone();
-                apply_merge(&mut n, &a1);
-                set_meta(&mut n, "managedFields", e1.clone());
+                let mut n = crate::apply::apply(
+                    Some(cur),
+                    &a1,
+                    &m1,
+                    &av1,
+                    &now(),
+                    sub1.as_deref(),
+                    skip_status,
+                );
                 if a1.pointer("/metadata/resourceVersion").is_none() {
                     set_meta(&mut n, "resourceVersion", Value::Null);
                 }
@@ -1233,9 +1224,16 @@ async fn patch(
             let a2 = applied.clone();
             let name = t.name.clone().unwrap_or_default();
             let create_missing = move || {
-                let mut n = a2.clone();
+                let mut n = crate::apply::apply(
+                    None,
+                    &a2,
+                    &manager,
+                    &api_version,
+                    &now(),
+                    None,
+                    skip_status,
+                );
                 set_meta(&mut n, "name", json!(name));
-                set_meta(&mut n, "managedFields", entry.clone());
                 Ok(n)
             };
             modify(core, t, q, &make, Some(&create_missing)).await
@@ -1395,16 +1393,6 @@ mod tests {
                 .unwrap_err()
                 .code,
             415
-        );
-    }
-
-    #[test]
-    fn apply_merges_objects_and_replaces_lists() {
-        let mut live = json!({"spec": {"a": 1, "b": {"c": 2}, "l": [1, 2]}, "status": {"x": 1}});
-        apply_merge(&mut live, &json!({"spec": {"b": {"d": 3}, "l": [3]}}));
-        assert_eq!(
-            live,
-            json!({"spec": {"a": 1, "b": {"c": 2, "d": 3}, "l": [3]}, "status": {"x": 1}})
         );
     }
 

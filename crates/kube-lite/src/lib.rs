@@ -80,9 +80,11 @@
 //! # Simplifications (differences from kube-apiserver)
 //!
 //! - Server-side apply merges the applied configuration into the live object (maps merge,
-//!   lists and scalars replace, explicit nulls remove); there is no field ownership, so fields a
-//!   manager stops applying are not removed and conflicts are never reported (`force` is
-//!   accepted and ignored). `managedFields` holds a single entry for the last applier.
+//!   lists and scalars replace, explicit nulls remove) and records each applier's fields in
+//!   `managedFields` (lists count as one field); a field the same manager applied before and
+//!   no longer applies is removed unless another applier applies it too. Fields written by
+//!   updates (PUT, patches) are not tracked, conflicts are never reported, and `force` is
+//!   accepted and ignored.
 //! - Strategic merge patch is a JSON merge patch (lists replace instead of merging by key) after
 //!   its `$` directives are removed.
 //! - `limit`/`continue` pages read the latest state (no snapshot at the first page's
@@ -99,6 +101,7 @@
 
 mod admission;
 mod api;
+mod apply;
 mod crd;
 pub mod error;
 mod lifecycle;

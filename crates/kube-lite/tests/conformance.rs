@@ -294,6 +294,30 @@ async fn merge_json_and_apply_patches() {
         m.iter()
             .any(|f| f.manager.as_deref() == Some("conformance"))
     }));
+    // A field the manager stops applying is removed; fields of another applier stay.
+    let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"o": "x"}});
+    api.patch("ssa", &PatchParams::apply("other"), &Patch::Apply(&other))
+        .await
+        .expect("second manager");
+    let two = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"a": "2", "b": "1"}});
+    api.patch(
+        "ssa",
+        &PatchParams::apply("conformance"),
+        &Patch::Apply(&two),
+    )
+    .await
+    .expect("apply a and b");
+    let one = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": {"a": "3"}});
+    let ssa = api
+        .patch(
+            "ssa",
+            &PatchParams::apply("conformance"),
+            &Patch::Apply(&one),
+        )
+        .await
+        .expect("apply a only");
+    let keys: Vec<String> = ssa.data.unwrap_or_default().into_keys().collect();
+    assert_eq!(keys, vec!["a", "o"]);
     env.cleanup().await;
 }
 

@@ -84,8 +84,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let mut config = kube_lite::Config::default();
-    config.data_dir = args.data_dir.clone();
+    let config = kube_lite::Config {
+        data_dir: args.data_dir.clone(),
+        ..Default::default()
+    };
     let server = kube_lite::Server::start(config)
         .await
         .context("starting kube-lite")?;
