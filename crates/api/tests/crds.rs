@@ -828,12 +828,10 @@ fn cel_rules_compile_and_stay_within_the_cost_budget() {
                     let rule = r["rule"].as_str().expect("rule");
                     // Comprehension variables (`self.all(mac, ...)`) are bound by the macro;
                     // kube-cel's scope check reports them as unknown, so they are excused here.
-                    let bound: Vec<String> =
-                        regex::Regex::new(r"\b(?:all|exists|exists_one|map|filter)\((\w+),")
-                            .expect("regex")
-                            .captures_iter(rule)
-                            .map(|c| c[1].to_string())
-                            .collect();
+                    let bound: Vec<String> = comprehension
+                        .captures_iter(rule)
+                        .map(|c| c[1].to_string())
+                        .collect();
                     let warnings: Vec<_> = kube_cel::analyze_rule(
                         rule,
                         &compiled,
