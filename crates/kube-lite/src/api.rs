@@ -146,6 +146,14 @@ pub fn decode_body(content_type: &str, body: &[u8]) -> ApiResult<Value> {
                     "the body of the request could not be decoded as YAML: {e}"
                 ))
             })?,
+        "application/vnd.kubernetes.protobuf" => {
+            crate::proto::decode(body).map_err(|e| match e {
+                crate::proto::ProtoError::Malformed(m) => ApiError::bad_request(format!(
+                    "the body of the request could not be decoded as protobuf: {m}"
+                )),
+                unsupported => ApiError::new(415, "UnsupportedMediaType", unsupported.to_string()),
+            })?
+        }
         other => return Err(ApiError::unsupported_media_type(other)),
     };
     if !v.is_object() {
@@ -604,6 +612,13 @@ fn validate_object(
     let mut causes = validate_meta(t, obj);
     match (t.rt.group.as_str(), t.rt.plural.as_str()) {
         ("", "secrets") => {
+            if obj
+                .get("type")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                obj["type"] = json!("Opaque");
+            }
             if let Some(sd) = obj.get("stringData").cloned() {
                 if let Some(m) = sd.as_object() {
                     let data = obj.as_object_mut().and_then(|o| {
@@ -1390,6 +1405,12 @@ mod tests {
         );
         assert_eq!(
             decode_body("application/vnd.kubernetes.protobuf", b"x")
+                .unwrap_err()
+                .code,
+            400
+        );
+        assert_eq!(
+            decode_body("application/x-protobuf", b"x")
                 .unwrap_err()
                 .code,
             415

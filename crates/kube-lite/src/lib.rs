@@ -94,7 +94,9 @@
 //! - No authentication, authorization, quotas, defaulting of built-in types, or pod/deployment
 //!   controllers. `gracePeriodSeconds` is ignored.
 //! - Core and events.k8s.io Events are stored apart (a real server shows one store in both).
-//! - No Table output (`kubectl get` prints from the objects); no protobuf.
+//! - No Table output (`kubectl get` prints from the objects). Protobuf request bodies are
+//!   decoded only for Namespace, ConfigMap, Secret and ServiceAccount (what `kubectl create
+//!   namespace|configmap|secret|serviceaccount` sends); answers are always JSON.
 //! - A watcher that falls more than 4096 events behind is closed; it re-watches from its last
 //!   resourceVersion like any client after a dropped connection.
 #![forbid(unsafe_code)]
@@ -106,6 +108,7 @@ mod crd;
 pub mod error;
 mod lifecycle;
 mod openapi;
+mod proto;
 mod registry;
 mod schema;
 pub mod selector;

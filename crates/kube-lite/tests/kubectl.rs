@@ -209,14 +209,34 @@ async fn kubectl_reports_validation_errors_with_field_paths() {
 #[tokio::test]
 async fn kubectl_manages_built_in_objects() {
     let env = Env::new("kbuiltin").await;
-    // kubectl's imperative generators (`kubectl create configmap ...`) send protobuf, which
-    // kube-lite does not speak; manifests go as JSON.
-    let settings = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"a": "1"}});
+    // kubectl's imperative generators send protobuf bodies.
     ok(
         &env,
-        &["create", "-f", &write(&env, "settings.json", &settings)],
+        &["create", "configmap", "settings", "--from-literal=a=1"],
     )
     .await;
+    let other_ns = unique("kcreate");
+    ok(&env, &["create", "namespace", &other_ns]).await;
+    ok(
+        &env,
+        &["create", "serviceaccount", "robot", "-n", &other_ns],
+    )
+    .await;
+    let sa = json_of(
+        &env,
+        &[
+            "get",
+            "serviceaccount",
+            "robot",
+            "-n",
+            &other_ns,
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(sa["metadata"]["namespace"], json!(other_ns));
+    ok(&env, &["delete", "namespace", &other_ns]).await;
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied", "labels": {"app": "x"}}, "data": {"k": "v"}});
     let file = write(&env, "cm.json", &cm);
     ok(&env, &["apply", "-f", &file]).await;
@@ -241,10 +261,20 @@ async fn kubectl_manages_built_in_objects() {
     )
     .await;
     assert_eq!(names.trim(), "configmap/applied");
-    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "stringData": {"password": "hunter2"}});
-    ok(&env, &["apply", "-f", &write(&env, "secret.json", &secret)]).await;
+    ok(
+        &env,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=password=hunter2",
+        ],
+    )
+    .await;
     let secret = json_of(&env, &["get", "secret", "creds", "-o", "json"]).await;
     assert_eq!(secret["data"]["password"], json!("aHVudGVyMg=="));
+    assert_eq!(secret["type"], json!("Opaque"));
     let out = ok(&env, &["delete", "configmap", "settings", "applied"]).await;
     assert_eq!(out.matches("deleted").count(), 2, "{out}");
     let list = json_of(&env, &["get", "configmaps", "-o", "json"]).await;
