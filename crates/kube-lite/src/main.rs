@@ -34,6 +34,9 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    // Installed before the address is printed, so a supervisor can stop us right away.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
     let mut config = kube_lite::Config {
         listen: args.listen,
         data_dir: args.data_dir,
@@ -52,9 +55,10 @@ async fn main() -> anyhow::Result<()> {
             .context("writing the kubeconfig")?;
     }
     println!("{}", server.addr());
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+        _ = term.recv() => {}
+    }
     server.shutdown().await;
     Ok(())
 }

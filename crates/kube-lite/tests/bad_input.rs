@@ -183,6 +183,17 @@ proptest! {
 }
 
 #[test]
+fn protobuf_decoding_never_panics() {
+    proptest!(|(body in prop::collection::vec(any::<u8>(), 0..512))| {
+        let mut framed = b"k8s\0".to_vec();
+        framed.extend_from_slice(&body);
+        if let Err(e) = kube_lite::decode_body("application/vnd.kubernetes.protobuf", &framed) {
+            prop_assert!(e.code == 400 || e.code == 415);
+        }
+    });
+}
+
+#[test]
 fn decode_body_never_panics_on_arbitrary_input() {
     proptest!(|(body in prop::collection::vec(any::<u8>(), 0..512), ct in prop::sample::select(CONTENT_TYPES.to_vec()))| {
         if let Err(e) = kube_lite::decode_body(ct, &body) {
