@@ -358,14 +358,35 @@ async fn resource(
     body: impl std::future::Future<Output = ApiResult<Bytes>>,
 ) -> ApiResult<Response> {
     let ct = media_type(headers);
+    let table = crate::table::wanted(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
+        .then(|| q.get("includeObject").unwrap_or("Metadata").to_string());
     match (method, t.name.is_some()) {
-        (Method::GET, false) if q.flag("watch") => crate::watch::watch(core, t, q).await,
-        (Method::GET, false) => list(&core, &t, &q)
-            .await
-            .map(|v| json_response(StatusCode::OK, &v)),
-        (Method::GET, true) => get(&core, &t)
-            .await
-            .map(|v| json_response(StatusCode::OK, &v)),
+        (Method::GET, false) if q.flag("watch") => crate::watch::watch(core, t, q, table).await,
+        (Method::GET, false) => {
+            let mut v = list(&core, &t, &q).await?;
+            if let Some(include) = &table {
+                let items = v["items"].as_array().cloned().unwrap_or_default();
+                v = crate::table::table(&t.rt, &t.version, &items, v["metadata"].take(), include);
+            }
+            Ok(json_response(StatusCode::OK, &v))
+        }
+        (Method::GET, true) => {
+            let mut v = get(&core, &t).await?;
+            if let Some(include) = &table {
+                let rv = v
+                    .pointer("/metadata/resourceVersion")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                v = crate::table::table(
+                    &t.rt,
+                    &t.version,
+                    &[v],
+                    json!({"resourceVersion": rv}),
+                    include,
+                );
+            }
+            Ok(json_response(StatusCode::OK, &v))
+        }
         (Method::POST, false) => {
             let body = decode_body(&ct, &body.await?)?;
             let (code, v) = create(&core, &t, &q, body).await?;

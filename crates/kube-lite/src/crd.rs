@@ -122,6 +122,11 @@ pub fn parse(crd: &Value) -> Result<ResourceType, Vec<Cause>> {
             name: vname,
             served: v.get("served").and_then(Value::as_bool).unwrap_or(false),
             schema,
+            printer_columns: v
+                .get("additionalPrinterColumns")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
             status_subresource: v.pointer("/subresources/status").is_some() || top_status,
         });
     }

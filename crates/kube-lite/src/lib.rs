@@ -94,7 +94,7 @@
 //! - No authentication, authorization, quotas, defaulting of built-in types, or pod/deployment
 //!   controllers. `gracePeriodSeconds` is ignored.
 //! - Core and events.k8s.io Events are stored apart (a real server shows one store in both).
-//! - No Table output (`kubectl get` prints from the objects). Protobuf request bodies are
+//! - Table output covers CRD printer columns and a few built-in types. Protobuf request bodies are
 //!   decoded only for Namespace, ConfigMap, Secret and ServiceAccount (what `kubectl create
 //!   namespace|configmap|secret|serviceaccount` sends); answers are always JSON.
 //! - A watcher that falls more than 4096 events behind is closed; it re-watches from its last
@@ -114,6 +114,7 @@ mod schema;
 pub mod selector;
 mod server;
 mod store;
+mod table;
 mod watch;
 mod webhook;
 

@@ -28,6 +28,8 @@ pub struct CrdVersion {
     pub served: bool,
     /// The compiled `openAPIV3Schema`, if any.
     pub schema: Option<Arc<CompiledVersionSchema>>,
+    /// `additionalPrinterColumns`.
+    pub printer_columns: Vec<Value>,
     /// Whether `subresources.status` is set for this version.
     pub status_subresource: bool,
 }
@@ -169,7 +171,7 @@ fn builtin(
 
 /// The built-in resource types.
 pub fn builtins() -> Vec<ResourceType> {
-    vec![
+    let mut types = vec![
         builtin(
             "",
             "v1",
@@ -263,7 +265,13 @@ pub fn builtins() -> Vec<ResourceType> {
             false,
             true,
         ),
-    ]
+    ];
+    for t in &mut types {
+        if matches!(t.plural.as_str(), "services" | "deployments") {
+            t.categories = vec!["all".into()];
+        }
+    }
+    types
 }
 
 /// Group -> plural -> type.

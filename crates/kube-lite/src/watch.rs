@@ -42,6 +42,8 @@ struct Watcher {
     fs: FieldSelector,
     tx: mpsc::Sender<Chunk>,
     last_rv: u64,
+    /// `Some(includeObject)` when the client asked for Table events.
+    table: Option<String>,
 }
 
 impl Watcher {
@@ -56,6 +58,12 @@ impl Watcher {
                 let _ = self.tx.send(Ok(line("ERROR", &e.to_status()))).await;
                 return false;
             }
+        };
+        let obj = match &self.table {
+            Some(include) => {
+                crate::table::table(&self.t.rt, &self.t.version, &[obj], json!({}), include)
+            }
+            None => obj,
         };
         self.tx.send(Ok(line(etype, &obj))).await.is_ok()
     }
@@ -100,7 +108,12 @@ impl Watcher {
 }
 
 /// Serves `?watch=true`.
-pub(crate) async fn watch(core: Arc<Core>, t: Target, q: Query) -> ApiResult<Response> {
+pub(crate) async fn watch(
+    core: Arc<Core>,
+    t: Target,
+    q: Query,
+    table: Option<String>,
+) -> ApiResult<Response> {
     let (ls, fs) = selectors(&q)?;
     let send_initial = q.flag("sendInitialEvents");
     let bookmarks = q.flag("allowWatchBookmarks");
@@ -147,6 +160,7 @@ pub(crate) async fn watch(core: Arc<Core>, t: Target, q: Query) -> ApiResult<Res
         ls,
         fs,
         tx,
+        table,
         last_rv: if from == 0 || send_initial {
             start_rv
         } else {

@@ -126,6 +126,15 @@ async fn hardware_and_workflow_lifecycle_with_the_project_crds() {
         json!("192.168.1.10")
     );
 
+    // `kubectl get` prints the CRD's printer columns.
+    let table = ok(&env, &["get", "hardware"]).await;
+    let header = table.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("NAME") && header.contains("IP") && header.contains("HOSTNAME"),
+        "{table}"
+    );
+    assert!(table.contains("192.168.1.10"), "{table}");
+
     // The schema rejects a malformed IP with the field path.
     let (success, _, err) = env
         .kubectl(&[

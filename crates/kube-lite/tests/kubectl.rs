@@ -275,6 +275,17 @@ async fn kubectl_manages_built_in_objects() {
     let secret = json_of(&env, &["get", "secret", "creds", "-o", "json"]).await;
     assert_eq!(secret["data"]["password"], json!("aHVudGVyMg=="));
     assert_eq!(secret["type"], json!("Opaque"));
+    // Server-side printing: kubectl's usual columns.
+    let table = ok(&env, &["get", "configmaps", "settings"]).await;
+    assert!(
+        table
+            .lines()
+            .next()
+            .is_some_and(|h| h.split_whitespace().eq(["NAME", "DATA", "AGE"])),
+        "{table}"
+    );
+    let table = ok(&env, &["get", "namespace", &env.ns]).await;
+    assert!(table.contains("Active"), "{table}");
     let out = ok(&env, &["delete", "configmap", "settings", "applied"]).await;
     assert_eq!(out.matches("deleted").count(), 2, "{out}");
     let list = json_of(&env, &["get", "configmaps", "-o", "json"]).await;
