@@ -166,7 +166,7 @@ pub fn decode_body(content_type: &str, body: &[u8]) -> ApiResult<Value> {
 
 async fn route(core: Arc<Core>, req: http::Request<Body>) -> ApiResult<Response> {
     let (parts, body) = req.into_parts();
-    if !accepts_json(&parts.headers) {
+    if !accepts_json(&parts.headers) && parts.uri.path() != "/openapi/v2" {
         return Err(ApiError::not_acceptable());
     }
     let q = Query::parse(parts.uri.query());
@@ -201,6 +201,7 @@ async fn route(core: Arc<Core>, req: http::Request<Body>) -> ApiResult<Response>
         ["openapi", "v3", "apis", g, v] if get => {
             crate::openapi::group_version(&core, g, v).map(|v| json_response(StatusCode::OK, &v))
         }
+        ["openapi", "v2"] if get => Ok(crate::openapi::v2(&parts.headers)),
         ["openapi", ..] => Err(ApiError::no_route()),
         ["api", "v1", rest @ ..] => {
             let t = target(&core, "", "v1", rest)?;
@@ -931,11 +932,16 @@ fn spec_part(obj: &Value) -> Value {
     o
 }
 
+/// The object without what a no-op write may change: resourceVersion and managedFields times.
 fn without_rv(obj: &Value) -> Value {
     let mut o = obj.clone();
     if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
-        m.remove("managedFields");
+        if let Some(Value::Array(entries)) = m.get_mut("managedFields") {
+            for e in entries.iter_mut().filter_map(Value::as_object_mut) {
+                e.remove("time");
+            }
+        }
     }
     o
 }

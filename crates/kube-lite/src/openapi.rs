@@ -1,7 +1,9 @@
 //! A minimal OpenAPI v3 document per group/version: one path per resource whose PATCH operation
 //! names its group/version/kind and the `fieldValidation` query parameter. That is what kubectl
-//! reads to decide that the server validates fields itself (so it skips client-side validation,
-//! which would need the full OpenAPI v2 document in protobuf). No schemas are published.
+//! reads to decide that the server validates fields itself (so it skips client-side validation).
+//! No schemas are published. `/openapi/v2` is an empty Swagger 2.0 document (protobuf when asked
+//! for), which kubectl falls back to for kinds the server does not know: with no schema it
+//! validates nothing and reports the missing kind as a real server makes it do.
 
 use std::hash::{Hash, Hasher};
 
@@ -74,4 +76,28 @@ pub(crate) fn root(core: &Core) -> Value {
         );
     }
     json!({"paths": paths})
+}
+
+/// `/openapi/v2`: an empty Swagger 2.0 document.
+pub(crate) fn v2(headers: &http::HeaderMap) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let accept = headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if accept.contains("application/com.github.proto-openapi.spec.v2") {
+        // openapi_v2.Document { swagger: "2.0" } in protobuf wire format.
+        let body: &'static [u8] = b"\x0a\x032.0";
+        return (
+            http::StatusCode::OK,
+            [(
+                http::header::CONTENT_TYPE,
+                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            )],
+            body,
+        )
+            .into_response();
+    }
+    let doc = json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": crate::api::KUBERNETES_VERSION}, "paths": {}, "definitions": {}});
+    crate::api::json_response(http::StatusCode::OK, &doc)
 }

@@ -164,6 +164,20 @@ async fn kubectl_drives_a_custom_resource_through_its_life() {
     );
     assert_eq!(got["status"]["phase"], json!("Ready"));
 
+    // Server-side apply through kubectl.
+    let out = ok(&env, &["apply", "--server-side", "-f", &file]).await;
+    assert!(out.contains("serverside-applied"), "{out}");
+    let got = json_of(
+        &env,
+        &["get", "widget", "k1", "-o", "json", "--show-managed-fields"],
+    )
+    .await;
+    let managers: Vec<&str> = got["metadata"]["managedFields"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|m| m["manager"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(managers.contains(&"kubectl"), "{managers:?}");
+
     let out = ok(&env, &["delete", "widget", "k1"]).await;
     assert!(out.contains("deleted"), "{out}");
     expect_line(&mut lines, &["DELETED", "k1"]).await;
@@ -192,6 +206,15 @@ async fn kubectl_reports_validation_errors_with_field_paths() {
     assert!(!success);
     assert!(
         err.contains("only red widgets may be larger than 100"),
+        "{err}"
+    );
+    // A kind the server does not serve.
+    let stray =
+        json!({"apiVersion": "nothere.example.com/v1", "kind": "Stray", "metadata": {"name": "s"}});
+    let file = write(&env, "stray.json", &stray);
+    let (success, _, err) = env.kubectl(&["apply", "-f", &file]).await;
+    assert!(
+        !success && err.contains("no matches for kind \"Stray\""),
         "{err}"
     );
     // kubectl validates strictly by default: unknown fields are refused.
