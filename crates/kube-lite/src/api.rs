@@ -1171,6 +1171,21 @@ fn strip_directives(v: &mut Value) {
     }
 }
 
+/// Applies a JSON patch the way the API server's library does: a `test` of `null` passes
+/// when the path does not exist (kube-runtime's finalizer helper relies on it).
+fn json_patch_apply(doc: &mut Value, p: &json_patch::Patch) -> ApiResult<()> {
+    for op in p.iter() {
+        if let json_patch::PatchOperation::Test(t) = op
+            && t.value.is_null()
+            && doc.pointer(t.path.as_str()).is_none()
+        {
+            continue;
+        }
+        json_patch::patch(doc, std::slice::from_ref(op)).map_err(patch_error)?;
+    }
+    Ok(())
+}
+
 fn patch_error(e: json_patch::PatchError) -> ApiError {
     ApiError::new(
         422,
@@ -1216,7 +1231,7 @@ async fn patch(
             let make = move |cur: &Value| {
                 let mut n = cur.clone();
                 let before_rv = meta_str(cur, "resourceVersion").map(String::from);
-                json_patch::patch(&mut n, &p).map_err(patch_error)?;
+                json_patch_apply(&mut n, &p)?;
                 if meta_str(&n, "resourceVersion").map(String::from) == before_rv {
                     set_meta(&mut n, "resourceVersion", Value::Null);
                 }
@@ -1442,6 +1457,19 @@ mod tests {
                 .code,
             415
         );
+    }
+
+    #[test]
+    fn json_patch_test_of_null_passes_on_missing_paths() {
+        let p: json_patch::Patch = serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["f"]}
+        ]))
+        .unwrap();
+        let mut doc = json!({"metadata": {"name": "x"}});
+        json_patch_apply(&mut doc, &p).unwrap();
+        assert_eq!(doc["metadata"]["finalizers"], json!(["f"]));
+        assert_eq!(json_patch_apply(&mut doc, &p).unwrap_err().code, 422);
     }
 
     #[test]

@@ -1287,3 +1287,73 @@ async fn kube_runtime_controller_reconciles_status() {
     handle.abort();
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn kube_runtime_finalizer_helper_adds_and_removes_its_finalizer() {
+    use kube::runtime::controller::{Action, Controller};
+    use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let env = Env::new("finrt").await;
+    ensure_widget_crd(&env.client).await;
+    let api = widgets(&env.client, &env.ns, "v1");
+    let gvk = kube::api::GroupVersionKind::gvk("lite.example.com", "v1", "Widget");
+    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, "widgets");
+    api.create(&PostParams::default(), &widget("f1", json!({"size": 2})))
+        .await
+        .expect("create");
+    let cleanups = Arc::new(AtomicUsize::new(0));
+
+    #[derive(Debug, thiserror::Error)]
+    #[error(transparent)]
+    struct E(#[from] Box<kube::runtime::finalizer::Error<kube::Error>>);
+    let ctx = Arc::new((api.clone(), cleanups.clone()));
+    let controller =
+        Controller::new_with(api.clone(), kube::runtime::watcher::Config::default(), ar)
+            .run(
+                |w: Arc<kube::api::DynamicObject>,
+                 ctx: Arc<(Api<kube::api::DynamicObject>, Arc<AtomicUsize>)>| async move {
+                    let (api, cleanups) = (&ctx.0, ctx.1.clone());
+                    finalizer(api, "lite.example.com/cleanup", w, |event| async move {
+                        match event {
+                            Finalizer::Apply(_) => Ok::<_, kube::Error>(Action::await_change()),
+                            Finalizer::Cleanup(_) => {
+                                cleanups.fetch_add(1, Ordering::SeqCst);
+                                Ok(Action::await_change())
+                            }
+                        }
+                    })
+                    .await
+                    .map_err(|e| E(Box::new(e)))
+                },
+                |_, _, _| Action::requeue(std::time::Duration::from_millis(200)),
+                ctx,
+            )
+            .for_each(|_| async {});
+    let handle = tokio::spawn(controller);
+    eventually("the finalizer to be added", || {
+        let api = api.clone();
+        async move {
+            let w = api.get("f1").await.ok()?;
+            w.metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.iter().any(|x| x == "lite.example.com/cleanup"))
+                .then_some(())
+        }
+    })
+    .await;
+    api.delete("f1", &DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually("cleanup to run and the object to go", || {
+        let api = api.clone();
+        async move {
+            matches!(api.get("f1").await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(cleanups.load(Ordering::SeqCst), 1);
+    handle.abort();
+    env.cleanup().await;
+}
