@@ -1357,3 +1357,52 @@ async fn kube_runtime_finalizer_helper_adds_and_removes_its_finalizer() {
     handle.abort();
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn kube_runtime_event_recorder_publishes_series() {
+    use kube::Resource;
+    use kube::runtime::events::{Event as RtEvent, EventType, Recorder, Reporter};
+    let env = Env::new("events").await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    let obj = api
+        .create(&PostParams::default(), &cm("subject", &[], &[]))
+        .await
+        .expect("create");
+    let recorder = Recorder::new(
+        env.client.clone(),
+        Reporter {
+            controller: "tink-conformance".into(),
+            instance: Some("one".into()),
+        },
+    );
+    let ev = RtEvent {
+        type_: EventType::Normal,
+        reason: "Tested".into(),
+        note: Some("hello".into()),
+        action: "Test".into(),
+        secondary: None,
+    };
+    let reference = obj.object_ref(&());
+    recorder
+        .publish(&ev, &reference)
+        .await
+        .expect("first publish");
+    recorder
+        .publish(&ev, &reference)
+        .await
+        .expect("second publish (series)");
+    let events: Api<NewEvent> = Api::namespaced(env.client.clone(), &env.ns);
+    let list = events
+        .list(&ListParams::default())
+        .await
+        .expect("list events");
+    assert_eq!(list.items.len(), 1, "{:?}", list.items);
+    let e = &list.items[0];
+    assert_eq!(e.reason.as_deref(), Some("Tested"));
+    assert_eq!(e.series.as_ref().map(|s| s.count), Some(2));
+    assert_eq!(
+        e.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("subject")
+    );
+    env.cleanup().await;
+}
