@@ -371,6 +371,17 @@ async fn resource(
             }
             Ok(json_response(StatusCode::OK, &v))
         }
+        (Method::GET, true) if q.flag("watch") => {
+            // The old per-object watch path: the collection watch pinned to the name.
+            let name = t.name.clone().unwrap_or_default();
+            let mut q = q;
+            let fs = match q.get("fieldSelector") {
+                Some(f) => format!("{f},metadata.name={name}"),
+                None => format!("metadata.name={name}"),
+            };
+            q.0.insert("fieldSelector".into(), fs);
+            crate::watch::watch(core, Target { name: None, ..t }, q, table).await
+        }
         (Method::GET, true) => {
             let mut v = get(&core, &t).await?;
             if let Some(include) = &table {

@@ -681,6 +681,22 @@ async fn watch_from_resource_version_sees_every_change() {
         }
     }
     assert_eq!(got, vec!["ADDED w", "MODIFIED w", "DELETED w"]);
+    // The per-object watch path.
+    let path = format!(
+        "/api/v1/namespaces/{}/configmaps/other?watch=true&resourceVersion={rv}",
+        env.ns
+    );
+    let req = http::Request::get(path).body(vec![]).expect("request");
+    let mut events = Box::pin(
+        env.client
+            .request_events::<ConfigMap>(req)
+            .await
+            .expect("watch one object"),
+    );
+    match events.try_next().await.expect("stream").expect("event") {
+        WatchEvent::Added(c) => assert_eq!(c.metadata.name.as_deref(), Some("other")),
+        other => panic!("unexpected {other:?}"),
+    }
     env.cleanup().await;
 }
 
