@@ -18,9 +18,11 @@
 //!
 //! - Discovery: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/{group}`, `/apis/{group}/{version}`
 //!   (legacy discovery; kubectl's request for aggregated discovery gets plain JSON, which makes
-//!   it fall back). `/openapi/v2` and `/openapi/v3` answer 404, so `kubectl apply` validates
-//!   nothing client side and sends `fieldValidation=Strict`, which the server honours for CRDs
-//!   (unknown fields are rejected with 400, as `kube-apiserver` does).
+//!   it fall back). `/openapi/v3` lists every group/version with a document whose PATCH
+//!   operations declare `fieldValidation`, so kubectl leaves validation to the server and sends
+//!   `fieldValidation=Strict`, which the server honours for CRDs (unknown fields are refused with
+//!   400, as kube-apiserver does); `/openapi/v2` is an empty document. No schemas are published
+//!   (`kubectl explain` has nothing to show).
 //! - Built-in types, stored as plain JSON objects without type-specific behaviour beyond what is
 //!   listed: Namespace, ConfigMap, Secret (`stringData` folded into `data`, base64 checked),
 //!   Event (core and events.k8s.io, stored separately), ServiceAccount, Service,
@@ -34,8 +36,8 @@
 //! - `resourceVersion` from one global counter; `409 Conflict` on a stale PUT or a patch that
 //!   carries a `metadata.resourceVersion`; a write that changes nothing keeps the resourceVersion
 //!   and sends no event; `generation` starts at 1 and grows when anything but `metadata` and
-//!   `status` changes (CRDs, Deployments, CRDs and webhook configurations); `uid` and
-//!   `creationTimestamp` set by the server.
+//!   `status` changes (custom resources, Deployments, CustomResourceDefinitions and webhook
+//!   configurations); `uid` and `creationTimestamp` set by the server.
 //! - Status subresource: writes to the main resource keep the stored `.status`, writes to
 //!   `/status` change only `.status`.
 //! - Finalizers: delete sets `deletionTimestamp` and keeps the object until the finalizers are
@@ -74,6 +76,9 @@
 //!   accepted too (a real server refuses them).
 //! - Persistence with [`Config::data_dir`]: an embedded redb database written by a background
 //!   thread in batches (a few milliseconds behind the API answer; a clean shutdown flushes).
+//! - Server-side printing (`kubectl get` asks for a Table): CRD `additionalPrinterColumns` and
+//!   kubectl's usual columns for Namespace, ConfigMap, Secret, Deployment and Lease.
+//! - Watch on a named object path (`.../configmaps/NAME?watch=true`).
 //! - Errors are `Status` objects with the right code: 400 malformed bodies and selectors, 404,
 //!   405, 406 (no JSON in `Accept`), 409, 410, 413, 415 (unknown content type), 422, 500.
 //!
@@ -91,8 +96,14 @@
 //!   resourceVersion) and continue tokens never expire; `resourceVersionMatch=Exact` with any
 //!   resourceVersion but the latest gets 410.
 //! - A list or get at a specific `resourceVersion` returns the latest state.
-//! - No authentication, authorization, quotas, defaulting of built-in types, or pod/deployment
-//!   controllers. `gracePeriodSeconds` is ignored.
+//! - No authentication, authorization, quotas, defaulting of built-in types (except a Secret's
+//!   `type`), validation of built-in types beyond names, labels and Secret data, Pods, or
+//!   controllers (a Deployment never gets replicas). `gracePeriodSeconds` is ignored. Unknown
+//!   fields of built-in types are stored, even with `fieldValidation=Strict`.
+//! - A `Foreground` delete removes the dependents first, then the owner, at once (no
+//!   `foregroundDeletion` finalizer); an owner reference to an object that never existed is not
+//!   collected.
+//! - Validating webhooks are called one after the other, not in parallel.
 //! - Core and events.k8s.io Events are stored apart (a real server shows one store in both).
 //! - Table output covers CRD printer columns and a few built-in types. Protobuf request bodies are
 //!   decoded only for Namespace, ConfigMap, Secret and ServiceAccount (what `kubectl create
