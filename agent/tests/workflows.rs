@@ -68,6 +68,15 @@ async fn three_action_workflow_succeeds() -> TestResult {
             .iter()
             .all(|e| e.agent_id == agent.id && e.occurred_at.is_some())
     );
+    // The command's trace context travels with every event (gRPC metadata, then NATS headers).
+    for (event, headers) in stored_messages(&js, "default/three").await? {
+        let traceparent = headers.get("traceparent").map(|v| v.as_str().to_owned());
+        assert!(
+            traceparent.as_deref().is_some_and(|t| t.contains(TRACE_ID)),
+            "{}: {traceparent:?}",
+            describe(&event)
+        );
+    }
     assert_eq!(agent.containers().await?, 0);
     agent
         .runner
@@ -375,6 +384,52 @@ async fn nats_restart_loses_no_event() -> TestResult {
     );
     assert_eq!(agent.containers().await?, 0);
     agent.stop().await?;
+    server.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn agent_shutdown_stops_the_action_and_reports_it() -> TestResult {
+    let nats = NatsServer::start().await?;
+    let server = Replica::start(&nats.url(), "server-a").await?;
+    let Some(agent) = Agent::start("02:00:00:00:01:09", &[server.addr]).await? else {
+        return Ok(());
+    };
+    let js = jetstream(&nats.url()).await?;
+    wait_presence(&js, &agent.id, "server-a").await?;
+
+    let gate = Gate::new()?;
+    let mut held = script("a1", &Gate::script("a1"));
+    held.volumes = vec![gate.volume()];
+    dispatch(
+        &js,
+        &agent.id,
+        &start_command(workflow("default/shutdown", vec![held])),
+    )
+    .await?;
+    gate.wait_started("a1").await?;
+    let runner = agent.runner.clone();
+    let id = agent.id.clone();
+    agent.stop().await?;
+
+    // The stop waited for the container and flushed the last event.
+    let events = stored_events(&js, "default/shutdown").await?;
+    assert_eq!(summary(&events), ["Started:a1", "Failed:a1:AgentShutdown"]);
+    let filters = std::collections::HashMap::from([(
+        "label".to_owned(),
+        vec![format!("{}={id}", tink_agent::runtime::LABEL_AGENT)],
+    )]);
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    assert!(
+        runner
+            .docker()
+            .list_containers(Some(options))
+            .await?
+            .is_empty()
+    );
     server.stop().await?;
     Ok(())
 }

@@ -254,6 +254,11 @@ pub fn script(id: &str, script: &str) -> workflow::Action {
     }
 }
 
+/// The trace id of the `traceparent` every test command carries.
+pub const TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
+/// The parent span id in that `traceparent`.
+pub const PARENT_SPAN_ID: &str = "b7ad6b7169203331";
+
 pub fn start_command(workflow: Workflow) -> GetWorkflowsResponse {
     GetWorkflowsResponse {
         cmd: Some(get_workflows_response::Cmd::StartWorkflow(
@@ -263,7 +268,7 @@ pub fn start_command(workflow: Workflow) -> GetWorkflowsResponse {
         )),
         trace_context: HashMap::from([(
             "traceparent".to_owned(),
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
+            format!("00-{TRACE_ID}-{PARENT_SPAN_ID}-01"),
         )]),
     }
 }
@@ -304,6 +309,18 @@ pub async fn stored_events(
     js: &jetstream::Context,
     workflow_id: &str,
 ) -> Result<Vec<Event>, BoxError> {
+    Ok(stored_messages(js, workflow_id)
+        .await?
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect())
+}
+
+/// Every event stored for a workflow, in order, with its NATS headers.
+pub async fn stored_messages(
+    js: &jetstream::Context,
+    workflow_id: &str,
+) -> Result<Vec<(Event, async_nats::HeaderMap)>, BoxError> {
     let stream = js.get_stream(tink_bus::EVENTS_STREAM).await?;
     let consumer = stream
         .create_consumer(jetstream::consumer::pull::OrderedConfig {
@@ -318,7 +335,10 @@ pub async fn stored_events(
         let message = within("a stored event", messages.next())
             .await?
             .ok_or("the consumer ended")??;
-        out.push(tink_bus::decode_event(&message.payload)?);
+        out.push((
+            tink_bus::decode_event(&message.payload)?,
+            message.headers.clone().unwrap_or_default(),
+        ));
     }
     Ok(out)
 }
