@@ -1169,19 +1169,6 @@ async fn update(core: &Core, t: &Target, q: &Query, body: Value) -> ApiResult<(S
     modify(core, t, q, &make, None).await
 }
 
-/// Removes strategic-merge-patch directives (`$patch`, `$setElementOrder/...`, `$retainKeys`,
-/// `$deleteFromPrimitiveList/...`), leaving a JSON merge patch.
-fn strip_directives(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            m.retain(|k, _| !k.starts_with('$'));
-            m.values_mut().for_each(strip_directives);
-        }
-        Value::Array(a) => a.iter_mut().for_each(strip_directives),
-        _ => {}
-    }
-}
-
 /// Applies a JSON patch the way the API server's library does: a `test` of `null` passes
 /// when the path does not exist (kube-runtime's finalizer helper relies on it).
 fn json_patch_apply(doc: &mut Value, p: &json_patch::Patch) -> ApiResult<()> {
@@ -1214,17 +1201,19 @@ async fn patch(
 ) -> ApiResult<(StatusCode, Value)> {
     match ct {
         "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
-            let mut p: Value = serde_json::from_slice(body)
+            let p: Value = serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
             if !p.is_object() {
                 return Err(ApiError::bad_request("a merge patch must be a JSON object"));
             }
-            if ct == "application/strategic-merge-patch+json" {
-                strip_directives(&mut p);
-            }
+            let strategic = ct == "application/strategic-merge-patch+json";
             let make = move |cur: &Value| {
                 let mut n = cur.clone();
-                json_patch::merge(&mut n, &p);
+                if strategic {
+                    crate::smp::merge(&mut n, &p);
+                } else {
+                    json_patch::merge(&mut n, &p);
+                }
                 if !n.is_object() {
                     return Err(ApiError::bad_request("the patch removed the whole object"));
                 }
@@ -1481,13 +1470,6 @@ mod tests {
         json_patch_apply(&mut doc, &p).unwrap();
         assert_eq!(doc["metadata"]["finalizers"], json!(["f"]));
         assert_eq!(json_patch_apply(&mut doc, &p).unwrap_err().code, 422);
-    }
-
-    #[test]
-    fn strategic_directives_are_removed() {
-        let mut p = json!({"$setElementOrder/containers": [{"name": "a"}], "spec": {"$retainKeys": ["x"], "x": 1}});
-        strip_directives(&mut p);
-        assert_eq!(p, json!({"spec": {"x": 1}}));
     }
 
     #[test]

@@ -31,8 +31,8 @@
 //!   admissionregistration.k8s.io/v1 Validating- and MutatingWebhookConfiguration.
 //! - CRDs register their resource for every served version at once (status `Established`).
 //!   Deleting a CRD deletes its objects at once, finalizers notwithstanding.
-//! - create, get, list, update (PUT), patch (JSON merge patch, JSON patch, strategic merge patch
-//!   treated as merge patch, server-side apply), delete, deletecollection; `dryRun=All`.
+//! - create, get, list, update (PUT), patch (JSON merge patch, JSON patch, strategic merge
+//!   patch, server-side apply), delete, deletecollection; `dryRun=All`.
 //! - `resourceVersion` from one global counter; `409 Conflict` on a stale PUT or a patch that
 //!   carries a `metadata.resourceVersion`; a write that changes nothing keeps the resourceVersion
 //!   and sends no event; `generation` starts at 1 and grows when anything but `metadata` and
@@ -90,8 +90,9 @@
 //!   no longer applies is removed unless another applier applies it too. Fields written by
 //!   updates (PUT, patches) are not tracked, conflicts are never reported, and `force` is
 //!   accepted and ignored.
-//! - Strategic merge patch is a JSON merge patch (lists replace instead of merging by key) after
-//!   its `$` directives are removed.
+//! - Strategic merge patch knows merge keys by field name (`containers`, `env`, `volumes`,
+//!   `ports`, `volumeMounts`, `conditions`, ... from a table, not from the OpenAPI schema);
+//!   other lists replace. Custom resources accept it too (a real server answers 415).
 //! - `limit`/`continue` pages read the latest state (no snapshot at the first page's
 //!   resourceVersion) and continue tokens never expire; `resourceVersionMatch=Exact` with any
 //!   resourceVersion but the latest gets 410.
@@ -124,6 +125,7 @@ mod registry;
 mod schema;
 pub mod selector;
 mod server;
+mod smp;
 mod store;
 mod table;
 mod watch;

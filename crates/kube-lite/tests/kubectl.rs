@@ -298,6 +298,29 @@ async fn kubectl_manages_built_in_objects() {
     let secret = json_of(&env, &["get", "secret", "creds", "-o", "json"]).await;
     assert_eq!(secret["data"]["password"], json!("aHVudGVyMg=="));
     assert_eq!(secret["type"], json!("Opaque"));
+    // kubectl apply of a Deployment sends a strategic merge patch naming only what changed:
+    // containers merge by name and keep their other fields.
+    let mut deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [
+                {"name": "app", "image": "app:1", "ports": [{"containerPort": 80}], "env": [{"name": "A", "value": "1"}]},
+                {"name": "sidecar", "image": "side:1"}]}}}});
+    ok(&env, &["apply", "-f", &write(&env, "deploy.json", &deploy)]).await;
+    deploy["spec"]["template"]["spec"]["containers"][0]["image"] = json!("app:2");
+    deploy["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]);
+    ok(
+        &env,
+        &["apply", "-f", &write(&env, "deploy2.json", &deploy)],
+    )
+    .await;
+    let got = json_of(&env, &["get", "deployment", "web", "-o", "json"]).await;
+    assert_eq!(
+        got["spec"]["template"]["spec"]["containers"],
+        deploy["spec"]["template"]["spec"]["containers"]
+    );
+    assert_eq!(got["metadata"]["generation"], json!(2));
+
     // Server-side printing: kubectl's usual columns.
     let table = ok(&env, &["get", "configmaps", "settings"]).await;
     assert!(
