@@ -19,6 +19,14 @@ async fn runner(
     agent_id: &str,
     work: &tempfile::TempDir,
 ) -> Result<Option<DockerRunner>, Box<dyn std::error::Error>> {
+    runner_with(agent_id, work, RegistryConfig::default()).await
+}
+
+async fn runner_with(
+    agent_id: &str,
+    work: &tempfile::TempDir,
+    registry: RegistryConfig,
+) -> Result<Option<DockerRunner>, Box<dyn std::error::Error>> {
     let Some(docker) = engine_or_skip().await? else {
         return Ok(None);
     };
@@ -26,7 +34,7 @@ async fn runner(
     let runner = DockerRunner::connect(RunnerConfig {
         agent_id: agent_id.to_owned(),
         docker_host: None,
-        registry: RegistryConfig::default(),
+        registry,
         default_timeout: None,
         stop_grace: Duration::from_secs(1),
         work_dir: work.path().to_owned(),
@@ -257,5 +265,38 @@ async fn bad_entrypoint_fails_to_start() -> TestResult {
         "{f:?}"
     );
     assert_eq!(containers_of(&runner, agent).await?, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn pulls_go_through_the_mirror_with_credentials() -> TestResult {
+    let work = tempfile::tempdir()?;
+    let registry = RegistryConfig {
+        mirror: Some("127.0.0.1:1".into()),
+        username: Some("user".into()),
+        password: Some("secret".into()),
+        server_address: Some("127.0.0.1:1".into()),
+    };
+    let Some(runner) = runner_with("runner-mirror", &work, registry).await? else {
+        return Ok(());
+    };
+    let mut a = action("true");
+    a.image = "tinkerbell/not-local:1".into();
+    let outcome = runner.run("wf-mirror", &a, &CancellationToken::new()).await;
+    let ActionOutcome::Failed(f) = outcome else {
+        panic!("expected failure, got {outcome:?}")
+    };
+    assert_eq!(f.reason, FailureReason::ImagePullFailed);
+    // The Docker Hub image was asked from the mirror, not from Docker Hub.
+    assert!(
+        f.message.contains("127.0.0.1:1/tinkerbell/not-local:1"),
+        "{}",
+        f.message
+    );
+    // A local image is used as is: the mirror is never asked.
+    let outcome = runner
+        .run("wf-mirror", &action("true"), &CancellationToken::new())
+        .await;
+    assert_eq!(outcome, ActionOutcome::Succeeded);
     Ok(())
 }
