@@ -34,8 +34,9 @@ pub const DEFAULT_BUSYBOX: &str = "/bin/busybox";
 /// The image label holding the content hash used for caching.
 const CONTENT_LABEL: &str = "org.tinkerbell.testkit.content";
 
-/// Errors of the Docker helpers.
-#[derive(Debug, thiserror::Error)]
+/// Errors of the Docker helpers. `Debug` prints the message too, because a test returning
+/// `Err` shows its error with `Debug`, and the hint on how to fix it must reach the reader.
+#[derive(thiserror::Error)]
 pub enum DockerError {
     /// No Docker engine answered and skipping was not requested.
     #[error(
@@ -72,6 +73,12 @@ pub enum DockerError {
     /// The engine refused a request.
     #[error("docker engine: {0}")]
     Engine(#[from] bollard::errors::Error),
+}
+
+impl std::fmt::Debug for DockerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
+    }
 }
 
 /// Connects to the local Docker engine (honouring `DOCKER_HOST`) and negotiates the API version.
