@@ -181,7 +181,7 @@ async fn main() -> Result<(), BoxError> {
         for (name, s) in [
             ("docker run --rm", &baseline),
             ("runner (bollard)", &runner),
-            ("agent (events incl.)", &full),
+            ("agent (gRPC+NATS path)", &full),
         ] {
             let ratio = s.mean.as_secs_f64() / baseline.mean.as_secs_f64();
             println!(
