@@ -108,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
             domain: args.tls_domain,
         });
     }
-    let runner = DockerRunner::connect(RunnerConfig {
+    let runner_config = RunnerConfig {
         agent_id,
         docker_host: args.docker_host,
         registry: RegistryConfig {
@@ -121,10 +121,26 @@ async fn main() -> anyhow::Result<()> {
         stop_grace: Duration::from_secs(args.stop_grace_seconds),
         work_dir: args.work_dir,
         privileged: args.privileged,
-    })
-    .await?;
+    };
 
     let shutdown = tink_runtime::shutdown_token();
+    // In the OSIE the Docker engine may start after the agent: wait for it (with back-off).
+    let mut backoff =
+        tink_agent::config::Backoff::new(Duration::from_millis(200), config.backoff_max);
+    let runner = loop {
+        match DockerRunner::connect(runner_config.clone()).await {
+            Ok(runner) => break runner,
+            Err(e @ tink_agent::runtime::RunnerError::WorkDir { .. }) => return Err(e.into()),
+            Err(e) => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, ?delay, "the Docker engine is not reachable yet");
+                tokio::select! {
+                    () = shutdown.cancelled() => return Ok(()),
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    };
     let health = tink_runtime::Health::new();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);

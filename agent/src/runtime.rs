@@ -36,8 +36,8 @@ pub const LABEL_ACTION: &str = "org.tinkerbell.action";
 pub const TAIL_LINES: usize = 20;
 const TAIL_LINE_BYTES: usize = 300;
 
-/// Registry settings for pulls.
-#[derive(Debug, Clone, Default)]
+/// Registry settings for pulls. `Debug` never shows the password.
+#[derive(Clone, Default)]
 pub struct RegistryConfig {
     /// A mirror (`host[:port]`) that Docker Hub images are pulled from instead.
     pub mirror: Option<String>,
@@ -47,6 +47,17 @@ pub struct RegistryConfig {
     pub password: Option<String>,
     /// The registry the credentials belong to (default: the image's).
     pub server_address: Option<String>,
+}
+
+impl std::fmt::Debug for RegistryConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryConfig")
+            .field("mirror", &self.mirror)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("server_address", &self.server_address)
+            .finish()
+    }
 }
 
 /// Runner settings.
@@ -624,6 +635,20 @@ fn humanize(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn registry_passwords_stay_out_of_debug_output() {
+        let config = RegistryConfig {
+            username: Some("user".into()),
+            password: Some("hunter2".into()),
+            ..Default::default()
+        };
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("hunter2") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn tail_keeps_the_last_lines() {
