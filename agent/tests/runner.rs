@@ -300,3 +300,39 @@ async fn pulls_go_through_the_mirror_with_credentials() -> TestResult {
     assert_eq!(outcome, ActionOutcome::Succeeded);
     Ok(())
 }
+
+#[tokio::test]
+async fn without_cmd_the_image_default_command_runs() -> TestResult {
+    let work = tempfile::tempdir()?;
+    let agent = "runner-default-cmd";
+    let Some(runner) = runner(agent, &work).await? else {
+        return Ok(());
+    };
+    let image = TestImage::busybox("tink-agent-test/exit5:1")
+        .cmd(["sh", "-c", "echo from-image; exit 5"])
+        .ensure(runner.docker())
+        .await?;
+    let mut a = action("unused");
+    a.image = image.clone();
+    a.cmd = None;
+    a.args = Vec::new();
+    let outcome = runner
+        .run("wf-default", &a, &CancellationToken::new())
+        .await;
+    let ActionOutcome::Failed(f) = outcome else {
+        panic!("expected failure, got {outcome:?}")
+    };
+    assert!(
+        f.message.starts_with("exit code 5") && f.message.contains("from-image"),
+        "{}",
+        f.message
+    );
+    // Arguments without cmd replace the image's command, as `docker run IMAGE ARGS...` does.
+    a.args = vec!["sh".into(), "-c".into(), "exit 0".into()];
+    let outcome = runner
+        .run("wf-default", &a, &CancellationToken::new())
+        .await;
+    assert_eq!(outcome, ActionOutcome::Succeeded);
+    assert_eq!(containers_of(&runner, agent).await?, 0);
+    Ok(())
+}
