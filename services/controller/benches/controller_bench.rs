@@ -328,17 +328,20 @@ async fn main() -> anyhow::Result<()> {
     let finalizer = (metrics.writes("finalizer") - before.1) as f64 / n;
     let events = (metrics.writes("event") - before.2) as f64 / n;
 
-    let t = lock(&times);
-    let dispatch: Vec<Duration> = t
-        .dispatched
-        .iter()
-        .filter_map(|(k, d)| Some(d.duration_since(*t.created.get(k)?)))
-        .collect();
-    let e2s: Vec<Duration> = t
-        .succeeded
-        .iter()
-        .filter_map(|(k, s)| Some(s.saturating_duration_since(*t.last_event.get(k)?)))
-        .collect();
+    let (dispatch, e2s) = {
+        let t = lock(&times);
+        let dispatch: Vec<Duration> = t
+            .dispatched
+            .iter()
+            .filter_map(|(k, d)| Some(d.duration_since(*t.created.get(k)?)))
+            .collect();
+        let e2s: Vec<Duration> = t
+            .succeeded
+            .iter()
+            .filter_map(|(k, s)| Some(s.saturating_duration_since(*t.last_event.get(k)?)))
+            .collect();
+        (dispatch, e2s)
+    };
     println!(
         "controller-bench: {} three-action workflows, {} agents, created at {}/s (achieved {:.0}/s)",
         args.workflows,
@@ -379,7 +382,6 @@ async fn main() -> anyhow::Result<()> {
         "  controller histogram (event stored -> status written): {}",
         histogram_quantiles(&text)
     );
-    drop(t);
     stop.cancel();
     let _ = controller.await;
     agents.abort_all();
