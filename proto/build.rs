@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Small initial per-call buffers (see src/codec.rs).
+        .codec_path("crate::codec::LeanCodec")
         .compile_with_config(
             config,
             &["workflow/v2/workflow.proto".into()],

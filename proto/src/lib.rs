@@ -6,6 +6,8 @@
 //! same as Tinkerbell's (`/internal.proto.workflow.v2.WorkflowService/GetWorkflows`).
 #![forbid(unsafe_code)]
 
+pub mod codec;
+
 /// The protobuf packages, by their version.
 pub mod workflow {
     /// `internal.proto.workflow.v2`: messages, `workflow_service_client` and
