@@ -13,9 +13,15 @@ const CONTENT_TYPES: &[&str] = &[
 ];
 
 fuzz_target!(|data: &[u8]| {
-    let Some((first, body)) = data.split_first() else { return };
+    let Some((first, body)) = data.split_first() else {
+        return;
+    };
     let ct = CONTENT_TYPES[*first as usize % CONTENT_TYPES.len()];
     if let Err(e) = kube_lite::decode_body(ct, body) {
-        assert!(e.code == 400 || e.code == 415, "unexpected status {}", e.code);
+        assert!(
+            e.code == 400 || e.code == 415,
+            "unexpected status {}",
+            e.code
+        );
     }
 });

@@ -6,7 +6,9 @@ use kube_lite::selector::{FieldSelector, LabelSelector};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(s) = std::str::from_utf8(data) else { return };
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
     let labels = serde_json::json!({"app": "web", "tier": "front"});
     if let Ok(sel) = LabelSelector::parse(s) {
         let _ = sel.matches(Some(&labels));
