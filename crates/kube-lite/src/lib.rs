@@ -105,6 +105,9 @@
 //!   `foregroundDeletion` finalizer); an owner reference to an object that never existed is not
 //!   collected.
 //! - Validating webhooks are called one after the other, not in parallel.
+//! - No validation ratcheting: on update, every field is validated, changed or not.
+//! - Unknown fields are pruned silently with `fieldValidation=Warn` (the default of the `kube`
+//!   client): no `Warning` header is sent.
 //! - Core and events.k8s.io Events are stored apart (a real server shows one store in both).
 //! - Table output covers CRD printer columns and a few built-in types. Protobuf request bodies are
 //!   decoded only for Namespace, ConfigMap, Secret and ServiceAccount (what `kubectl create
