@@ -177,6 +177,16 @@ pub fn agent_consumer_name(agent_id: &str) -> Result<String, TokenError> {
     Ok(format!("agent_{}", agent_token(agent_id)?))
 }
 
+/// The JetStream API subject to send pull requests for an agent's consumer to (what
+/// `consumer.messages()` does internally; the server multiplexes its agents' pulls over one
+/// inbox subscription instead of one subscription and task per agent).
+pub fn agent_pull_subject(agent_id: &str) -> Result<String, TokenError> {
+    Ok(format!(
+        "$JS.API.CONSUMER.MSG.NEXT.{DISPATCH_STREAM}.{}",
+        agent_consumer_name(agent_id)?
+    ))
+}
+
 /// The durable pull consumer delivering an agent's commands: explicit acks, one command in
 /// flight at a time (so Start and Stop keep their order, also across redeliveries), unlimited
 /// redeliveries (a command is only gone once forwarded or too old), removed by JetStream after

@@ -31,8 +31,8 @@ pub use codec::{
 };
 pub use config::{
     Bus, BusConfig, BusError, DISPATCH_STREAM, EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM,
-    agent_consumer_config, agent_consumer_name, dispatch_stream_config, ensure_streams,
-    events_stream_config, presence_stream_config,
+    agent_consumer_config, agent_consumer_name, agent_pull_subject, dispatch_stream_config,
+    ensure_streams, events_stream_config, presence_stream_config,
 };
 pub use presence::Presence;
 pub use subjects::{

@@ -109,8 +109,8 @@ pub enum ServerError {
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[source] tonic::transport::Error),
-    /// The takeover subscription could not be made.
-    #[error("cannot subscribe to takeover notices: {0}")]
+    /// The takeover or pull inbox subscription could not be made.
+    #[error("cannot subscribe: {0}")]
     Subscribe(#[source] async_nats::SubscribeError),
 }
 
@@ -212,6 +212,8 @@ pub async fn serve(
                         {
                             Ok(_) => {
                                 info!("NATS connected; ready");
+                                // Pull requests waiting on the old connection may be lost.
+                                shared.reconnects.send_modify(|n| *n += 1);
                                 set_serving(true).await;
                             }
                             Err(e) => {
@@ -259,6 +261,20 @@ pub async fn serve(
         })
     };
 
+    // One subscription per replica for the pull requests of all its agents.
+    let mut pulled = client
+        .subscribe(format!("{}.*", shared.inbox))
+        .await
+        .map_err(ServerError::Subscribe)?;
+    let router_task = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            while let Some(message) = pulled.next().await {
+                shared.route(message).await;
+            }
+        })
+    };
+
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(config.keepalive_interval))
         .http2_keepalive_timeout(Some(config.keepalive_timeout))
@@ -297,6 +313,7 @@ pub async fn serve(
     }
     watcher.abort();
     takeover_task.abort();
+    router_task.abort();
     if let Err(e) = client.flush().await {
         warn!(error = %e, "cannot flush NATS on shutdown");
     }

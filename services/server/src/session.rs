@@ -10,18 +10,23 @@
 //! the transport took but the agent never read (the connection broke right then) is the one
 //! case this cannot see; the controller's Scheduled timeout covers it.
 //!
-//! The work runs inside the response stream itself (no task per agent): when tonic drops the
-//! stream because the connection ended, everything is released and the presence entry removed.
+//! Cost per agent is kept small (the server holds thousands of idle streams): the work runs
+//! inside the response stream itself (no task per agent), and pull requests of all agents share
+//! one inbox subscription per replica (`<inbox>.<agent token>`), routed to the session by
+//! token, instead of async-nats's subscription and background task per consumer.
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, AckKind, consumer::pull, kv};
+use async_nats::StatusCode;
+use async_nats::jetstream::kv;
 use futures::{Stream, StreamExt as _};
 use tink_bus::proto::GetWorkflowsResponse;
 use tink_bus::{Bus, Presence};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
@@ -32,11 +37,19 @@ use crate::metrics::Metrics;
 /// The response stream type of `GetWorkflows`.
 pub type CommandStream = Pin<Box<dyn Stream<Item = Result<GetWorkflowsResponse, Status>> + Send>>;
 
-/// How long a pull request waits on the server before it is renewed, and the idle heartbeat.
+/// How long a pull request waits on the NATS server before it expires (and is renewed).
 const PULL_EXPIRES: Duration = Duration::from_secs(30);
-const PULL_HEARTBEAT: Duration = Duration::from_secs(15);
-/// Pause before reopening the consumer after an error.
-const REOPEN_BACKOFF: Duration = Duration::from_secs(1);
+/// A pull whose expiry notice never came (NATS restarted meanwhile) is renewed after this.
+const PULL_GRACE: Duration = Duration::from_secs(5);
+/// Pause before retrying after a failed pull or consumer creation.
+const RETRY: Duration = Duration::from_secs(1);
+/// Messages buffered between the router and one session (one is in flight at a time).
+const SESSION_QUEUE: usize = 4;
+
+/// JetStream acknowledgement payloads.
+const ACK: &[u8] = b"+ACK";
+const NAK: &[u8] = b"-NAK";
+const TERM: &[u8] = b"+TERM";
 
 /// State shared by all sessions of a replica.
 #[derive(Debug)]
@@ -48,16 +61,21 @@ pub(crate) struct Shared {
     pub shutdown: CancellationToken,
     /// Cleanup work (presence removal, naks) spawned when sessions end; awaited at shutdown.
     pub cleanup: TaskTracker,
+    /// Prefix of this replica's pull reply subjects, `<inbox>.<agent token>`.
+    pub inbox: String,
+    /// Bumped on every NATS reconnect: pending pull requests may be lost, renew them.
+    pub reconnects: watch::Sender<u64>,
     /// The open session of each agent token on this replica.
     sessions: Mutex<HashMap<String, Arc<Control>>>,
 }
 
-/// How a session is told it was superseded.
+/// How the replica reaches a session: supersede it, hand it pulled messages.
 #[derive(Debug)]
 struct Control {
     session_id: String,
     superseded: CancellationToken,
     reason: OnceLock<String>,
+    deliver: mpsc::Sender<Box<async_nats::Message>>,
 }
 
 impl Control {
@@ -75,6 +93,7 @@ impl Shared {
         metrics: Metrics,
         shutdown: CancellationToken,
     ) -> Self {
+        let inbox = client.new_inbox();
         Shared {
             bus,
             client,
@@ -82,6 +101,8 @@ impl Shared {
             metrics,
             shutdown,
             cleanup: TaskTracker::new(),
+            inbox,
+            reconnects: watch::Sender::new(0),
             sessions: Mutex::new(HashMap::new()),
         }
     }
@@ -106,6 +127,65 @@ impl Shared {
             ));
         }
     }
+
+    /// A message on this replica's pull inbox: hand it to the agent's session. A command for
+    /// an agent no longer here is negatively acknowledged, so JetStream delivers it to the
+    /// agent's current stream at once.
+    ///
+    /// Commands keep their own subject on delivery; their agent is read from the consumer name
+    /// in the ack subject. Pull statuses (expired, consumer gone) come on the inbox subject
+    /// `<inbox>.<agent token>`.
+    pub(crate) async fn route(&self, message: async_nats::Message) {
+        let reply = jetstream_reply(&message);
+        let token = match &reply {
+            Some(reply) => agent_token_of_ack(reply.as_str()),
+            None => message
+                .subject
+                .as_str()
+                .strip_prefix(self.inbox.as_str())
+                .and_then(|rest| rest.strip_prefix('.')),
+        };
+        let Some(token) = token else {
+            return;
+        };
+        let deliver = self.sessions().get(token).map(|c| c.deliver.clone());
+        let message = Box::new(message);
+        let undelivered = match deliver {
+            Some(deliver) => deliver.try_send(message).err().map(|e| match e {
+                mpsc::error::TrySendError::Full(m) | mpsc::error::TrySendError::Closed(m) => m,
+            }),
+            None => Some(message),
+        };
+        if undelivered.is_some()
+            && let Some(reply) = reply
+        {
+            let _ = self.client.publish(reply, NAK.into()).await;
+        }
+    }
+}
+
+/// The agent token in a JetStream ack subject of the dispatch stream:
+/// `$JS.ACK.<stream>.agent_<token>.<counts...>` or, with a domain and account hash,
+/// `$JS.ACK.<domain>.<account>.<stream>.agent_<token>.<counts...>`.
+fn agent_token_of_ack(reply: &str) -> Option<&str> {
+    let tokens: Vec<&str> = reply.split('.').collect();
+    let (stream, consumer) = match tokens.len() {
+        9 => (tokens[2], tokens[3]),
+        n if n >= 12 => (tokens[4], tokens[5]),
+        _ => return None,
+    };
+    if stream != tink_bus::DISPATCH_STREAM {
+        return None;
+    }
+    consumer.strip_prefix("agent_")
+}
+
+/// The ack subject of a JetStream message (status messages have none).
+fn jetstream_reply(message: &async_nats::Message) -> Option<async_nats::Subject> {
+    message
+        .reply
+        .clone()
+        .filter(|r| r.as_str().starts_with("$JS.ACK."))
 }
 
 /// Payload of a takeover notice: `<session id> <server replica>`.
@@ -120,16 +200,22 @@ pub(crate) async fn open(shared: Arc<Shared>, agent_id: String) -> Result<Comman
         shared.metrics.error("invalid_agent_id");
         Status::invalid_argument(format!("agent_id: {e}"))
     })?;
+    let pull_subject = tink_bus::agent_pull_subject(&agent_id)
+        .map_err(|e| Status::invalid_argument(format!("agent_id: {e}")))?;
+    let takeover = tink_bus::takeover_subject(&agent_id)
+        .map_err(|e| Status::invalid_argument(format!("agent_id: {e}")))?;
     if shared.shutdown.is_cancelled() {
         return Err(Status::unavailable(
             "server shutting down; connect to another replica",
         ));
     }
     let session_id = uuid::Uuid::new_v4().simple().to_string();
+    let (deliver, inbox) = mpsc::channel(SESSION_QUEUE);
     let control = Arc::new(Control {
         session_id: session_id.clone(),
         superseded: CancellationToken::new(),
         reason: OnceLock::new(),
+        deliver,
     });
     if let Some(previous) = shared.sessions().insert(token.clone(), control.clone()) {
         previous.supersede(format!(
@@ -138,31 +224,32 @@ pub(crate) async fn open(shared: Arc<Shared>, agent_id: String) -> Result<Comman
         ));
     }
     // From here on the session owns the registry entry and the gauge; Drop releases both.
+    shared.metrics.connected_agents.inc();
     let now = jiff::Timestamp::now();
     let mut session = Session {
-        shared: shared.clone(),
-        agent_id,
-        token,
-        control,
+        reply_subject: format!("{}.{token}", shared.inbox),
+        pull_subject,
         presence: Presence {
-            agent_id: String::new(),
+            agent_id: agent_id.clone(),
             server: shared.replica_id.clone(),
             session: session_id.clone(),
             connected_since: now,
             heartbeat: now,
         },
+        next_heartbeat: first_heartbeat(&shared.bus.config, &session_id),
+        reconnects: shared.reconnects.subscribe(),
+        shared: shared.clone(),
+        agent_id,
+        token,
+        control,
+        inbox,
         revision: None,
-        consumer: None,
-        messages: None,
+        pull: Pull::Needed,
+        consumer_ready: false,
         in_flight: None,
-        heartbeat: heartbeat_interval(&shared.bus.config, &session_id),
         finished: false,
     };
-    session.presence.agent_id = session.agent_id.clone();
-    shared.metrics.connected_agents.inc();
 
-    let takeover = tink_bus::takeover_subject(&session.agent_id)
-        .map_err(|e| Status::invalid_argument(format!("agent_id: {e}")))?;
     let notice = format!("{session_id} {}", shared.replica_id);
     if let Err(e) = shared.client.publish(takeover, notice.into()).await {
         warn!(agent_id = %session.agent_id, error = %e, "cannot announce the new stream to other replicas");
@@ -171,7 +258,7 @@ pub(crate) async fn open(shared: Arc<Shared>, agent_id: String) -> Result<Comman
         shared.metrics.error("presence");
         Status::unavailable(format!("cannot record the agent's presence: {e}"))
     })?;
-    session.open_messages().await.map_err(|e| {
+    session.ensure_consumer().await.map_err(|e| {
         shared.metrics.error("consumer");
         Status::unavailable(format!("cannot open the agent's command consumer: {e}"))
     })?;
@@ -182,21 +269,32 @@ pub(crate) async fn open(shared: Arc<Shared>, agent_id: String) -> Result<Comman
         let item = session.next_item().await?;
         Some((item, session))
     }));
-    Ok(Box::pin(stream.instrument_stream(span)))
+    Ok(Box::pin(Instrumented {
+        inner: stream,
+        span,
+    }))
 }
 
-/// Spreads heartbeats of many sessions over the interval (the first tick comes after a delay
+/// Spreads heartbeats of many sessions over the interval (the first one comes after a delay
 /// derived from the session id) instead of all at once.
-fn heartbeat_interval(config: &tink_bus::BusConfig, session_id: &str) -> tokio::time::Interval {
+fn first_heartbeat(config: &tink_bus::BusConfig, session_id: &str) -> Instant {
     let period = config.presence_heartbeat.max(Duration::from_millis(10));
     let seed = session_id.bytes().fold(0u64, |acc, b| {
         acc.wrapping_mul(31).wrapping_add(u64::from(b))
     });
     let nanos = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1);
-    let first = Duration::from_nanos(seed % nanos) + period / 2;
-    let mut interval = tokio::time::interval_at(tokio::time::Instant::now() + first, period);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    interval
+    Instant::now() + period / 2 + Duration::from_nanos(seed % nanos) / 2
+}
+
+/// The state of this session's pull request.
+#[derive(Debug, Clone, Copy)]
+enum Pull {
+    /// None outstanding: send one.
+    Needed,
+    /// One is waiting on the NATS server; renew it if nothing was heard by then.
+    Waiting { renew_at: Instant },
+    /// Sending failed or the consumer is missing: try again at this time.
+    RetryAt(Instant),
 }
 
 struct Session {
@@ -204,80 +302,64 @@ struct Session {
     agent_id: String,
     token: String,
     control: Arc<Control>,
+    inbox: mpsc::Receiver<Box<async_nats::Message>>,
+    reconnects: watch::Receiver<u64>,
+    pull_subject: String,
+    reply_subject: String,
     presence: Presence,
     revision: Option<u64>,
-    consumer: Option<jetstream::consumer::Consumer<pull::Config>>,
-    messages: Option<pull::Stream>,
-    /// The command handed to the transport, acknowledged when the next item is asked for.
-    in_flight: Option<jetstream::Message>,
-    heartbeat: tokio::time::Interval,
+    next_heartbeat: Instant,
+    pull: Pull,
+    consumer_ready: bool,
+    /// The ack subject of the command handed to the transport, acknowledged when the next
+    /// item is asked for.
+    in_flight: Option<async_nats::Subject>,
     finished: bool,
 }
 
 enum Wake {
     Shutdown,
     Superseded,
-    Heartbeat,
-    Message(Box<Option<Result<jetstream::Message, pull::MessagesError>>>),
+    Reconnected,
+    Timer,
+    Message(Option<Box<async_nats::Message>>),
 }
 
 impl Session {
     async fn next_item(&mut self) -> Option<Result<GetWorkflowsResponse, Status>> {
-        if let Some(message) = self.in_flight.take() {
+        if let Some(reply) = self.in_flight.take() {
             // The transport took the previous command: it is delivered.
-            if let Err(e) = message.ack().await {
+            if let Err(e) = self.shared.client.publish(reply, ACK.into()).await {
                 self.shared.metrics.error("ack");
                 warn!(agent_id = %self.agent_id, error = %e, "cannot acknowledge a forwarded command; it may be delivered again");
             }
             self.shared.metrics.commands_forwarded.inc();
+            self.pull = Pull::Needed;
         }
         if self.finished {
             return None;
         }
         loop {
-            if self.messages.is_none()
-                && let Err(e) = self.open_messages().await
-            {
-                self.shared.metrics.error("consumer");
-                warn!(agent_id = %self.agent_id, error = %e, "cannot open the command consumer; retrying");
-                tokio::select! {
-                    _ = self.shared.shutdown.cancelled() => {}
-                    _ = self.control.superseded.cancelled() => {}
-                    _ = tokio::time::sleep(REOPEN_BACKOFF) => {}
-                }
-            }
-            let wake = {
-                let messages = self.messages.as_mut();
-                tokio::select! {
-                    biased;
-                    _ = self.shared.shutdown.cancelled() => Wake::Shutdown,
-                    _ = self.control.superseded.cancelled() => Wake::Superseded,
-                    _ = self.heartbeat.tick() => Wake::Heartbeat,
-                    next = async {
-                        match messages {
-                            Some(messages) => messages.next().await,
-                            None => std::future::pending().await,
-                        }
-                    } => Wake::Message(Box::new(next)),
+            self.drive_pull().await;
+            let wake_at = match self.pull {
+                Pull::Needed => self.next_heartbeat,
+                Pull::Waiting { renew_at } | Pull::RetryAt(renew_at) => {
+                    renew_at.min(self.next_heartbeat)
                 }
             };
-            match wake {
-                Wake::Message(next) => match *next {
-                    Some(Ok(message)) => {
-                        if let Some(command) = self.accept(message).await {
-                            return Some(Ok(command));
-                        }
-                    }
-                    Some(Err(e)) => {
-                        self.shared.metrics.error("consumer");
-                        warn!(agent_id = %self.agent_id, error = %e, "command consumer failed; reopening");
-                        self.messages = None;
-                        self.consumer = None;
-                    }
-                    None => {
-                        self.messages = None;
-                    }
+            let wake = tokio::select! {
+                biased;
+                _ = self.shared.shutdown.cancelled() => Wake::Shutdown,
+                _ = self.control.superseded.cancelled() => Wake::Superseded,
+                message = self.inbox.recv() => Wake::Message(message),
+                changed = self.reconnects.changed() => match changed {
+                    Ok(()) => Wake::Reconnected,
+                    // The replica is going away; shutdown follows.
+                    Err(_) => Wake::Shutdown,
                 },
+                _ = tokio::time::sleep_until(wake_at) => Wake::Timer,
+            };
+            match wake {
                 Wake::Shutdown => {
                     return self.finish(Status::unavailable(
                         "server shutting down; reconnect to another replica",
@@ -294,9 +376,35 @@ impl Session {
                     info!(agent_id = %self.agent_id, %reason, "agent stream superseded");
                     return self.finish(Status::aborted(format!("stream superseded: {reason}")));
                 }
-                Wake::Heartbeat => {
-                    if let Err(status) = self.refresh_presence().await {
-                        return self.finish(status);
+                Wake::Reconnected => {
+                    // Waiting pull requests may be gone with the old connection; the consumer
+                    // may be gone with the server's store.
+                    self.consumer_ready = false;
+                    self.pull = Pull::Needed;
+                }
+                Wake::Timer => {
+                    let now = Instant::now();
+                    if now >= self.next_heartbeat {
+                        self.next_heartbeat = now + self.shared.bus.config.presence_heartbeat;
+                        if let Err(status) = self.refresh_presence().await {
+                            return self.finish(status);
+                        }
+                    }
+                    if let Pull::Waiting { renew_at } | Pull::RetryAt(renew_at) = self.pull
+                        && now >= renew_at
+                    {
+                        self.pull = Pull::Needed;
+                    }
+                }
+                Wake::Message(None) => {
+                    // The replica dropped the sender: it is shutting down.
+                    return self.finish(Status::unavailable(
+                        "server shutting down; reconnect to another replica",
+                    ));
+                }
+                Wake::Message(Some(message)) => {
+                    if let Some(command) = self.accept(*message).await {
+                        return Some(Ok(command));
                     }
                 }
             }
@@ -308,9 +416,78 @@ impl Session {
         Some(Err(status))
     }
 
-    /// Decodes a pulled command. A malformed one is terminated (never redelivered) and
-    /// counted; the stream goes on.
-    async fn accept(&mut self, message: jetstream::Message) -> Option<GetWorkflowsResponse> {
+    /// Sends a pull request when one is needed (creating the consumer first if it may be
+    /// missing).
+    async fn drive_pull(&mut self) {
+        if !matches!(self.pull, Pull::Needed) {
+            return;
+        }
+        if !self.consumer_ready
+            && let Err(e) = self.ensure_consumer().await
+        {
+            self.shared.metrics.error("consumer");
+            warn!(agent_id = %self.agent_id, error = %e, "cannot create the command consumer; retrying");
+            self.pull = Pull::RetryAt(Instant::now() + RETRY);
+            return;
+        }
+        let expires = u64::try_from(PULL_EXPIRES.as_nanos()).unwrap_or(u64::MAX);
+        let request = format!("{{\"batch\":1,\"expires\":{expires}}}");
+        match self
+            .shared
+            .client
+            .publish_with_reply(
+                self.pull_subject.clone(),
+                self.reply_subject.clone(),
+                request.into(),
+            )
+            .await
+        {
+            Ok(()) => {
+                self.pull = Pull::Waiting {
+                    renew_at: Instant::now() + PULL_EXPIRES + PULL_GRACE,
+                };
+            }
+            Err(e) => {
+                self.shared.metrics.error("consumer");
+                warn!(agent_id = %self.agent_id, error = %e, "cannot send a pull request; retrying");
+                self.pull = Pull::RetryAt(Instant::now() + RETRY);
+            }
+        }
+    }
+
+    async fn ensure_consumer(&mut self) -> Result<(), String> {
+        let config = tink_bus::agent_consumer_config(&self.agent_id, &self.shared.bus.config)
+            .map_err(|e| e.to_string())?;
+        self.shared
+            .bus
+            .dispatch
+            .create_consumer(config)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.consumer_ready = true;
+        Ok(())
+    }
+
+    /// Handles a message from the pull inbox: a command to forward, or a status about the
+    /// pull request. A malformed command is terminated (never redelivered) and counted; the
+    /// stream goes on.
+    async fn accept(&mut self, message: async_nats::Message) -> Option<GetWorkflowsResponse> {
+        let Some(reply) = jetstream_reply(&message) else {
+            match message.status {
+                Some(StatusCode::IDLE_HEARTBEAT) => {}
+                // The pull expired (or found nothing): renew it.
+                Some(StatusCode::TIMEOUT | StatusCode::NOT_FOUND) => self.pull = Pull::Needed,
+                status => {
+                    // 503 no responders: the consumer is gone; 409: it was deleted or
+                    // changed. Recreate it before the next pull.
+                    debug!(agent_id = %self.agent_id, ?status, description = ?message.description, "pull request ended");
+                    self.consumer_ready = false;
+                    self.pull = Pull::RetryAt(Instant::now() + RETRY);
+                }
+            }
+            return None;
+        };
+        self.pull = Pull::Needed;
         let parent = message
             .headers
             .as_ref()
@@ -334,13 +511,17 @@ impl Session {
                         }
                     }
                     debug!("forwarding command");
-                    self.in_flight = Some(message);
+                    self.in_flight = Some(reply);
+                    // No new pull until this one is acknowledged (one in flight).
+                    self.pull = Pull::Waiting {
+                        renew_at: Instant::now() + PULL_EXPIRES,
+                    };
                     Some(command)
                 }
                 Err(e) => {
                     self.shared.metrics.error("malformed_command");
                     warn!(subject = %message.subject, error = %e, "refusing a malformed command; it is dropped");
-                    if let Err(e) = message.ack_with(AckKind::Term).await {
+                    if let Err(e) = self.shared.client.publish(reply, TERM.into()).await {
                         warn!(error = %e, "cannot terminate a malformed command");
                     }
                     None
@@ -349,40 +530,6 @@ impl Session {
         }
         .instrument(span)
         .await
-    }
-
-    async fn open_messages(&mut self) -> Result<(), String> {
-        let consumer = match self.consumer.clone() {
-            Some(consumer) => consumer,
-            None => {
-                let config =
-                    tink_bus::agent_consumer_config(&self.agent_id, &self.shared.bus.config)
-                        .map_err(|e| e.to_string())?;
-                let consumer = self
-                    .shared
-                    .bus
-                    .dispatch
-                    .create_consumer(config)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                self.consumer = Some(consumer.clone());
-                consumer
-            }
-        };
-        let messages = consumer
-            .stream()
-            .max_messages_per_batch(1)
-            .expires(PULL_EXPIRES)
-            .heartbeat(PULL_HEARTBEAT)
-            .messages()
-            .await
-            .map_err(|e| {
-                // The consumer may be gone (deleted, NATS lost its store): create it next time.
-                self.consumer = None;
-                e.to_string()
-            })?;
-        self.messages = Some(messages);
-        Ok(())
     }
 
     async fn put_presence(&mut self) -> Result<(), kv::PutError> {
@@ -395,6 +542,13 @@ impl Session {
             .await?;
         self.revision = Some(revision);
         Ok(())
+    }
+
+    async fn rewrite_presence(&mut self) {
+        if let Err(e) = self.put_presence().await {
+            self.shared.metrics.error("presence");
+            warn!(agent_id = %self.agent_id, error = %e, "cannot rewrite presence");
+        }
     }
 
     /// Refreshes the presence entry with a compare-and-set on its revision. If another session
@@ -427,21 +581,11 @@ impl Session {
                                 other.server
                             )));
                         }
-                        _ => {
-                            if let Err(e) = self.put_presence().await {
-                                self.shared.metrics.error("presence");
-                                warn!(agent_id = %self.agent_id, error = %e, "cannot rewrite presence");
-                            }
-                        }
+                        _ => self.rewrite_presence().await,
                     }
                 }
                 // Expired or lost (e.g. NATS restarted): write it again.
-                Ok(_) => {
-                    if let Err(e) = self.put_presence().await {
-                        self.shared.metrics.error("presence");
-                        warn!(agent_id = %self.agent_id, error = %e, "cannot rewrite presence");
-                    }
-                }
+                Ok(_) => self.rewrite_presence().await,
                 Err(e) => {
                     self.shared.metrics.error("presence");
                     warn!(agent_id = %self.agent_id, error = %e, "cannot read presence");
@@ -467,16 +611,17 @@ impl Drop for Session {
         info!(agent_id = %self.agent_id, session = %self.presence.session, "agent stream closed");
         let in_flight = self.in_flight.take();
         let revision = self.revision;
+        let client = self.shared.client.clone();
         let store = self.shared.bus.presence.clone();
         let token = self.token.clone();
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let task = async move {
-            if let Some(message) = in_flight {
+            if let Some(reply) = in_flight {
                 // Not taken by the transport: deliver it on the agent's next stream now rather
                 // than after the ack wait.
-                let _ = message.ack_with(AckKind::Nak(None)).await;
+                let _ = client.publish(reply, NAK.into()).await;
             }
             if let Some(revision) = revision {
                 // Only if this session still owns the entry (a newer one wrote another revision).
@@ -487,15 +632,7 @@ impl Drop for Session {
     }
 }
 
-/// `Stream::instrument` without pulling in tracing-futures: polls the stream inside the span.
-trait InstrumentStream: Stream + Sized {
-    fn instrument_stream(self, span: tracing::Span) -> Instrumented<Self> {
-        Instrumented { inner: self, span }
-    }
-}
-
-impl<S: Stream> InstrumentStream for S {}
-
+/// Polls a stream inside a span.
 struct Instrumented<S> {
     inner: S,
     span: tracing::Span,
@@ -511,5 +648,30 @@ impl<S: Stream + Unpin> Stream for Instrumented<S> {
         let this = &mut *self;
         let _enter = this.span.enter();
         this.inner.poll_next_unpin(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_tokens_from_ack_subjects() {
+        assert_eq!(
+            agent_token_of_ack("$JS.ACK.TINK_DISPATCH.agent_aa_3abb.1.2.3.1795257501738419168.0"),
+            Some("aa_3abb")
+        );
+        assert_eq!(
+            agent_token_of_ack("$JS.ACK.hub.ACCHASH.TINK_DISPATCH.agent_x.1.2.3.17952575.0.token"),
+            Some("x")
+        );
+        assert_eq!(agent_token_of_ack("$JS.ACK.OTHER.agent_x.1.2.3.4.0"), None);
+        assert_eq!(
+            agent_token_of_ack("$JS.ACK.TINK_DISPATCH.other.1.2.3.4.0"),
+            None
+        );
+        assert_eq!(agent_token_of_ack("$JS.ACK.short"), None);
+        assert_eq!(parse_takeover(b"s1 server-a"), Some(("s1", "server-a")));
+        assert_eq!(parse_takeover(b"nospace"), None);
     }
 }
