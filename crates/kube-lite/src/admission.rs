@@ -263,7 +263,7 @@ async fn call_admission(
     };
     let target = match crate::webhook::resolve(
         wh.get("clientConfig").unwrap_or(&Value::Null),
-        &core.config.services,
+        &core.services(),
     ) {
         Ok(t) => t,
         Err(e) => return fail(e.to_string()),
@@ -365,7 +365,7 @@ pub async fn convert(
                 "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
                 "request": {"uid": uid, "desiredAPIVersion": api_version, "objects": to_convert},
             });
-            let target = crate::webhook::resolve(&client_config, &core.config.services)
+            let target = crate::webhook::resolve(&client_config, &core.services())
                 .map_err(|e| fail(e.to_string()))?;
             let answer = crate::webhook::call(&target, &review, Duration::from_secs(30))
                 .await

@@ -28,6 +28,7 @@ pub struct Config {
     /// Webhook Services that do not exist here: `namespace/name` -> base URL
     /// (`https://127.0.0.1:8443`). Used for `clientConfig.service` of admission webhooks and CRD
     /// conversion; the TLS server name checked is `name.namespace.svc`, as a real API server does.
+    /// More can be added while running with [`RunningServer::map_service`].
     pub services: BTreeMap<String, String>,
     /// How many past events are kept for watches; a watch from an older resourceVersion gets 410.
     pub watch_history: usize,
@@ -86,6 +87,8 @@ impl Config {
 /// Shared server internals.
 pub(crate) struct Core {
     state: Mutex<State>,
+    /// Service mappings; starts as [`Config::services`], grows with [`RunningServer::map_service`].
+    services: Mutex<BTreeMap<String, String>>,
     pub(crate) config: Config,
     pub(crate) addr: SocketAddr,
     pub(crate) shutdown: CancellationToken,
@@ -96,6 +99,14 @@ impl Core {
     /// Locks the state; a poisoned lock (a panic elsewhere) still yields the data.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A snapshot of the Service mappings.
+    pub(crate) fn services(&self) -> BTreeMap<String, String> {
+        self.services
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Wakes the persistence thread after a write.
@@ -140,6 +151,7 @@ impl Server {
         let shutdown = CancellationToken::new();
         let core = Arc::new(Core {
             state: Mutex::new(state),
+            services: Mutex::new(config.services.clone()),
             config,
             addr,
             shutdown: shutdown.clone(),
@@ -314,6 +326,16 @@ impl RunningServer {
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Maps a webhook Service (`namespace/name`) to a base URL on a running server, for
+    /// webhooks that start after the API server (they usually need it first).
+    pub fn map_service(&self, namespaced_name: impl Into<String>, base_url: impl Into<String>) {
+        self.core
+            .services
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(namespaced_name.into(), base_url.into());
     }
 
     /// `http://127.0.0.1:PORT`.

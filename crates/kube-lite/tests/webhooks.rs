@@ -408,12 +408,15 @@ async fn conversion_webhook_serves_every_version() {
     // A real API server checks the certificate for <service>.<namespace>.svc.
     let cert = make_cert(dir.path(), "webhook", "tink-webhook.tink-system.svc");
     let calls = Arc::new(Calls::default());
+    // The API server first (a webhook usually needs it), then the webhook and its Service.
+    let server = kube_lite::Server::start(kube_lite::Config::default())
+        .await
+        .expect("kube-lite");
     let addr = webhook_server(&cert, calls.clone()).await;
-    let config = kube_lite::Config::default().with_service(
+    server.map_service(
         "tink-system/tink-webhook",
         format!("https://127.0.0.1:{}", addr.port()),
     );
-    let server = kube_lite::Server::start(config).await.expect("kube-lite");
     let client = server.client().expect("client");
     create_ns(&client, "conv").await;
     let mut crd = gadget_crd();
