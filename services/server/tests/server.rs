@@ -460,3 +460,92 @@ impl tonic::codec::Encoder for RawEncoder {
         Ok(())
     }
 }
+
+#[tokio::test]
+async fn serves_over_tls() {
+    use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let (ca, cert, key) = test_certificates();
+    let replica = Replica::start_with(
+        &nats.url(),
+        "server-tls",
+        Some(tink_server::TlsConfig {
+            cert_pem: cert,
+            key_pem: key,
+            client_ca_pem: None,
+        }),
+    )
+    .await;
+    let channel = Channel::from_shared(format!("https://127.0.0.1:{}", replica.addr.port()))
+        .expect("uri")
+        .tls_config(
+            ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(&ca))
+                .domain_name("localhost"),
+        )
+        .expect("tls config")
+        .connect()
+        .await
+        .expect("TLS handshake");
+    let mut client = tink_bus::proto::workflow_service_client::WorkflowServiceClient::new(channel);
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    dispatch(&js, AGENT, "ns/over-tls").await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/over-tls");
+
+    // Plain HTTP/2 is refused on the TLS port.
+    let plain = Channel::from_shared(format!("http://{}", replica.addr))
+        .expect("uri")
+        .connect()
+        .await;
+    if let Ok(plain) = plain {
+        let mut plain = tink_bus::proto::workflow_service_client::WorkflowServiceClient::new(plain);
+        assert!(
+            plain
+                .publish_event(action_started("ns/wf", "a1", "e"))
+                .await
+                .is_err()
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_binary_is_ready_only_while_nats_is_connected() {
+    let mut nats = NatsServer::start().await.expect("nats");
+    let replica = ProcessReplica::start(&nats.url(), "server-admin").await;
+    eventually("ready", || async {
+        http_get(replica.admin, "/readyz").await.0 == 200
+    })
+    .await;
+    assert_eq!(http_get(replica.admin, "/healthz").await.0, 200);
+
+    let mut client = client(replica.addr).await;
+    let _commands = connect_agent(&mut client, AGENT).await;
+    let (status, metrics) = http_get(replica.admin, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("tink_server_connected_agents 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tink_server_publish_event_seconds"),
+        "{metrics}"
+    );
+
+    nats.stop().await.expect("nats stops");
+    eventually("not ready without NATS", || async {
+        http_get(replica.admin, "/readyz").await.0 == 503
+    })
+    .await;
+    assert_eq!(
+        http_get(replica.admin, "/healthz").await.0,
+        200,
+        "still alive"
+    );
+    nats.restart().await.expect("nats back");
+    eventually("ready again", || async {
+        http_get(replica.admin, "/readyz").await.0 == 200
+    })
+    .await;
+    replica.kill().await;
+}

@@ -51,12 +51,21 @@ pub struct Replica {
 
 impl Replica {
     pub async fn start(nats_url: &str, replica_id: &str) -> Replica {
+        Replica::start_with(nats_url, replica_id, None).await
+    }
+
+    pub async fn start_with(
+        nats_url: &str,
+        replica_id: &str,
+        tls: Option<tink_server::TlsConfig>,
+    ) -> Replica {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let mut config = ServerConfig::new(nats_url, replica_id);
         config.bus = bus_config();
+        config.tls = tls;
         let shutdown = CancellationToken::new();
         let health = tink_runtime::Health::new();
         let metrics = Metrics::default();
@@ -108,6 +117,7 @@ pub async fn client(addr: SocketAddr) -> WorkflowServiceClient<Channel> {
 /// A replica running as a real `tink-server` process, for "a replica is killed".
 pub struct ProcessReplica {
     pub addr: SocketAddr,
+    pub admin: SocketAddr,
     child: tokio::process::Child,
 }
 
@@ -141,19 +151,27 @@ impl ProcessReplica {
                 }
             });
         }
-        let addr = within("tink-server to log its address", async {
+        let (addr, admin) = within("tink-server to log its addresses", async {
+            let (mut addr, mut admin) = (None, None);
             loop {
                 let line = strip_ansi(&rx.recv().await.expect("tink-server exited early"));
-                if line.contains("serving WorkflowService")
-                    && let Some(rest) = line.split("addr=").nth(1)
-                {
-                    let addr = rest.split_whitespace().next().unwrap_or_default();
-                    return addr.parse::<SocketAddr>().expect("an address");
+                let found = line
+                    .split("addr=")
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .and_then(|a| a.parse::<SocketAddr>().ok());
+                if line.contains("serving WorkflowService") {
+                    addr = found;
+                } else if line.contains("admin endpoint listening") {
+                    admin = found;
+                }
+                if let (Some(addr), Some(admin)) = (addr, admin) {
+                    return (addr, admin);
                 }
             }
         })
         .await;
-        ProcessReplica { addr, child }
+        ProcessReplica { addr, admin, child }
     }
 
     /// SIGKILL: no cleanup at all, like a crashed pod.
@@ -322,4 +340,99 @@ where
         }
     })
     .await;
+}
+
+/// A plain HTTP/1.0 GET on loopback: status code and body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connects");
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())
+        .await
+        .expect("request sent");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("response read");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A test CA and a server certificate it signed for `localhost` and 127.0.0.1: (CA PEM,
+/// certificate PEM, key PEM), made with the `openssl` command.
+pub fn test_certificates() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name);
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    std::fs::write(
+        path("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("ext file");
+    let run = |args: Vec<std::ffi::OsString>| {
+        let status = std::process::Command::new("openssl")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("the `openssl` command runs (apt-get install openssl)");
+        assert!(status.success(), "openssl failed");
+    };
+    let os = |items: &[&str]| {
+        items
+            .iter()
+            .map(std::ffi::OsString::from)
+            .collect::<Vec<_>>()
+    };
+    let mut ca = os(&["req", "-x509", "-days", "1", "-subj", "/CN=tink-test-ca"]);
+    ca.extend(os(&ec));
+    ca.extend([
+        "-keyout".into(),
+        path("ca.key").into(),
+        "-out".into(),
+        path("ca.pem").into(),
+    ]);
+    run(ca);
+    let mut csr = os(&["req", "-subj", "/CN=localhost"]);
+    csr.extend(os(&ec));
+    csr.extend([
+        "-keyout".into(),
+        path("key.pem").into(),
+        "-out".into(),
+        path("leaf.csr").into(),
+    ]);
+    run(csr);
+    let mut sign = os(&["x509", "-req", "-days", "1", "-CAcreateserial"]);
+    sign.extend([
+        "-in".into(),
+        path("leaf.csr").into(),
+        "-CA".into(),
+        path("ca.pem").into(),
+        "-CAkey".into(),
+        path("ca.key").into(),
+        "-extfile".into(),
+        path("ext.cnf").into(),
+        "-out".into(),
+        path("cert.pem").into(),
+    ]);
+    run(sign);
+    let read = |name: &str| std::fs::read(path(name)).expect("pem");
+    (read("ca.pem"), read("cert.pem"), read("key.pem"))
 }
