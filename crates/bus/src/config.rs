@@ -211,6 +211,28 @@ pub fn agent_consumer_config(
     })
 }
 
+/// The durable consumer name the controller reads events with.
+pub const CONTROLLER_EVENTS_CONSUMER: &str = "tink-controller";
+
+/// The controller's durable pull consumer of all events: explicit acks (an event is acked once
+/// its status change is written), redelivered after `ack_wait` until then, from the start of
+/// the stream. Controller replicas share it; only the leader pulls.
+pub fn events_consumer_config(ack_wait: Duration) -> consumer::pull::Config {
+    consumer::pull::Config {
+        durable_name: Some(CONTROLLER_EVENTS_CONSUMER.to_string()),
+        name: Some(CONTROLLER_EVENTS_CONSUMER.to_string()),
+        description: Some(
+            "tinkerbell controller: applies agent events to Workflow status".to_string(),
+        ),
+        filter_subject: EVENTS_ALL.to_string(),
+        deliver_policy: consumer::DeliverPolicy::All,
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait,
+        max_deliver: -1,
+        ..Default::default()
+    }
+}
+
 /// Creates the streams and the bucket, or updates them to `config`. Idempotent: every service
 /// calls it at start-up and the first one creates, the others find them.
 pub async fn ensure_streams(

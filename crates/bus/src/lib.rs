@@ -30,9 +30,10 @@ pub use codec::{
     publish_command, publish_event, publish_event_with_headers, validate_command, validate_event,
 };
 pub use config::{
-    Bus, BusConfig, BusError, DISPATCH_STREAM, EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM,
-    agent_consumer_config, agent_consumer_name, agent_pull_subject, dispatch_stream_config,
-    ensure_streams, events_stream_config, presence_stream_config,
+    Bus, BusConfig, BusError, CONTROLLER_EVENTS_CONSUMER, DISPATCH_STREAM, EVENTS_STREAM,
+    PRESENCE_BUCKET, PRESENCE_STREAM, agent_consumer_config, agent_consumer_name,
+    agent_pull_subject, dispatch_stream_config, ensure_streams, events_consumer_config,
+    events_stream_config, presence_stream_config,
 };
 pub use presence::Presence;
 pub use subjects::{

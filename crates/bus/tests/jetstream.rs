@@ -151,3 +151,45 @@ async fn an_agents_consumer_receives_its_commands_in_order_only() {
         message.ack().await.expect("acked");
     }
 }
+
+#[tokio::test]
+async fn the_controller_consumer_reads_every_workflows_events() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = connect(&nats).await;
+    let bus = tink_bus::ensure_streams(&js, &BusConfig::default())
+        .await
+        .expect("streams");
+    let cx = opentelemetry::Context::new();
+    for wf in ["ns/a", "other/b"] {
+        let event = Event {
+            workflow_id: wf.into(),
+            event: Some(event::Event::WorkflowRejected(event::WorkflowRejected {
+                failure_reason: Some("AgentBusy".into()),
+                failure_message: "busy".into(),
+            })),
+            ..Default::default()
+        };
+        tink_bus::publish_event(&js, &event, &cx)
+            .await
+            .expect("stored");
+    }
+    let consumer = bus
+        .events
+        .create_consumer(tink_bus::events_consumer_config(Duration::from_secs(30)))
+        .await
+        .expect("consumer");
+    let mut messages = consumer.messages().await.expect("messages");
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+            .await
+            .expect("in time")
+            .expect("a message")
+            .expect("no error");
+        seen.push(
+            tink_bus::workflow_from_events_subject(&message.subject).expect("events subject"),
+        );
+        message.ack().await.expect("acked");
+    }
+    assert_eq!(seen, ["ns/a", "other/b"]);
+}
