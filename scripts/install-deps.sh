@@ -3,12 +3,16 @@
 #   nats-server     real NATS JetStream for the bus, server, agent and controller tests
 #   mold            the linker .cargo/config.toml selects
 #   busybox-static  the static busybox the test kit packs into local action images
+#   openssl         certificates for the webhook tests (HTTPS admission and conversion calls)
+#   curl            readiness probes in scripts/demo.sh
 # Docker must already be installed and running; tests that need it fail when it does not answer,
 # unless TINK_SKIP_DOCKER_TESTS=1 is set.
 set -euo pipefail
 need=()
 command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
 command -v mold >/dev/null 2>&1 || need+=(mold)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 [ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
@@ -16,4 +20,8 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" file >/dev/null
 fi
-command -v kubectl >/dev/null 2>&1 || echo "warning: kubectl not found; the kubectl-driven conformance tests need it" >&2
+if ! command -v kubectl >/dev/null 2>&1; then
+  # The machine images this project runs on ship kubectl (v1.32); Debian's own package is older.
+  apt-get install -y -qq kubectl >/dev/null 2>&1 || apt-get install -y -qq kubernetes-client >/dev/null 2>&1 \
+    || echo "warning: kubectl not found and not installable; the kubectl-driven tests will fail" >&2
+fi
