@@ -15,8 +15,9 @@
 /// the JetStream file store.
 pub const MAX_AGENT_ID_LEN: usize = 80;
 
-/// The longest workflow id accepted, in bytes (a namespace and a name fit: 63 + 1 + 253).
-pub const MAX_WORKFLOW_ID_LEN: usize = 320;
+/// The longest workflow id accepted, in bytes. The controller sends dispatch ids
+/// `{namespace}/{name}/{uid}/{attempt}`: at most 63 + 1 + 253 + 1 + 36 + 1 + 10 = 365 bytes.
+pub const MAX_WORKFLOW_ID_LEN: usize = 384;
 
 /// An id that cannot become a token, or a string that is not a token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

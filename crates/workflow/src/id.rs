@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 /// The longest dispatch id accepted, in bytes. It travels as the protocol's `workflow_id` and
 /// in the events subject, so it obeys the bus limit (`tink_bus::token::MAX_WORKFLOW_ID_LEN`).
-pub const MAX_DISPATCH_ID_LEN: usize = 320;
+pub const MAX_DISPATCH_ID_LEN: usize = 384;
 
 /// The Workflow object a step is about: namespace, name and the object's `metadata.uid`.
 ///
@@ -281,18 +281,19 @@ mod tests {
     #[test]
     fn enforces_the_length_limit() {
         let uid = "4b2d8f0e-0c1a-4c39-9a53-6a1d2b1c0f00"; // 36 bytes
-        // 63 + 1 + name + 1 + 36 + 1 + 1 = 320 when name = 217.
-        let fits = WorkflowRef::new("n".repeat(63), "w".repeat(217), uid);
+        // 63 + 1 + name + 1 + 36 + 1 + 1 = 384 when name = 281 (longer than Kubernetes allows,
+        // so every real Workflow fits).
+        let fits = WorkflowRef::new("n".repeat(63), "w".repeat(281), uid);
         let id = DispatchId::new(fits, 1).unwrap();
         assert_eq!(id.to_string().len(), MAX_DISPATCH_ID_LEN);
         assert_eq!(DispatchId::parse(&id.to_string()).unwrap(), id);
-        let too_long = WorkflowRef::new("n".repeat(63), "w".repeat(218), uid);
+        let too_long = WorkflowRef::new("n".repeat(63), "w".repeat(282), uid);
         assert_eq!(
             DispatchId::new(too_long, 1),
-            Err(DispatchIdError::TooLong { len: 321, max: 320 })
+            Err(DispatchIdError::TooLong { len: 385, max: 384 })
         );
         // The attempt's digits count too.
-        let edge = WorkflowRef::new("n".repeat(63), "w".repeat(216), uid);
+        let edge = WorkflowRef::new("n".repeat(63), "w".repeat(280), uid);
         assert!(DispatchId::new(edge.clone(), 99).is_ok());
         assert!(DispatchId::new(edge, 100).is_err());
     }

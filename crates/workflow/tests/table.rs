@@ -1072,7 +1072,7 @@ fn events_from_another_agent_are_ignored_case_insensitively_matched() {
 #[test]
 fn dispatch_fails_the_workflow_when_its_id_cannot_be_built() {
     let mut c = ctx(10);
-    c.workflow.name = "n".repeat(300);
+    c.workflow.name = "n".repeat(400);
     let t = step(&pending(), dispatch(), &c);
     assert_eq!(t.status.state, Failed);
     assert_eq!(
@@ -1086,5 +1086,5 @@ fn dispatch_fails_the_workflow_when_its_id_cannot_be_built() {
         .message
         .clone()
         .unwrap();
-    assert!(msg.contains("320"), "{msg}");
+    assert!(msg.contains("384"), "{msg}");
 }

@@ -14,7 +14,8 @@ pub enum ConditionType {
     /// The workflow has started: `False` until `status.startedAt` is set, then `True`.
     Started,
     /// The workflow succeeded: `True`/`Info` on `Succeeded`; `False`/`Error` on `Failed` (reason
-    /// and message from the failed action) and on `Canceled`.
+    /// and message from the failed action); on `Canceled`, `False`/`Warning` when the cancel the
+    /// user asked for completed and `False`/`Error` when it had to be forced (`CancelTimeout`).
     Succeeded,
     /// Addition: the Template rendered with the Hardware and `templateData`. `False`/`Error`
     /// with the render error as message when it did not.
