@@ -6,6 +6,9 @@
 //! cargo bench -p tink-server --bench server-bench                    # both, with those defaults
 //! ```
 //!
+//! `TINK_BENCH_SERVER_BIN=/path/to/tink-server` benchmarks another build of the server (for
+//! before/after comparisons on the same machine and load).
+//!
 //! Every simulated agent has its own HTTP/2 connection, as real machines do, so the streams
 //! benchmark needs about `count + 100` file descriptors in this process and in the server:
 //! check `ulimit -n` (the benchmark reads the limit and refuses to start below what it needs).
@@ -59,7 +62,10 @@ impl ServerProcess {
         // A free port, picked here so the server's log level does not matter (a benchmark may
         // lose this race to another process; it then fails to start and says so).
         let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tink-server"))
+        // TINK_BENCH_SERVER_BIN runs another build of the server (before/after comparisons).
+        let binary = std::env::var_os("TINK_BENCH_SERVER_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_tink-server").into());
+        let child = tokio::process::Command::new(binary)
             .args(["--listen", &addr.to_string(), "--admin-addr", "127.0.0.1:0"])
             .args(["--nats-url", nats_url, "--replica-id", "bench"])
             .env(

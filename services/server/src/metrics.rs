@@ -6,6 +6,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use tink_bus::EventKind;
 
 /// Label of [`Metrics::events_published`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -25,6 +26,9 @@ pub struct ErrorLabel {
 /// The server's metrics; clones share the same values.
 #[derive(Clone, Debug)]
 pub struct Metrics {
+    /// The counters of `events_published` for each kind (and no kind, last), resolved once so
+    /// publishing an event does not build a label and look it up.
+    by_kind: [Counter; KINDS.len() + 1],
     /// Agent streams open on this replica.
     pub connected_agents: Gauge,
     /// Commands forwarded to agents (and acknowledged in JetStream).
@@ -41,12 +45,42 @@ pub struct Metrics {
     pub publish_event_seconds: Histogram,
 }
 
+/// Every event kind, in the order of [`kind_index`].
+const KINDS: [EventKind; 5] = [
+    EventKind::ActionStarted,
+    EventKind::ActionSucceeded,
+    EventKind::ActionFailed,
+    EventKind::WorkflowRejected,
+    EventKind::WorkflowCanceled,
+];
+
+fn kind_index(kind: Option<EventKind>) -> usize {
+    match kind {
+        Some(EventKind::ActionStarted) => 0,
+        Some(EventKind::ActionSucceeded) => 1,
+        Some(EventKind::ActionFailed) => 2,
+        Some(EventKind::WorkflowRejected) => 3,
+        Some(EventKind::WorkflowCanceled) => 4,
+        None => KINDS.len(),
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
+        let events_published = Family::<KindLabel, Counter>::default();
+        let counter = |kind: Option<EventKind>| {
+            events_published
+                .get_or_create(&KindLabel {
+                    kind: kind.map_or("None", EventKind::as_str).to_string(),
+                })
+                .clone()
+        };
+        let by_kind = std::array::from_fn(|i| counter(KINDS.get(i).copied()));
         Metrics {
+            by_kind,
             connected_agents: Gauge::default(),
             commands_forwarded: Counter::default(),
-            events_published: Family::default(),
+            events_published,
             events_duplicate: Counter::default(),
             streams_superseded: Counter::default(),
             errors: Family::default(),
@@ -92,6 +126,11 @@ impl Metrics {
             metrics.publish_event_seconds.clone(),
         );
         metrics
+    }
+
+    /// Counts an event of `kind` stored in JetStream.
+    pub fn event_published(&self, kind: Option<EventKind>) {
+        self.by_kind[kind_index(kind)].inc();
     }
 
     /// Counts an error of operation `op`.

@@ -10,7 +10,6 @@ use tink_bus::proto::{GetWorkflowsRequest, PublishEventRequest, PublishEventResp
 use tonic::{Request, Response, Status};
 use tracing::{Instrument as _, debug, warn};
 
-use crate::metrics::KindLabel;
 use crate::session::{self, CommandStream, Shared};
 
 /// The agent-facing gRPC service of one replica.
@@ -36,27 +35,26 @@ impl WorkflowService for Gateway {
         &self,
         request: Request<PublishEventRequest>,
     ) -> Result<Response<PublishEventResponse>, Status> {
-        let incoming = tink_telemetry::propagation::extract_grpc(request.metadata());
-        let raw_trace = raw_trace_headers(request.metadata());
+        let (metadata, _, message) = request.into_parts();
+        let metrics = &self.shared.metrics;
+        let Some(event) = message.event else {
+            metrics.error("invalid_event");
+            return Err(Status::invalid_argument("event: must be set"));
+        };
+        let kind = tink_bus::event_kind(&event);
+        // Fields given at creation: recording them later costs the log layer a second pass.
         let span = tracing::info_span!(
             "publish_event",
-            workflow_id = tracing::field::Empty,
-            kind = tracing::field::Empty
+            workflow_id = event.workflow_id.as_str(),
+            kind = kind.map_or("None", tink_bus::EventKind::as_str)
         );
-        tink_telemetry::propagation::set_parent(&span, incoming);
-        let shared = self.shared.clone();
+        let traced = metadata.contains_key("traceparent");
+        if traced {
+            let incoming = tink_telemetry::propagation::extract_grpc(&metadata);
+            tink_telemetry::propagation::set_parent(&span, incoming);
+        }
+        let shared = &self.shared;
         async move {
-            let metrics = &shared.metrics;
-            let Some(event) = request.into_inner().event else {
-                metrics.error("invalid_event");
-                return Err(Status::invalid_argument("event: must be set"));
-            };
-            let kind = tink_bus::event_kind(&event);
-            let current = tracing::Span::current();
-            current.record("workflow_id", event.workflow_id.as_str());
-            if let Some(kind) = kind {
-                current.record("kind", kind.as_str());
-            }
             let started = Instant::now();
             // The server span's context when tracing is exported; otherwise the agent's own
             // trace headers pass through unchanged.
@@ -64,28 +62,23 @@ impl WorkflowService for Gateway {
             let result = if cx.span().span_context().is_valid() {
                 tink_bus::publish_event(&shared.bus.jetstream, &event, &cx).await
             } else {
-                publish_with_raw_trace(&shared, &event, &raw_trace).await
+                let headers = if traced {
+                    raw_trace_headers(&metadata)
+                } else {
+                    async_nats::HeaderMap::new()
+                };
+                tink_bus::publish_event_with_headers(&shared.bus.jetstream, &event, headers).await
             };
             match result {
                 Ok(ack) => {
                     metrics
                         .publish_event_seconds
                         .observe(started.elapsed().as_secs_f64());
-                    let kind = kind.map_or("None", tink_bus::EventKind::as_str);
-                    metrics
-                        .events_published
-                        .get_or_create(&KindLabel {
-                            kind: kind.to_string(),
-                        })
-                        .inc();
+                    metrics.event_published(kind);
                     if ack.duplicate {
                         metrics.events_duplicate.inc();
+                        debug!(sequence = ack.sequence, "duplicate event");
                     }
-                    debug!(
-                        sequence = ack.sequence,
-                        duplicate = ack.duplicate,
-                        "event stored"
-                    );
                     Ok(Response::new(PublishEventResponse {}))
                 }
                 Err(BusError::Invalid(e)) => {
@@ -111,25 +104,13 @@ impl WorkflowService for Gateway {
     }
 }
 
-/// The `traceparent` and `tracestate` metadata as sent by the agent.
-fn raw_trace_headers(metadata: &tonic::metadata::MetadataMap) -> Vec<(&'static str, String)> {
-    ["traceparent", "tracestate"]
-        .into_iter()
-        .filter_map(|key| {
-            let value = metadata.get(key)?.to_str().ok()?;
-            Some((key, value.to_string()))
-        })
-        .collect()
-}
-
-async fn publish_with_raw_trace(
-    shared: &Shared,
-    event: &tink_bus::proto::Event,
-    raw_trace: &[(&'static str, String)],
-) -> Result<async_nats::jetstream::publish::PublishAck, BusError> {
+/// NATS headers holding the `traceparent` and `tracestate` metadata as sent by the agent.
+fn raw_trace_headers(metadata: &tonic::metadata::MetadataMap) -> async_nats::HeaderMap {
     let mut headers = async_nats::HeaderMap::new();
-    for (key, value) in raw_trace {
-        headers.insert(*key, value.as_str());
+    for key in ["traceparent", "tracestate"] {
+        if let Some(value) = metadata.get(key).and_then(|v| v.to_str().ok()) {
+            headers.insert(key, value);
+        }
     }
-    tink_bus::publish_event_with_headers(&shared.bus.jetstream, event, headers).await
+    headers
 }
