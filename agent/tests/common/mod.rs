@@ -52,12 +52,22 @@ pub struct Replica {
 
 impl Replica {
     pub async fn start(nats_url: &str, replica_id: &str) -> Result<Replica, BoxError> {
+        Replica::start_with(nats_url, replica_id, None).await
+    }
+
+    /// A replica serving TLS with `tls` (plain HTTP/2 when `None`).
+    pub async fn start_with(
+        nats_url: &str,
+        replica_id: &str,
+        tls: Option<tink_server::TlsConfig>,
+    ) -> Result<Replica, BoxError> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let mut config = tink_server::ServerConfig::new(nats_url, replica_id);
         config.bus = bus_config();
         config.keepalive_interval = Duration::from_secs(2);
         config.keepalive_timeout = Duration::from_secs(2);
+        config.tls = tls;
         let shutdown = CancellationToken::new();
         let health = tink_runtime::Health::new();
         let task = tokio::spawn(tink_server::serve(
