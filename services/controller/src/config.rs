@@ -66,8 +66,12 @@ pub struct ControllerConfig {
     pub events_consumer: String,
     /// The most events read in one batch (grouped per Workflow into one status write each).
     pub events_batch: usize,
-    /// After the first event of a batch arrived, how long to wait for more to coalesce.
+    /// How long a Workflow's progress events (inside `Scheduled`/`Running`) are held after
+    /// the last one arrived, waiting for more to coalesce into the same status write. Events
+    /// that end something are written at once.
     pub events_window: Duration,
+    /// The longest a Workflow's progress events are held after the first one arrived.
+    pub events_max_hold: Duration,
     /// How long an event read but not acknowledged (the controller died mid-write) waits before
     /// JetStream delivers it again.
     pub events_ack_wait: Duration,
@@ -88,7 +92,8 @@ impl ControllerConfig {
             concurrency: 64,
             events_consumer: "tink-controller".into(),
             events_batch: 512,
-            events_window: Duration::from_millis(2),
+            events_window: Duration::from_millis(10),
+            events_max_hold: Duration::from_millis(50),
             events_ack_wait: Duration::from_secs(30),
             kube_events: true,
         }

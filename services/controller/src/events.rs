@@ -1,26 +1,36 @@
 //! The events consumer: a durable JetStream pull consumer on the events stream.
 //!
-//! Events are read in batches (the first one waited for, then whatever else arrives within
-//! `events_window`, up to `events_batch`), grouped per Workflow, and each group is applied
-//! with one `step_all` and at most one status write. Messages are acknowledged only after the
-//! write succeeded (or when the event is invalid, stale or about a Workflow that is gone, with
-//! a log line); on a conflict the Workflow is re-read and the group applied again; on any other
-//! failure the messages are handed back (NAK with a delay) and JetStream delivers them again.
+//! Events are held per Workflow and applied with one `step_all` and at most one status write
+//! per group. A group is written at once when the events end something (the Workflow reaches
+//! an end state, goes back to `Pending`, or the events change nothing); progress inside a run
+//! (`Scheduled`/`Running`) is held while more events of the same Workflow keep arriving, at
+//! most `events_window` after the last one and `events_max_hold` after the first, so an
+//! agent's burst of events costs one write while an end state is never delayed. A Workflow
+//! has at most one group in flight; events arriving meanwhile wait for it (no conflicts
+//! between our own writes).
+//!
+//! Messages are acknowledged only after the write succeeded (or when the event is invalid,
+//! stale or about a Workflow that is gone, with a log line); on a conflict the Workflow is
+//! re-read and the group applied again; on any other failure the messages are handed back
+//! (NAK with a delay) and JetStream delivers them again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use async_nats::jetstream::{self, AckKind};
 use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
 use jiff::Timestamp;
 use kube::ResourceExt as _;
+use tink_api::v1alpha2::WorkflowState;
 use tink_bus::proto::event;
 use tink_workflow::{
     AgentEvent, DispatchId, EventKind, Ignored, Input, Outcome, WorkflowKey, step_all,
 };
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, debug, info, warn};
 
@@ -95,35 +105,177 @@ pub(crate) async fn run(
             let _ = tx.send(());
         }
         info!(consumer = %name, "events consumer bound");
-        loop {
-            let first = tokio::select! {
-                _ = term.cancelled() => return,
-                m = messages.next() => m,
-            };
-            let first = match first {
-                Some(Ok(m)) => m,
-                Some(Err(e)) => {
-                    shared.metrics.error("consumer");
-                    warn!(error = %e, "events consumer error");
-                    continue;
-                }
-                None => break,
-            };
-            let mut batch = vec![first];
-            let deadline = tokio::time::Instant::now() + config.events_window;
-            while batch.len() < config.events_batch {
-                match tokio::time::timeout_at(deadline, messages.next()).await {
-                    Ok(Some(Ok(m))) => batch.push(m),
-                    Ok(Some(Err(e))) => {
+        let mut held = Held::default();
+        let ended = loop {
+            let next_due = held.next_due(&shared);
+            let can_flush = held.flushing.len() < GROUP_CONCURRENCY;
+            tokio::select! {
+                _ = term.cancelled() => break false,
+                m = messages.next() => match m {
+                    Some(Ok(m)) => held.add(&shared, m).await,
+                    Some(Err(e)) => {
                         shared.metrics.error("consumer");
                         warn!(error = %e, "events consumer error");
                     }
-                    Ok(None) | Err(_) => break,
+                    None => break true,
+                },
+                Some(key) = held.flushing.next(), if !held.flushing.is_empty() => {
+                    held.in_flight.remove(&key);
                 }
+                _ = sleep_until(next_due), if can_flush && next_due.is_some() => {}
             }
-            process(&shared, batch).await;
+            held.flush_due(&shared, Instant::now());
+        };
+        // Let the writes in flight finish (their acks follow them) and hand the held events
+        // back, so the next leader (or binding) gets them at once.
+        while held.flushing.next().await.is_some() {}
+        for (_, group) in held.groups.drain() {
+            nak_all(&shared, &group.items, None).await;
+        }
+        if !ended {
+            return;
         }
         warn!("the events consumer stream ended; binding again");
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The events of one Workflow waiting to be applied.
+struct Group {
+    items: Vec<Item>,
+    first: Instant,
+    last: Instant,
+    /// Write without waiting for more (the events end something or change nothing).
+    urgent: bool,
+}
+
+type Flush = futures::future::BoxFuture<'static, WorkflowKey>;
+
+/// The groups held and the ones being written.
+#[derive(Default)]
+struct Held {
+    groups: HashMap<WorkflowKey, Group>,
+    in_flight: HashSet<WorkflowKey>,
+    flushing: FuturesUnordered<Flush>,
+    /// Messages the consumer still had for us after the last one read: while it is behind,
+    /// more events of a held Workflow are likely in that backlog, so the quiet window does
+    /// not end a hold (the maximum still does).
+    backlog: u64,
+}
+
+impl Held {
+    /// Decodes a message and adds it to its Workflow's group (invalid ones are dropped).
+    async fn add(&mut self, shared: &Arc<Shared>, m: jetstream::Message) {
+        let (key, uid, input) = match decode(&m) {
+            Ok(d) => d,
+            Err(why) => {
+                shared.metrics.event("invalid");
+                warn!(subject = %m.subject, error = %why, "dropping an invalid event");
+                ack(shared, &m).await;
+                return;
+            }
+        };
+        let info = m.info().ok();
+        self.backlog = info.as_ref().map_or(0, |i| i.pending);
+        let stored = info
+            .and_then(|i| Timestamp::from_nanosecond(i.published.unix_timestamp_nanos()).ok())
+            .unwrap_or_else(Timestamp::now);
+        let now = Instant::now();
+        let group = self.groups.entry(key.clone()).or_insert_with(|| Group {
+            items: Vec::new(),
+            first: now,
+            last: now,
+            urgent: false,
+        });
+        group.items.push(Item {
+            message: m,
+            input,
+            stored,
+            uid,
+        });
+        group.last = now;
+        group.urgent = group.urgent || ends_something(shared, &key, &group.items);
+    }
+
+    fn due_at(&self, shared: &Shared, g: &Group) -> Instant {
+        let held_max = g.first + shared.config.events_max_hold;
+        if g.urgent || g.items.len() >= shared.config.events_batch {
+            g.last
+        } else if self.backlog > 0 {
+            held_max
+        } else {
+            (g.last + shared.config.events_window).min(held_max)
+        }
+    }
+
+    /// When the next group not in flight is due.
+    fn next_due(&self, shared: &Shared) -> Option<Instant> {
+        // Only a few Workflows have events held at once (the hold is milliseconds).
+        self.groups
+            .iter()
+            .filter(|(k, _)| !self.in_flight.contains(*k))
+            .map(|(_, g)| self.due_at(shared, g))
+            .min()
+    }
+
+    /// Starts writing every due group whose Workflow has nothing in flight.
+    fn flush_due(&mut self, shared: &Arc<Shared>, now: Instant) {
+        let due: Vec<WorkflowKey> = self
+            .groups
+            .iter()
+            .filter(|(k, g)| !self.in_flight.contains(*k) && self.due_at(shared, g) <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            if self.flushing.len() >= GROUP_CONCURRENCY {
+                break;
+            }
+            let Some(group) = self.groups.remove(&key) else {
+                continue;
+            };
+            self.in_flight.insert(key.clone());
+            let shared = shared.clone();
+            self.flushing.push(Box::pin(async move {
+                let uid = group.items.first().map(|i| i.uid.clone()).unwrap_or_default();
+                let span =
+                    tracing::info_span!("apply_events", workflow = %key, events = group.items.len());
+                tink_telemetry::propagation::set_parent(&span, crate::trace::workflow_context(&uid));
+                apply_group(&shared, key.clone(), group.items).instrument(span).await;
+                key
+            }));
+        }
+    }
+}
+
+/// Whether the held events, applied to the freshest known status, end something that must be
+/// written at once: an end state, a rejection back to `Pending`, a cancellation, or nothing to
+/// write at all (duplicates, late or stale events are acknowledged without waiting).
+fn ends_something(shared: &Shared, key: &WorkflowKey, items: &[Item]) -> bool {
+    let Some(w) = shared.cached(key) else {
+        return true;
+    };
+    let status = w.status.clone().unwrap_or_default();
+    let ctx = shared.step_context(&w, Timestamp::now());
+    let t = step_all(&status, items.iter().map(|i| i.input.clone()), &ctx);
+    !t.status_changed()
+        || !matches!(
+            t.status.state,
+            WorkflowState::Scheduled | WorkflowState::Running
+        )
+}
+
+async fn nak_all(shared: &Shared, items: &[Item], delay: Option<Duration>) {
+    for i in items {
+        if let Err(e) = i.message.ack_with(AckKind::Nak(delay)).await {
+            shared.metrics.error("ack");
+            warn!(error = %e, "cannot hand an event back; it is delivered again after the ack wait");
+        }
     }
 }
 
@@ -196,37 +348,6 @@ fn decode(m: &jetstream::Message) -> Result<(WorkflowKey, String, Input), String
     Ok((id.key(), id.workflow().uid.clone(), input))
 }
 
-/// Applies one batch: invalid messages are dropped, the rest grouped per Workflow.
-async fn process(shared: &Arc<Shared>, batch: Vec<jetstream::Message>) {
-    let mut groups: HashMap<WorkflowKey, Vec<Item>> = HashMap::new();
-    for m in batch {
-        match decode(&m) {
-            Ok((key, uid, input)) => {
-                let stored = stored_at(&m).unwrap_or_else(Timestamp::now);
-                groups.entry(key).or_default().push(Item {
-                    message: m,
-                    input,
-                    stored,
-                    uid,
-                });
-            }
-            Err(why) => {
-                shared.metrics.event("invalid");
-                warn!(subject = %m.subject, error = %why, "dropping an invalid event");
-                ack(shared, &m).await;
-            }
-        }
-    }
-    futures::stream::iter(groups)
-        .for_each_concurrent(GROUP_CONCURRENCY, |(key, items)| {
-            let uid = items.first().map(|i| i.uid.clone()).unwrap_or_default();
-            let span = tracing::info_span!("apply_events", workflow = %key, events = items.len());
-            tink_telemetry::propagation::set_parent(&span, crate::trace::workflow_context(&uid));
-            apply_group(shared, key, items).instrument(span)
-        })
-        .await;
-}
-
 async fn apply_group(shared: &Arc<Shared>, key: WorkflowKey, items: Vec<Item>) {
     let inputs: Vec<Input> = items.iter().map(|i| i.input.clone()).collect();
     for attempt in 0..CONFLICT_RETRIES {
@@ -293,10 +414,5 @@ async fn apply_group(shared: &Arc<Shared>, key: WorkflowKey, items: Vec<Item>) {
             }
         }
     }
-    for i in &items {
-        if let Err(e) = i.message.ack_with(AckKind::Nak(Some(NAK_DELAY))).await {
-            shared.metrics.error("ack");
-            warn!(error = %e, "cannot hand an event back; it is delivered again after the ack wait");
-        }
-    }
+    nak_all(shared, &items, Some(NAK_DELAY)).await;
 }

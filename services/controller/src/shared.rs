@@ -94,6 +94,8 @@ pub(crate) struct Shared {
     claims: Mutex<HashMap<String, WorkflowKey>>,
     /// Workflow uids stepped with `Resume` in this term.
     resumed: Mutex<HashSet<String>>,
+    /// Workflow uids whose finalizer removal is in flight.
+    releasing: Mutex<HashSet<String>>,
     triggers: mpsc::Sender<ObjectRef<Workflow>>,
     kube_events: mpsc::Sender<KubeEvent>,
 }
@@ -147,6 +149,29 @@ pub(crate) enum Choice<'a> {
     Busy,
 }
 
+/// Marks a finalizer removal in flight for one object uid.
+pub(crate) struct Releasing<'a> {
+    shared: &'a Shared,
+    uid: String,
+}
+
+impl<'a> Releasing<'a> {
+    fn start(shared: &'a Shared, uid: &str) -> Option<Self> {
+        lock(&shared.releasing)
+            .insert(uid.to_string())
+            .then(|| Self {
+                shared,
+                uid: uid.to_string(),
+            })
+    }
+}
+
+impl Drop for Releasing<'_> {
+    fn drop(&mut self) {
+        lock(&self.shared.releasing).remove(&self.uid);
+    }
+}
+
 /// Releases the machine's claim when the dispatch is written (or failed).
 pub(crate) struct Claim<'a> {
     shared: &'a Shared,
@@ -187,6 +212,7 @@ impl Shared {
             ledger: Mutex::new(HashMap::new()),
             claims: Mutex::new(HashMap::new()),
             resumed: Mutex::new(HashSet::new()),
+            releasing: Mutex::new(HashSet::new()),
             triggers,
             kube_events,
         }
@@ -299,8 +325,10 @@ impl Shared {
         self.workflows
             .state()
             .into_iter()
+            // Compare in place: this scans every Workflow, so no String per object.
             .filter(|w| {
-                w.namespace().as_deref() == Some(namespace) && w.spec.hardware_ref.name == hardware
+                w.spec.hardware_ref.name == hardware
+                    && w.metadata.namespace.as_deref() == Some(namespace)
             })
             .collect()
     }
@@ -413,25 +441,37 @@ impl Shared {
     // ---- writes ----
 
     async fn add_finalizer(&self, w: &Workflow) -> Result<Arc<Workflow>, Error> {
-        let mut finalizers = w.finalizers().to_vec();
+        // A JSON patch that tests the list it extends: it cannot drop a finalizer someone else
+        // added meanwhile (the test fails and the caller re-reads), yet needs no
+        // resourceVersion, so a concurrent status write does not make it conflict.
+        let current = w.metadata.finalizers.clone().filter(|f| !f.is_empty());
+        let mut finalizers = current.clone().unwrap_or_default();
         finalizers.push(FINALIZER.to_string());
-        let patch = json!({"metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": w.resource_version(),
-        }});
-        let out = self.patch_meta(w, &patch).await?;
-        Ok(out)
+        let patch = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": current},
+            {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
+        ]);
+        self.patch_meta(w, patch).await
     }
 
     async fn remove_finalizer(&self, w: &Workflow) -> Result<(), Error> {
-        if !has_finalizer(w) {
+        let Some(index) = w.finalizers().iter().position(|f| f == FINALIZER) else {
             return Ok(());
-        }
-        let finalizers: Vec<&String> = w.finalizers().iter().filter(|f| *f != FINALIZER).collect();
-        // No resourceVersion: removing our own finalizer is right whatever else changed, and
-        // a conflict here would only cost another round trip.
-        let patch = json!({"metadata": {"finalizers": finalizers}});
-        match self.patch_meta(w, &patch).await {
+        };
+        let uid = w.uid().unwrap_or_default();
+        // One removal per object at a time: the reconciler seeing the end state while the
+        // events consumer removes the finalizer must not write a second time.
+        let Some(_releasing) = Releasing::start(self, &uid) else {
+            return Ok(());
+        };
+        // Test the entry at its index, then remove that index: other finalizers survive
+        // whatever happened to them; a moved list fails the test and the caller re-reads.
+        let path = format!("/metadata/finalizers/{index}");
+        let patch = json!([
+            {"op": "test", "path": path, "value": FINALIZER},
+            {"op": "remove", "path": path},
+        ]);
+        match self.patch_meta(w, patch).await {
             Ok(_) => Ok(()),
             Err(Error::Kube(kube::Error::Api(e))) if e.code == 404 => Ok(()),
             Err(e) => Err(e),
@@ -441,14 +481,15 @@ impl Shared {
     async fn patch_meta(
         &self,
         w: &Workflow,
-        patch: &serde_json::Value,
+        patch: serde_json::Value,
     ) -> Result<Arc<Workflow>, Error> {
         let key = key_of(w);
+        let patch: json_patch::Patch = serde_json::from_value(patch)?;
         let params = PatchParams::default();
         self.metrics.write("finalizer");
         match self
             .api(&key.namespace)
-            .patch(&key.name, &params, &Patch::Merge(patch))
+            .patch(&key.name, &params, &Patch::<()>::Json(patch))
             .await
         {
             Ok(out) => {
@@ -456,7 +497,11 @@ impl Shared {
                 self.remember(&out);
                 Ok(out)
             }
-            Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::Conflict(key)),
+            // 422: a `test` failed, the finalizers changed since `w` was read.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 422 => {
+                self.metrics.error("finalizer_conflict");
+                Err(Error::Conflict(key))
+            }
             Err(e) => Err(e.into()),
         }
     }
