@@ -112,6 +112,44 @@ fn rss_kib(path: &str) -> anyhow::Result<u64> {
         .context("no VmRSS")
 }
 
+/// CPU time (user + system, all threads) a process used so far, in seconds.
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // After the command name in parentheses, fields start at the state (field 3); utime and
+    // stime are fields 14 and 15, in USER_HZ (100 per second on Linux).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .context("malformed stat")?
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| -> anyhow::Result<f64> {
+        fields
+            .get(i)
+            .context("short stat")?
+            .parse::<f64>()
+            .context("stat field")
+    };
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
+}
+
+/// The pid of the test kit's nats-server: the process whose command line names its store.
+fn nats_pid(nats: &NatsServer) -> Option<u32> {
+    let store = nats.store_dir().into_os_string().into_string().ok()?;
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(Result::ok)
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == store.as_bytes())
+                .then_some(pid)
+        })
+}
+
 fn open_files_limit() -> anyhow::Result<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits")?;
     limits
@@ -225,6 +263,8 @@ fn event_request(agent: usize, n: u64) -> PublishEventRequest {
 
 struct Run {
     elapsed: Duration,
+    /// CPU seconds each watched process used while measuring.
+    cpu: Vec<(&'static str, f64)>,
     /// Latencies in microseconds, sorted.
     latencies: Vec<u32>,
 }
@@ -232,6 +272,16 @@ struct Run {
 impl Run {
     fn rate(&self) -> f64 {
         self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// CPU microseconds per confirmed event, per watched process.
+    fn cpu_per_event(&self) -> String {
+        let events = self.latencies.len().max(1) as f64;
+        self.cpu
+            .iter()
+            .map(|(name, seconds)| format!("{name} {:.1} µs", seconds * 1e6 / events))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     fn percentile_ms(&self, p: f64) -> f64 {
@@ -249,6 +299,7 @@ async fn publish_run(
     seconds: usize,
     rate: Option<f64>,
     round: u64,
+    watched: &[(&'static str, u32)],
 ) -> anyhow::Result<Run> {
     let agents = clients.len();
     let stop = Arc::new(AtomicBool::new(false));
@@ -284,18 +335,30 @@ async fn publish_run(
         });
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let cpu_before = watched
+        .iter()
+        .map(|(_, pid)| cpu_seconds(*pid))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     measuring.store(true, Ordering::Relaxed);
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(seconds as u64)).await;
     measuring.store(false, Ordering::Relaxed);
     let elapsed = started.elapsed();
+    let mut cpu = Vec::with_capacity(watched.len());
+    for ((name, pid), before) in watched.iter().zip(cpu_before) {
+        cpu.push((*name, cpu_seconds(*pid)? - before));
+    }
     stop.store(true, Ordering::Relaxed);
     let mut latencies = Vec::new();
     while let Some(done) = tasks.join_next().await {
         latencies.extend(done??);
     }
     latencies.sort_unstable();
-    Ok(Run { elapsed, latencies })
+    Ok(Run {
+        elapsed,
+        cpu,
+        latencies,
+    })
 }
 
 /// `agents` agents (one connection each) publish events through the server into JetStream:
@@ -308,8 +371,16 @@ async fn events(agents: usize, seconds: usize, rate: usize) -> anyhow::Result<()
     for _ in 0..agents {
         clients.push(WorkflowServiceClient::new(channel(server.addr).await?));
     }
-    let capacity = publish_run(&clients, seconds, None, 1).await?;
-    let target = publish_run(&clients, seconds, Some(rate as f64), 2).await?;
+    // CPU per event tells the server's own cost even when other work shares the machine.
+    let mut watched = vec![
+        ("tink-server", server.child.id().context("server exited")?),
+        ("load generator", std::process::id()),
+    ];
+    if let Some(pid) = nats_pid(&nats) {
+        watched.push(("nats-server", pid));
+    }
+    let capacity = publish_run(&clients, seconds, None, 1, &watched).await?;
+    let target = publish_run(&clients, seconds, Some(rate as f64), 2, &watched).await?;
 
     let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await?);
     let mut stream = js.get_stream(tink_bus::EVENTS_STREAM).await?;
@@ -327,6 +398,7 @@ async fn events(agents: usize, seconds: usize, rate: usize) -> anyhow::Result<()
         capacity.percentile_ms(0.5),
         capacity.percentile_ms(0.99)
     );
+    println!("  CPU per event:           {}", capacity.cpu_per_event());
     println!("at {rate} events/s offered (open loop, latency from the scheduled send):");
     println!("  events/s confirmed:      {:.0}", target.rate());
     println!(
@@ -338,6 +410,7 @@ async fn events(agents: usize, seconds: usize, rate: usize) -> anyhow::Result<()
         "  PublishEvent max:        {:.2} ms",
         target.percentile_ms(1.0)
     );
+    println!("  CPU per event:           {}", target.cpu_per_event());
     println!("events stored in stream:   {stored} (incl. warm-up)");
     drop(server);
     Ok(())
