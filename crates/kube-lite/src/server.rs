@@ -177,6 +177,14 @@ impl Server {
         let app = crate::api::router(core.clone());
         let token = shutdown.clone();
         let task = tokio::spawn(async move {
+            // TCP_NODELAY on accepted connections, as kube-apiserver (Go) has by default:
+            // without it small watch events waited for the client's delayed ACK (~40 ms).
+            use axum::serve::ListenerExt as _;
+            let listener = listener.tap_io(|stream| {
+                if let Err(error) = stream.set_nodelay(true) {
+                    tracing::debug!(%error, "cannot set TCP_NODELAY");
+                }
+            });
             let res = axum::serve(listener, app)
                 .with_graceful_shutdown(token.cancelled_owned())
                 .await;
