@@ -273,7 +273,11 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// The store key of the resource (both Event resources share one).
     pub(crate) fn gr(&self) -> Gr {
+        if crate::events::is_event(&self.rt) {
+            return crate::events::storage_gr();
+        }
         (self.rt.group.clone(), self.rt.plural.clone())
     }
     fn key(&self) -> ObjKey {
@@ -445,9 +449,23 @@ pub(crate) async fn to_version(
     if obj.get("apiVersion").and_then(Value::as_str) == Some(want.as_str()) {
         return Ok(obj);
     }
+    if crate::events::is_event(rt) {
+        return Ok(crate::events::convert(obj, &want));
+    }
     let mut out = admission::convert(core, rt, vec![obj], &want).await?;
     out.pop()
         .ok_or_else(|| ApiError::internal("conversion returned no object"))
+}
+
+/// Converts an object in a request's version to the form it is stored in.
+async fn to_storage(core: &Core, rt: &ResourceType, obj: Value) -> ApiResult<Value> {
+    if crate::events::is_event(rt) {
+        return Ok(crate::events::convert(
+            obj,
+            crate::events::STORAGE_API_VERSION,
+        ));
+    }
+    to_version(core, rt, &rt.storage_version, obj).await
 }
 
 async fn get(core: &Core, t: &Target) -> ApiResult<Value> {
@@ -464,11 +482,15 @@ struct ContinueToken {
     name: String,
 }
 
-pub(crate) fn selectors(q: &Query) -> ApiResult<(LabelSelector, FieldSelector)> {
+pub(crate) fn selectors(t: &Target, q: &Query) -> ApiResult<(LabelSelector, FieldSelector)> {
     let ls = LabelSelector::parse(q.get("labelSelector").unwrap_or_default())
         .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {}", e.0)))?;
-    let fs = FieldSelector::parse(q.get("fieldSelector").unwrap_or_default())
+    let mut fs = FieldSelector::parse(q.get("fieldSelector").unwrap_or_default())
         .map_err(|e| ApiError::bad_request(e.0))?;
+    if crate::events::is_event(&t.rt) {
+        fs = crate::events::field_selector(&t.rt.group, fs)
+            .map_err(|e| ApiError::bad_request(e.0))?;
+    }
     Ok((ls, fs))
 }
 
@@ -477,7 +499,7 @@ pub(crate) fn matches(ls: &LabelSelector, fs: &FieldSelector, obj: &Value) -> bo
 }
 
 async fn list(core: &Core, t: &Target, q: &Query) -> ApiResult<Value> {
-    let (ls, fs) = selectors(q)?;
+    let (ls, fs) = selectors(t, q)?;
     let limit: usize = match q.get("limit") {
         Some(l) => l
             .parse()
@@ -550,6 +572,10 @@ async fn list(core: &Core, t: &Target, q: &Query) -> ApiResult<Value> {
         .all(|o| o.get("apiVersion").and_then(Value::as_str) == Some(want.as_str()))
     {
         objs
+    } else if crate::events::is_event(&t.rt) {
+        objs.into_iter()
+            .map(|o| crate::events::convert(o, &want))
+            .collect()
     } else {
         admission::convert(core, &t.rt, objs, &want).await?
     };
@@ -868,7 +894,7 @@ pub(crate) async fn create(
     if mutated {
         validate_object(t, &mut obj, None, false)?;
     }
-    let mut stored = to_version(core, &t.rt, &t.rt.storage_version, obj).await?;
+    let mut stored = to_storage(core, &t.rt, obj).await?;
     let key: ObjKey = (ns.clone().unwrap_or_default(), name.clone());
     let gr = t.gr();
     let result = {
@@ -1115,7 +1141,7 @@ async fn modify(
         if mutated {
             validate_object(t, &mut new, Some(&cur), false)?;
         }
-        let mut stored = to_version(core, &t.rt, &t.rt.storage_version, new).await?;
+        let mut stored = to_storage(core, &t.rt, new).await?;
         let result = {
             let mut st = core.lock();
             let latest = st.get(&gr, &key);

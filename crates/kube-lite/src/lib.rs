@@ -25,7 +25,7 @@
 //!   (`kubectl explain` has nothing to show).
 //! - Built-in types, stored as plain JSON objects without type-specific behaviour beyond what is
 //!   listed: Namespace, ConfigMap, Secret (`stringData` folded into `data`, base64 checked),
-//!   Event (core and events.k8s.io, stored separately), ServiceAccount, Service,
+//!   Event (see below), ServiceAccount, Service,
 //!   coordination.k8s.io Lease, apps/v1 Deployment (status subresource, generation; no
 //!   controller acts on it), apiextensions.k8s.io/v1 CustomResourceDefinition,
 //!   admissionregistration.k8s.io/v1 Validating- and MutatingWebhookConfiguration.
@@ -47,8 +47,20 @@
 //! - Owner references: background garbage collection when an owner goes (an object whose every
 //!   owner is gone is deleted; a remaining owner keeps it), `Orphan` and `Foreground` policies.
 //! - Label selectors (`=`, `==`, `!=`, `in`, `notin`, exists, `!`) and field selectors (any
-//!   dotted path compared as a string, including `metadata.name` and `metadata.namespace`);
-//!   `limit` + `continue`.
+//!   dotted path compared as a string, including `metadata.name` and `metadata.namespace`;
+//!   Events accept only kube-apiserver's labels, see below); `limit` + `continue`.
+//! - Events: core `v1` and `events.k8s.io/v1` Events are one store served in both versions, as
+//!   kube-apiserver does: stored in the core form and converted on every read, write, patch and
+//!   watch (`regarding`/`involvedObject`, `note`/`message`, `reportingController`/
+//!   `reportingComponent`, `deprecatedSource`/`source`, `deprecatedCount`/`count`,
+//!   `deprecatedFirstTimestamp`/`firstTimestamp`, `deprecatedLastTimestamp`/`lastTimestamp`;
+//!   `series`, `related`, `eventTime`, `action`, `reportingInstance` keep their names), so what
+//!   kube-runtime's `Recorder` publishes shows in `kubectl describe`. Field selectors on core
+//!   Events: `involvedObject.{kind,namespace,name,uid,apiVersion,resourceVersion,fieldPath}`,
+//!   `reason`, `reportingComponent`, `source` (`source.component`, else `reportingComponent`),
+//!   `type`, `metadata.name`, `metadata.namespace`; on events.k8s.io the `regarding.*`
+//!   equivalents, `reason`, `type`, `reportingController` and the metadata ones. Any other
+//!   label is `400 field label not supported`.
 //! - Watch: rv unset or `0` sends the current objects as ADDED first; `resourceVersion=N`
 //!   replays later events from history; `sendInitialEvents=true` ends the initial ADDED events
 //!   with the `k8s.io/initial-events-end` BOOKMARK; periodic BOOKMARKs with
@@ -108,7 +120,9 @@
 //! - No validation ratcheting: on update, every field is validated, changed or not.
 //! - Unknown fields are pruned silently with `fieldValidation=Warn` (the default of the `kube`
 //!   client): no `Warning` header is sent.
-//! - Core and events.k8s.io Events are stored apart (a real server shows one store in both).
+//! - Events get no validation of their fields (a real server requires `eventTime`,
+//!   `reportingController`, ... on events.k8s.io) and no defaulting; events.k8s.io Events
+//!   persisted by an older kube-lite (kept apart then) are not migrated into the shared store.
 //! - Table output covers CRD printer columns and a few built-in types. Protobuf request bodies are
 //!   decoded only for Namespace, ConfigMap, Secret and ServiceAccount (what `kubectl create
 //!   namespace|configmap|secret|serviceaccount` sends); answers are always JSON.
@@ -121,6 +135,7 @@ mod api;
 mod apply;
 mod crd;
 pub mod error;
+mod events;
 mod lifecycle;
 mod openapi;
 mod proto;

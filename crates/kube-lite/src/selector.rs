@@ -242,9 +242,19 @@ impl LabelSelector {
 }
 
 /// A parsed field selector: `path=value`, `path==value`, `path!=value`, comma separated.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct FieldSelector {
     reqs: Vec<(String, bool, String)>,
+    /// The fields a type exposes to selectors, computed from the object (the object itself when
+    /// unset).
+    view: Option<fn(&Value) -> Value>,
+}
+
+impl PartialEq for FieldSelector {
+    /// Selectors are equal when their requirements are (the views are not comparable).
+    fn eq(&self, other: &Self) -> bool {
+        self.reqs == other.reqs && self.view.is_some() == other.view.is_some()
+    }
 }
 
 impl FieldSelector {
@@ -253,7 +263,7 @@ impl FieldSelector {
     pub fn parse(s: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         if s.trim().is_empty() {
-            return Ok(Self { reqs });
+            return Ok(Self { reqs, view: None });
         }
         for part in s.split(',') {
             let p = part.trim();
@@ -278,11 +288,33 @@ impl FieldSelector {
             }
             reqs.push((k.to_string(), eq, v.trim().to_string()));
         }
-        Ok(Self { reqs })
+        Ok(Self { reqs, view: None })
+    }
+
+    /// Renames (or refuses, with the error) each requirement's field label.
+    pub fn map_fields(
+        mut self,
+        f: impl Fn(&str) -> Result<String, SelectorError>,
+    ) -> Result<Self, SelectorError> {
+        for r in &mut self.reqs {
+            r.0 = f(&r.0)?;
+        }
+        Ok(self)
+    }
+
+    /// Matches against `view(object)` instead of the object (a type's selectable fields).
+    pub fn with_view(mut self, view: fn(&Value) -> Value) -> Self {
+        self.view = Some(view);
+        self
     }
 
     /// Whether the object matches.
     pub fn matches(&self, obj: &Value) -> bool {
+        if self.reqs.is_empty() {
+            return true;
+        }
+        let computed = self.view.map(|v| v(obj));
+        let obj = computed.as_ref().unwrap_or(obj);
         self.reqs.iter().all(|(path, eq, want)| {
             let mut cur = Some(obj);
             for seg in path.split('.') {

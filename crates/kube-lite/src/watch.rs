@@ -114,7 +114,7 @@ pub(crate) async fn watch(
     q: Query,
     table: Option<String>,
 ) -> ApiResult<Response> {
-    let (ls, fs) = selectors(&q)?;
+    let (ls, fs) = selectors(&t, &q)?;
     let send_initial = q.flag("sendInitialEvents");
     let bookmarks = q.flag("allowWatchBookmarks");
     let timeout = match q.get("timeoutSeconds") {
