@@ -90,6 +90,8 @@ fi
 kubectl -n tink-demo get workflows -o wide
 kubectl -n tink-demo get workflow provision-machine-1 \
   -o jsonpath='{range .status.actions[*]}{.rendered.name}{"\t"}{.state}{"\n"}{end}'
+echo "== kubectl describe: the Workflow's Events"
+kubectl -n tink-demo describe workflow provision-machine-1 | sed -n '/^Events:/,$p'
 echo "== what the actions printed (agent log)"
 sed 's/\x1b\[[0-9;]*m//g' "$work/agent.log" | grep -o '\[tink-demo/provision-machine-1/.*' || true
 echo "demo: workflow provision-machine-1 Succeeded"
