@@ -18,12 +18,14 @@
 //! reversible token over `[A-Za-z0-9_-]` (see its documentation).
 #![forbid(unsafe_code)]
 
+mod args;
 mod codec;
 mod config;
 mod presence;
 mod subjects;
 mod token;
 
+pub use args::BusArgs;
 pub use codec::{
     CodecError, EventKind, InvalidMessage, MSG_ID_HEADER, command_workflow_id, decode_command,
     decode_event, encode_command, encode_event, event_kind, event_msg_id, headers_with,

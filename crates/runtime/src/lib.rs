@@ -13,3 +13,18 @@ mod shutdown;
 pub use admin::{AdminArgs, admin_router, serve_admin};
 pub use health::Health;
 pub use shutdown::{shutdown_token, wait_for_signal};
+
+/// The name a replica uses for itself (presence entries, the Lease, Events, logs): `explicit`
+/// when given, else the host name (the pod name in Kubernetes), else `{service}-{pid}`.
+pub fn replica_id(explicit: Option<String>, service: &str) -> String {
+    explicit
+        .map(|id| id.trim().to_owned())
+        .filter(|id| !id.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|host| host.trim().to_owned())
+                .filter(|host| !host.is_empty())
+        })
+        .unwrap_or_else(|| format!("{service}-{}", std::process::id()))
+}

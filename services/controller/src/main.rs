@@ -11,9 +11,8 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// NATS server URL(s), comma separated.
-    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    nats_url: String,
+    #[command(flatten)]
+    bus: tink_bus::BusArgs,
     /// This replica's identity in the Lease and in Events; defaults to the host name (the pod name).
     #[arg(long, env = "TINK_REPLICA_ID")]
     replica_id: Option<String>,
@@ -29,12 +28,6 @@ struct Args {
     /// Seconds a leader's claim is valid without renewal (a standby takes over after this).
     #[arg(long, env = "TINK_LEASE_DURATION_SECONDS", default_value_t = 10)]
     lease_duration_seconds: u64,
-    /// Replicas of the JetStream streams and bucket (1 for a single NATS server, 3 for a cluster).
-    #[arg(long, env = "TINK_NATS_STREAM_REPLICAS", default_value_t = 1)]
-    stream_replicas: usize,
-    /// Seconds an agent's presence entry lives without a heartbeat (as the servers are told).
-    #[arg(long, env = "TINK_PRESENCE_TTL_SECONDS", default_value_t = 30)]
-    presence_ttl_seconds: u64,
     /// Seconds a Workflow may stay Scheduled before it fails (ScheduledTimeout).
     #[arg(long, env = "TINK_SCHEDULED_TIMEOUT_SECONDS", default_value_t = 300)]
     scheduled_timeout_seconds: u64,
@@ -67,21 +60,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = tink_telemetry::init("tink-controller", &args.telemetry)?;
 
-    let replica_id = match args.replica_id {
-        Some(id) => id,
-        None => std::fs::read_to_string("/etc/hostname")
-            .map(|h| h.trim().to_string())
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| format!("tink-controller-{}", std::process::id())),
-    };
-    let mut config = tink_controller::ControllerConfig::new(args.nats_url, replica_id);
+    let replica_id = tink_runtime::replica_id(args.replica_id, "tink-controller");
+    let mut config = tink_controller::ControllerConfig::new(args.bus.nats_url.clone(), replica_id);
     config.namespace = args.namespace;
     config.concurrency = args.concurrency.max(1);
     config.kube_events = !args.no_kube_events;
-    config.bus.replicas = args.stream_replicas;
-    config.bus.presence_ttl = Duration::from_secs(args.presence_ttl_seconds.max(2));
-    config.bus.presence_heartbeat = config.bus.presence_ttl / 3;
+    config.bus = args.bus.bus_config();
     config.workflow = tink_workflow::Config {
         scheduled_timeout: Duration::from_secs(args.scheduled_timeout_seconds),
         cancelling_timeout: Duration::from_secs(args.cancelling_timeout_seconds),

@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -16,18 +15,11 @@ struct Args {
     /// Address of the gRPC endpoint (WorkflowService and grpc.health.v1).
     #[arg(long, env = "TINK_SERVER_LISTEN", default_value = "0.0.0.0:42113")]
     listen: SocketAddr,
-    /// NATS server URL(s), comma separated.
-    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    nats_url: String,
+    #[command(flatten)]
+    bus: tink_bus::BusArgs,
     /// This replica's name in presence entries and logs; defaults to the host name (the pod name).
     #[arg(long, env = "TINK_REPLICA_ID")]
     replica_id: Option<String>,
-    /// Replicas of the JetStream streams and bucket (1 for a single NATS server, 3 for a cluster).
-    #[arg(long, env = "TINK_NATS_STREAM_REPLICAS", default_value_t = 1)]
-    stream_replicas: usize,
-    /// Seconds a presence entry lives without a heartbeat.
-    #[arg(long, env = "TINK_PRESENCE_TTL_SECONDS", default_value_t = 30)]
-    presence_ttl_seconds: u64,
     /// PEM certificate chain for TLS; TLS is off unless both this and --tls-key are set.
     #[arg(long, env = "TINK_SERVER_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -52,18 +44,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = tink_telemetry::init("tink-server", &args.telemetry)?;
 
-    let replica_id = match args.replica_id {
-        Some(id) => id,
-        None => std::fs::read_to_string("/etc/hostname")
-            .map(|h| h.trim().to_string())
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| format!("tink-server-{}", std::process::id())),
-    };
-    let mut config = tink_server::ServerConfig::new(args.nats_url, replica_id);
-    config.bus.replicas = args.stream_replicas;
-    config.bus.presence_ttl = Duration::from_secs(args.presence_ttl_seconds.max(2));
-    config.bus.presence_heartbeat = config.bus.presence_ttl / 3;
+    let replica_id = tink_runtime::replica_id(args.replica_id, "tink-server");
+    let mut config = tink_server::ServerConfig::new(args.bus.nats_url.clone(), replica_id);
+    config.bus = args.bus.bus_config();
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls = Some(tink_server::TlsConfig {
             cert_pem: read(cert)?,
