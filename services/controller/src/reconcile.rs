@@ -77,7 +77,7 @@ async fn reconcile_once(shared: &Shared, w: &Arc<Workflow>) -> Result<Action, Er
     if deleting {
         inputs.push(Input::Deleted);
     } else if status.state == WorkflowState::Pending && status.actions.is_empty() {
-        inputs.push(prepare(shared, w));
+        inputs.push(prepare(shared, w).await);
     }
     inputs.push(Input::Tick);
     let mut t = step_all(&status, inputs.clone(), &ctx);
@@ -114,7 +114,10 @@ async fn reconcile_once(shared: &Shared, w: &Arc<Workflow>) -> Result<Action, Er
 }
 
 /// The preparation input: the rendered actions, a render failure, or what is missing.
-fn prepare(shared: &Shared, w: &Workflow) -> Input {
+///
+/// Rendering runs on the blocking pool: a Template may legitimately take up to the engine's
+/// step limit, and that must not stall the reconcilers and consumers sharing the async workers.
+async fn prepare(shared: &Shared, w: &Workflow) -> Input {
     let namespace = w.namespace().unwrap_or_default();
     let template_name = &w.spec.template_ref.name;
     let hardware_name = &w.spec.hardware_ref.name;
@@ -136,15 +139,20 @@ fn prepare(shared: &Shared, w: &Workflow) -> Input {
             message: format!("waiting for Hardware {namespace}/{hardware_name}"),
         };
     };
-    let _span = tracing::info_span!("render", template = %template_name).entered();
+    let span = tracing::info_span!("render", template = %template_name);
     let data = render::template_data(w, &hardware);
-    match render::render_actions(&template.spec, &data) {
+    let spec = template.spec.clone();
+    let rendered = tokio::task::spawn_blocking(move || {
+        let _span = span.entered();
+        render::render_actions(&spec, &data).map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|join| Err(format!("the template renderer stopped: {join}")));
+    match rendered {
         Ok(actions) => Input::Prepared { actions },
-        Err(e) => {
+        Err(message) => {
             shared.metrics.error("render");
-            Input::RenderFailed {
-                message: e.to_string(),
-            }
+            Input::RenderFailed { message }
         }
     }
 }
