@@ -18,9 +18,71 @@ pub struct BusArgs {
     /// it every third of that.
     #[arg(long, env = "TINK_PRESENCE_TTL_SECONDS", default_value_t = 30)]
     pub presence_ttl_seconds: u64,
+    /// Seconds a server waits for an agent's receipt of a command before it hands the command
+    /// back (redelivered on the agent's next stream) and ends the agent's stream.
+    #[arg(long, env = "TINK_RECEIPT_TIMEOUT_SECONDS", default_value_t = 30)]
+    pub receipt_timeout_seconds: u64,
+    /// The most bytes the events stream keeps (oldest dropped first).
+    #[arg(long, env = "TINK_EVENTS_MAX_BYTES", default_value_t = 1 << 30)]
+    pub events_max_bytes: i64,
+    /// Seconds events are kept.
+    #[arg(long, env = "TINK_EVENTS_MAX_AGE_SECONDS", default_value_t = 7 * 24 * 3600)]
+    pub events_max_age_seconds: u64,
+    /// The most bytes the dispatch stream keeps (oldest dropped first).
+    #[arg(long, env = "TINK_DISPATCH_MAX_BYTES", default_value_t = 256 << 20)]
+    pub dispatch_max_bytes: i64,
+    /// Seconds an undelivered command is kept.
+    #[arg(long, env = "TINK_DISPATCH_MAX_AGE_SECONDS", default_value_t = 24 * 3600)]
+    pub dispatch_max_age_seconds: u64,
+    /// Seconds after which the command consumer of an agent that stopped pulling is removed
+    /// (its commands stay in the stream; a new consumer delivers them).
+    #[arg(long, env = "TINK_CONSUMER_INACTIVE_SECONDS", default_value_t = 3600)]
+    pub consumer_inactive_seconds: u64,
+    /// NATS credentials file (JWT and NKey seed, as `nsc` writes it).
+    #[arg(long, env = "NATS_CREDS")]
+    pub nats_creds: Option<std::path::PathBuf>,
+    /// File holding a NATS NKey seed.
+    #[arg(long, env = "NATS_NKEY_SEED_FILE")]
+    pub nats_nkey_seed_file: Option<std::path::PathBuf>,
+    /// NATS user (with --nats-password).
+    #[arg(long, env = "NATS_USER", requires = "nats_password")]
+    pub nats_user: Option<String>,
+    /// NATS password.
+    #[arg(
+        long,
+        env = "NATS_PASSWORD",
+        requires = "nats_user",
+        hide_env_values = true
+    )]
+    pub nats_password: Option<String>,
+    /// CA certificate (PEM) of the NATS servers; turns TLS on.
+    #[arg(long, env = "NATS_TLS_CA")]
+    pub nats_tls_ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) for NATS mutual TLS.
+    #[arg(long, env = "NATS_TLS_CERT", requires = "nats_tls_key")]
+    pub nats_tls_cert: Option<std::path::PathBuf>,
+    /// Key of the NATS client certificate (PEM).
+    #[arg(long, env = "NATS_TLS_KEY", requires = "nats_tls_cert")]
+    pub nats_tls_key: Option<std::path::PathBuf>,
+    /// Seconds in which a re-published message with the same id is dropped as a duplicate.
+    #[arg(long, env = "TINK_DUPLICATE_WINDOW_SECONDS", default_value_t = 120)]
+    pub duplicate_window_seconds: u64,
 }
 
 impl BusArgs {
+    /// The NATS credentials and TLS settings these flags describe.
+    pub fn nats_auth(&self) -> crate::NatsAuth {
+        crate::NatsAuth {
+            credentials_file: self.nats_creds.clone(),
+            nkey_seed_file: self.nats_nkey_seed_file.clone(),
+            user: self.nats_user.clone(),
+            password: self.nats_password.clone(),
+            tls_ca: self.nats_tls_ca.clone(),
+            tls_cert: self.nats_tls_cert.clone(),
+            tls_key: self.nats_tls_key.clone(),
+        }
+    }
+
     /// The bus configuration these flags describe (defaults for everything else).
     pub fn bus_config(&self) -> BusConfig {
         let presence_ttl = Duration::from_secs(self.presence_ttl_seconds.max(2));
@@ -28,6 +90,15 @@ impl BusArgs {
             replicas: self.stream_replicas,
             presence_ttl,
             presence_heartbeat: presence_ttl / 3,
+            receipt_timeout: Duration::from_secs(self.receipt_timeout_seconds.max(1)),
+            events_max_bytes: self.events_max_bytes.max(1 << 20),
+            events_max_age: Duration::from_secs(self.events_max_age_seconds.max(60)),
+            dispatch_max_bytes: self.dispatch_max_bytes.max(1 << 20),
+            dispatch_max_age: Duration::from_secs(self.dispatch_max_age_seconds.max(60)),
+            consumer_inactive_threshold: Duration::from_secs(
+                self.consumer_inactive_seconds.max(60),
+            ),
+            duplicate_window: Duration::from_secs(self.duplicate_window_seconds.max(1)),
             ..BusConfig::default()
         }
     }

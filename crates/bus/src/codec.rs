@@ -67,6 +67,8 @@ pub enum EventKind {
     WorkflowRejected,
     /// `WorkflowCanceled` (extension)
     WorkflowCanceled,
+    /// `WorkflowReceived` (extension: a command's delivery receipt)
+    WorkflowReceived,
 }
 
 impl EventKind {
@@ -78,6 +80,7 @@ impl EventKind {
             EventKind::ActionFailed => "ActionFailed",
             EventKind::WorkflowRejected => "WorkflowRejected",
             EventKind::WorkflowCanceled => "WorkflowCanceled",
+            EventKind::WorkflowReceived => "WorkflowReceived",
         }
     }
 }
@@ -96,6 +99,7 @@ pub fn event_kind(event: &Event) -> Option<EventKind> {
         event::Event::ActionFailed(_) => EventKind::ActionFailed,
         event::Event::WorkflowRejected(_) => EventKind::WorkflowRejected,
         event::Event::WorkflowCanceled(_) => EventKind::WorkflowCanceled,
+        event::Event::WorkflowReceived(_) => EventKind::WorkflowReceived,
     })
 }
 
@@ -107,6 +111,7 @@ fn event_action_id(event: &Event) -> Option<&str> {
         event::Event::ActionFailed(e) => Some(&e.action_id),
         event::Event::WorkflowRejected(_) => None,
         event::Event::WorkflowCanceled(e) => e.action_id.as_deref(),
+        event::Event::WorkflowReceived(_) => None,
     }
 }
 
@@ -150,6 +155,7 @@ pub fn validate_event(event: &Event) -> Result<(), InvalidMessage> {
     check_workflow_id("event.workflow_id", &event.workflow_id)?;
     check_len("event.event_id", &event.event_id, MAX_ID_LEN)?;
     check_len("event.agent_id", &event.agent_id, MAX_AGENT_ID_LEN)?;
+    check_len("event.agent_instance", &event.agent_instance, MAX_ID_LEN)?;
     match &event.event {
         None => return Err(InvalidMessage::new("event.event", "no event kind is set")),
         Some(event::Event::ActionStarted(e)) => {
@@ -183,6 +189,7 @@ pub fn validate_event(event: &Event) -> Result<(), InvalidMessage> {
                 MAX_MESSAGE_LEN,
             )?;
         }
+        Some(event::Event::WorkflowReceived(_)) => {}
         Some(event::Event::WorkflowCanceled(e)) => {
             if let Some(action_id) = &e.action_id {
                 check_id("event.workflow_canceled.action_id", action_id, MAX_ID_LEN)?;

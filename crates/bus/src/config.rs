@@ -29,6 +29,11 @@ pub struct BusConfig {
     pub dispatch_max_per_agent: i64,
     /// How long events are kept after they were published (the controller reads them long before).
     pub events_max_age: Duration,
+    /// The most bytes the events stream keeps; the oldest events go first (they were applied
+    /// long before, unless the controller has been down for that long).
+    pub events_max_bytes: i64,
+    /// The most bytes the dispatch stream keeps; the oldest commands go first.
+    pub dispatch_max_bytes: i64,
     /// The window in which a repeated `Nats-Msg-Id` is dropped as a duplicate.
     pub duplicate_window: Duration,
     /// How long a presence entry lives without a heartbeat (entries of dead servers expire).
@@ -42,6 +47,11 @@ pub struct BusConfig {
     /// gone for long). Nothing is lost: the commands stay in the stream and a new consumer
     /// delivers them from the start.
     pub consumer_inactive_threshold: Duration,
+    /// How long a server waits for the agent's receipt of a forwarded command (its
+    /// `WorkflowReceived`, or any event of the workflow from an agent that sends none; for a
+    /// stop, its `WorkflowCanceled`). Without it the command is handed back and the agent's
+    /// stream is ended, so the command is delivered again on the agent's next stream.
+    pub receipt_timeout: Duration,
 }
 
 impl Default for BusConfig {
@@ -51,11 +61,14 @@ impl Default for BusConfig {
             dispatch_max_age: Duration::from_secs(24 * 3600),
             dispatch_max_per_agent: 1000,
             events_max_age: Duration::from_secs(7 * 24 * 3600),
+            events_max_bytes: 1 << 30,
+            dispatch_max_bytes: 256 << 20,
             duplicate_window: Duration::from_secs(120),
             presence_ttl: Duration::from_secs(30),
             presence_heartbeat: Duration::from_secs(10),
             command_ack_wait: Duration::from_secs(10),
             consumer_inactive_threshold: Duration::from_secs(3600),
+            receipt_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -123,6 +136,7 @@ pub fn dispatch_stream_config(config: &BusConfig) -> stream::Config {
         retention: stream::RetentionPolicy::WorkQueue,
         storage: stream::StorageType::File,
         max_age: config.dispatch_max_age,
+        max_bytes: config.dispatch_max_bytes,
         max_messages_per_subject: config.dispatch_max_per_agent,
         discard: stream::DiscardPolicy::Old,
         duplicate_window: config.duplicate_window,
@@ -140,6 +154,7 @@ pub fn events_stream_config(config: &BusConfig) -> stream::Config {
         retention: stream::RetentionPolicy::Limits,
         storage: stream::StorageType::File,
         max_age: config.events_max_age,
+        max_bytes: config.events_max_bytes,
         discard: stream::DiscardPolicy::Old,
         duplicate_window: config.duplicate_window,
         num_replicas: config.replicas,

@@ -19,13 +19,16 @@
 #![forbid(unsafe_code)]
 
 mod args;
+mod auth;
 mod codec;
 mod config;
+mod delivery;
 mod presence;
 mod subjects;
 mod token;
 
 pub use args::BusArgs;
+pub use auth::{NatsAuth, NatsConnectError, connect};
 pub use codec::{
     CodecError, EventKind, InvalidMessage, MSG_ID_HEADER, command_workflow_id, decode_command,
     decode_event, encode_command, encode_event, event_kind, event_msg_id, headers_with,
@@ -36,6 +39,9 @@ pub use config::{
     PRESENCE_BUCKET, PRESENCE_STREAM, agent_consumer_config, agent_consumer_name,
     agent_pull_subject, dispatch_stream_config, ensure_streams, events_consumer_config,
     events_stream_config, presence_stream_config,
+};
+pub use delivery::{
+    DeliveryError, Withdrawal, dispatch_received, queued_command, withdraw_command,
 };
 pub use presence::Presence;
 pub use subjects::{

@@ -21,6 +21,18 @@ pub struct Presence {
     pub connected_since: jiff::Timestamp,
     /// The last refresh.
     pub heartbeat: jiff::Timestamp,
+    /// The agent process's `instance_id` (a new value after every restart of the agent);
+    /// empty when the agent does not send one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub instance: String,
+    /// The hex SHA-256 of the session token the server issued to this agent (the token itself
+    /// is never stored); empty for a session authenticated otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token_sha256: String,
+    /// The session was authenticated with a client certificate naming the agent: only such a
+    /// certificate may open another stream for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub certificate: bool,
 }
 
 impl Presence {
@@ -51,6 +63,9 @@ mod tests {
             session: "s1".into(),
             connected_since: now,
             heartbeat: now,
+            instance: String::new(),
+            token_sha256: String::new(),
+            certificate: false,
         };
         let bytes = presence.to_bytes();
         let text = std::str::from_utf8(&bytes).unwrap();

@@ -22,6 +22,21 @@ pub struct AdminArgs {
         default_value = "0.0.0.0:9090"
     )]
     pub admin_addr: SocketAddr,
+    /// Seconds from SIGTERM until the process exits whatever its dependencies (NATS, the
+    /// Kubernetes API) are doing: in-flight work gets this long to finish or be handed back.
+    #[arg(
+        long = "shutdown-grace-seconds",
+        env = "TINK_SHUTDOWN_GRACE_SECONDS",
+        default_value_t = 10
+    )]
+    pub shutdown_grace_seconds: u64,
+}
+
+impl AdminArgs {
+    /// The shutdown grace as a duration.
+    pub fn shutdown_grace(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.shutdown_grace_seconds)
+    }
 }
 
 #[derive(Clone)]

@@ -12,7 +12,9 @@ mod shutdown;
 
 pub use admin::{AdminArgs, admin_router, serve_admin};
 pub use health::Health;
-pub use shutdown::{shutdown_token, wait_for_signal};
+pub use shutdown::{
+    DEFAULT_SHUTDOWN_GRACE, shutdown_token, shutdown_token_with_grace, wait_for_signal,
+};
 
 /// The name a replica uses for itself (presence entries, the Lease, Events, logs): `explicit`
 /// when given, else the host name (the pod name in Kubernetes), else `{service}-{pid}`.

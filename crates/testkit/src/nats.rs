@@ -67,6 +67,8 @@ pub struct NatsServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    /// A configuration file given with `-c` (users, permissions, accounts).
+    config: Option<PathBuf>,
 }
 
 impl NatsServer {
@@ -87,6 +89,28 @@ impl NatsServer {
             child: None,
             port: 0,
             dir,
+            config: None,
+        };
+        server.launch(None).await?;
+        Ok(server)
+    }
+
+    /// Like [`start`](Self::start) with a nats-server configuration file holding `config`
+    /// (users and their permissions, accounts, TLS); the flags for JetStream, the store, the
+    /// address and the port still apply.
+    pub async fn start_with_config(config: &str) -> Result<Self, NatsError> {
+        let dir = tempfile::Builder::new()
+            .prefix("tink-nats-")
+            .tempdir()
+            .map_err(NatsError::TempDir)?;
+        let path = dir.path().join("nats.conf");
+        std::fs::write(&path, config).map_err(NatsError::TempDir)?;
+        let mut server = NatsServer {
+            binary: NATS_SERVER_BIN.into(),
+            child: None,
+            port: 0,
+            dir,
+            config: Some(path),
         };
         server.launch(None).await?;
         Ok(server)
@@ -136,7 +160,11 @@ impl NatsServer {
     async fn launch(&mut self, port: Option<u16>) -> Result<(), NatsError> {
         let dir = self.dir.path().to_path_buf();
         let port_arg = port.map_or_else(|| "-1".to_string(), |p| p.to_string());
-        let mut child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if let Some(config) = &self.config {
+            command.arg("-c").arg(config);
+        }
+        let mut child = command
             .arg("-js")
             .arg("-sd")
             .arg(self.store_dir())

@@ -25,6 +25,9 @@ pub struct Config {
     /// `ActionFailed`/`Timeout`; the controller only steps in when that report does not come.
     /// Default 30 seconds.
     pub action_timeout_grace: Duration,
+    /// How long the agent of a Workflow it confirmed may be disconnected before the Workflow
+    /// fails with reason `AgentLost`. Default 15 minutes.
+    pub agent_lost_after: Duration,
 }
 
 impl Default for Config {
@@ -35,6 +38,7 @@ impl Default for Config {
             backoff_base: Duration::from_secs(5),
             backoff_max: Duration::from_secs(5 * 60),
             action_timeout_grace: Duration::from_secs(30),
+            agent_lost_after: Duration::from_secs(15 * 60),
         }
     }
 }
@@ -63,6 +67,19 @@ pub struct StepContext {
     pub timeout: Option<Duration>,
     /// Supervision and back-off settings.
     pub config: Config,
+    /// What the controller knows of the agent the Workflow is dispatched to (presence);
+    /// `None`: nothing (no agent-loss verdict is drawn).
+    pub agent: Option<AgentSeen>,
+}
+
+/// The agent of a Workflow as the controller last saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentSeen {
+    /// The instance id of the agent process holding its stream now, if it sends one.
+    pub instance: Option<String>,
+    /// Its last sign of life (heartbeat), or when the controller began watching if it has not
+    /// been seen since.
+    pub last_seen: Timestamp,
 }
 
 impl StepContext {
@@ -73,6 +90,7 @@ impl StepContext {
             workflow,
             timeout,
             config: Config::default(),
+            agent: None,
         }
     }
 }

@@ -20,6 +20,16 @@ pub enum Effect {
         /// The `workflow_id` of the command (`status.dispatchId`).
         dispatch_id: String,
     },
+    /// After a restart: publish the `StartWorkflow` of the current dispatch again, but only
+    /// when it is provably gone: neither waiting in the agent's queue nor received (no event
+    /// of the dispatch is stored). A crash between the status write and the first publish is
+    /// the case this repairs.
+    RepublishStart {
+        /// The agent to run the Workflow.
+        agent_id: String,
+        /// The `workflow_id` of the command (`status.dispatchId`).
+        dispatch_id: String,
+    },
     /// Publish `StopWorkflow` on the agent's dispatch subject.
     PublishStop {
         /// The agent running the Workflow.
@@ -109,6 +119,10 @@ pub enum EventReason {
     Canceled,
     /// The agent did not confirm the cancellation in time; the Workflow was forced to `Canceled`.
     CancelTimeout,
+    /// Agent events the API server refused for good (repeatedly) were dropped.
+    EventsDropped,
+    /// An event from another agent than the Workflow's (or naming none) was refused.
+    ForeignEvent,
 }
 
 impl EventReason {
@@ -133,6 +147,8 @@ impl EventReason {
             Self::Cancelling => "Cancelling",
             Self::Canceled => "Canceled",
             Self::CancelTimeout => "CancelTimeout",
+            Self::EventsDropped => "EventsDropped",
+            Self::ForeignEvent => "ForeignEvent",
         }
     }
 }

@@ -41,6 +41,12 @@ pub enum Input {
     Tick,
     /// The Workflow has a deletion timestamp: cancel it.
     Deleted,
+    /// The queued `StartWorkflow` of the current dispatch was deleted from the agent's queue
+    /// before any delivery (`tink_bus::withdraw_command` proved it): the agent can never
+    /// receive it. A `Scheduled` Workflow the agent has not confirmed becomes `Canceled`
+    /// without a `StopWorkflow` (the controller withdraws only for a deletion; step
+    /// `[Withdrawn, Deleted, ...]`).
+    Withdrawn,
     /// The controller (re)started and sees this Workflow for the first time: re-emit the
     /// effects an interrupted step may not have carried out (the caller writes the status
     /// before carrying out effects; the bus de-duplicates re-published commands). It may emit
@@ -58,6 +64,9 @@ pub struct AgentEvent {
     /// The agent that published it, when known. An event from another agent than the one the
     /// Workflow is dispatched to is ignored.
     pub agent_id: Option<String>,
+    /// The instance id of the agent process that published it, when known. The first one seen
+    /// for a dispatch is recorded in `status.agentInstance`.
+    pub instance: Option<String>,
     /// When it happened (the agent's clock, or the time the server stored it). Clamped into
     /// `[latest time in the status, now]`, so status times stay monotonic whatever the clocks.
     pub at: Timestamp,
@@ -94,6 +103,12 @@ pub enum EventKind {
         /// A human readable message.
         message: Option<String>,
     },
+    /// The delivery receipt of a command: the agent has the `StartWorkflow` (or, with `stop`,
+    /// the `StopWorkflow`) of this dispatch.
+    WorkflowReceived {
+        /// The receipt is for a `StopWorkflow`.
+        stop: bool,
+    },
     /// The agent confirms a `StopWorkflow` took effect and is idle again.
     WorkflowCanceled {
         /// The action that was running and got stopped, if any.
@@ -113,7 +128,7 @@ impl EventKind {
             | Self::ActionSucceeded { action_id }
             | Self::ActionFailed { action_id, .. } => Some(action_id),
             Self::WorkflowCanceled { action_id, .. } => action_id.as_deref(),
-            Self::WorkflowRejected { .. } => None,
+            Self::WorkflowRejected { .. } | Self::WorkflowReceived { .. } => None,
         }
     }
 
@@ -125,6 +140,7 @@ impl EventKind {
             Self::ActionFailed { .. } => "ActionFailed",
             Self::WorkflowRejected { .. } => "WorkflowRejected",
             Self::WorkflowCanceled { .. } => "WorkflowCanceled",
+            Self::WorkflowReceived { .. } => "WorkflowReceived",
         }
     }
 }

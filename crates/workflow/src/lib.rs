@@ -35,6 +35,7 @@
 //! let event = Input::Agent(AgentEvent {
 //!     dispatch_id: workflow_id,
 //!     agent_id: Some("aa:bb:cc:dd:ee:ff".into()),
+//!     instance: None,
 //!     at: now,
 //!     kind: EventKind::ActionSucceeded { action_id: t.status.actions[0].id.clone() },
 //! });
@@ -67,7 +68,11 @@
 //! | Cancelling | action events | actions recorded; the last success ends `Succeeded`, a failure `Failed` (the race against the stop was lost) | as above |
 //! | Succeeded, Failed, Canceled | `Deleted`, `Resume` | unchanged | RemoveFinalizer |
 //! | Succeeded, Failed, Canceled | anything else | unchanged (ignored) | none |
-//! | Pending / Scheduled / Running / Cancelling | `Resume` | unchanged | AddFinalizer (not while Cancelling); PublishStart (Scheduled); PublishStop (Cancelling) |
+//! | Scheduled, not received | `Withdrawn` (its StartWorkflow was deleted before delivery) | Canceled, `Succeeded=False/Warning` | Event, RemoveFinalizer |
+//! | Scheduled | first agent event of the dispatch (the `WorkflowReceived` receipt, or any) | `receivedAt`, `agentInstance` set; the scheduled timeout stops, the workflow timeout counts from here | none |
+//! | Scheduled | `WorkflowRejected` with reason `AlreadyRun` | unchanged (ignored: the run's own events decide) | none |
+//! | Scheduled (received) | `Tick` after `spec.timeout` from `receivedAt` | Failed (`WorkflowTimeout`) | PublishStop, Event, RemoveFinalizer |
+//! | Pending / Scheduled / Running / Cancelling | `Resume` | unchanged | AddFinalizer (not while Cancelling); RepublishStart (Scheduled, not received); PublishStop (Cancelling) |
 //!
 //! Events apply only with the current dispatch id (and from the dispatched agent): another
 //! attempt's events, or those of a deleted Workflow re-created under the same name, are
@@ -91,7 +96,7 @@ mod id;
 mod input;
 mod machine;
 
-pub use config::{Config, StepContext};
+pub use config::{AgentSeen, Config, StepContext};
 pub use dispatch::{Candidate, agent_ids, normalize_agent_id, pick_dispatches};
 pub use effect::{Effect, EventReason, EventType};
 pub use id::{
@@ -99,6 +104,6 @@ pub use id::{
 };
 pub use input::{AgentEvent, EventKind, Input};
 pub use machine::{
-    Ignored, MAX_EVENT_MESSAGE_LEN, MAX_MESSAGE_LEN, MAX_REASON_LEN, Outcome, Transition,
-    next_deadline, step, step_all,
+    Ignored, MAX_EVENT_MESSAGE_LEN, MAX_MESSAGE_LEN, MAX_REASON_LEN, Outcome, REASON_ALREADY_RUN,
+    Transition, Verdict, VerdictReason, agent_verdict, next_deadline, step, step_all,
 };

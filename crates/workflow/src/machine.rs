@@ -25,6 +25,10 @@ pub const MAX_EVENT_MESSAGE_LEN: usize = 1024;
 /// The longest failure reason kept from an agent, in bytes.
 pub const MAX_REASON_LEN: usize = 128;
 
+/// The reason of a `WorkflowRejected` for a dispatch the agent already ran or is running: it
+/// never causes another attempt.
+pub const REASON_ALREADY_RUN: &str = "AlreadyRun";
+
 /// The result of a step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transition {
@@ -78,7 +82,8 @@ pub enum Ignored {
     /// The event's dispatch id is not `status.dispatchId`: another attempt, or another object
     /// of the same name.
     StaleDispatch,
-    /// The event comes from another agent than the one the Workflow is dispatched to.
+    /// The event comes from another agent than the one the Workflow is dispatched to, or names
+    /// no agent.
     OtherAgent,
     /// The event names an action the Workflow does not have.
     UnknownAction,
@@ -111,6 +116,7 @@ pub fn step(status: &WorkflowStatus, input: Input, ctx: &StepContext) -> Transit
         Input::Agent(event) => m.agent_event(event),
         Input::Tick => m.tick(),
         Input::Deleted => m.deleted(),
+        Input::Withdrawn => m.withdrawn(),
         Input::Resume => m.resume(),
     }
     m.finish()
@@ -181,18 +187,23 @@ pub fn next_deadline(status: &WorkflowStatus, ctx: &StepContext) -> Option<Times
             .as_ref()
             .map(|t| t.0)
             .filter(|t| *t > ctx.now),
-        WorkflowState::Scheduled => status
+        // Until the agent confirms the dispatch, the scheduled timeout; after it, the workflow
+        // timeout (counted from the receipt) and the agent's loss.
+        WorkflowState::Scheduled if status.received_at.is_none() => status
             .last_transition
             .as_ref()
             .map(|t| add(t.0, ctx.config.scheduled_timeout)),
-        WorkflowState::Running => {
-            let workflow = workflow_deadline(status, ctx);
-            let action = action_deadline(status, ctx).map(|(_, t)| t);
-            match (workflow, action) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        }
+        WorkflowState::Scheduled => earliest(
+            workflow_deadline(status, ctx),
+            agent_lost_deadline(status, ctx),
+        ),
+        WorkflowState::Running => earliest(
+            earliest(
+                workflow_deadline(status, ctx),
+                action_deadline(status, ctx).map(|(_, t)| t),
+            ),
+            agent_lost_deadline(status, ctx),
+        ),
         WorkflowState::Cancelling => status
             .last_transition
             .as_ref()
@@ -201,9 +212,150 @@ pub fn next_deadline(status: &WorkflowStatus, ctx: &StepContext) -> Option<Times
     }
 }
 
+fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The workflow timeout, counted from the first action's start or, before it, from the
+/// agent's receipt of the dispatch.
 fn workflow_deadline(status: &WorkflowStatus, ctx: &StepContext) -> Option<Timestamp> {
     let limit = ctx.timeout.filter(|d| !d.is_zero())?;
-    Some(add(status.started_at.as_ref()?.0, limit))
+    let from = status.started_at.as_ref().or(status.received_at.as_ref())?;
+    Some(add(from.0, limit))
+}
+
+/// When the agent running the workflow counts as lost: its last sign of life plus
+/// [`crate::Config::agent_lost_after`]; `None` when the agent has not confirmed the dispatch
+/// (it may simply be offline with the command queued) or nothing is known of it.
+fn agent_lost_deadline(status: &WorkflowStatus, ctx: &StepContext) -> Option<Timestamp> {
+    status.received_at.as_ref()?;
+    let seen = ctx.agent.as_ref()?;
+    Some(add(seen.last_seen, ctx.config.agent_lost_after))
+}
+
+/// What the controller must conclude about the agent of an active Workflow: it restarted (a
+/// process with another instance id holds its stream) or it is lost (no sign of life for
+/// [`crate::Config::agent_lost_after`]). `None` while neither holds.
+///
+/// The verdict is an event to publish on the dispatch's events subject, *not* a status change:
+/// JetStream orders it after every event the agent stored before, so a workflow that actually
+/// finished is applied first and the verdict then changes nothing. Pure; see
+/// [`Verdict::event`].
+pub fn agent_verdict(status: &WorkflowStatus, ctx: &StepContext) -> Option<Verdict> {
+    let active = match status.state {
+        WorkflowState::Scheduled => status.received_at.is_some(),
+        WorkflowState::Running | WorkflowState::Cancelling => true,
+        _ => false,
+    };
+    if !active {
+        return None;
+    }
+    let dispatch_id = status.dispatch_id.clone()?;
+    let agent = status.agent_id.as_deref().unwrap_or("<unknown>");
+    let seen = ctx.agent.as_ref()?;
+    let (reason, message) = match (&status.agent_instance, &seen.instance) {
+        (Some(old), Some(new)) if old != new => (
+            VerdictReason::AgentRestarted,
+            format!(
+                "agent {agent} restarted while the workflow was {} (instance {old} received it; instance {new} is connected now)",
+                status.state.as_str().to_lowercase()
+            ),
+        ),
+        _ if status.state != WorkflowState::Cancelling
+            && ctx.now >= add(seen.last_seen, ctx.config.agent_lost_after) =>
+        {
+            (
+                VerdictReason::AgentLost,
+                format!(
+                    "agent {agent} has not been connected since {} (longer than {})",
+                    whole_seconds(seen.last_seen),
+                    human(ctx.config.agent_lost_after)
+                ),
+            )
+        }
+        _ => return None,
+    };
+    let action_id = status
+        .actions
+        .iter()
+        .find(|a| a.state == ActionState::Running)
+        .or_else(|| status.actions.iter().find(|a| !a.state.is_terminal()))
+        .map(|a| a.id.clone());
+    Some(Verdict {
+        dispatch_id,
+        agent_id: status.agent_id.clone(),
+        reason,
+        message,
+        action_id,
+        cancelling: status.state == WorkflowState::Cancelling,
+    })
+}
+
+/// Why the controller fails a Workflow on its agent's behalf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VerdictReason {
+    /// Another process of the agent holds its stream: the one that ran the workflow is gone.
+    AgentRestarted,
+    /// The agent has not been connected for longer than the configured limit.
+    AgentLost,
+}
+
+impl VerdictReason {
+    /// The UpperCamelCase reason written on the action and the `Succeeded` condition.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AgentRestarted => "AgentRestarted",
+            Self::AgentLost => "AgentLost",
+        }
+    }
+}
+
+/// A conclusion about a Workflow's agent, to publish as an event of its dispatch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// The dispatch the verdict is about.
+    pub dispatch_id: String,
+    /// The agent the workflow is dispatched to (the event carries it, as the agent's would).
+    pub agent_id: Option<String>,
+    /// Why.
+    pub reason: VerdictReason,
+    /// A human readable message.
+    pub message: String,
+    /// The action to fail: the running one, else the first unfinished.
+    pub action_id: Option<String>,
+    /// The workflow was being canceled: the verdict confirms the cancellation instead.
+    pub cancelling: bool,
+}
+
+impl Verdict {
+    /// The event that carries the verdict: `ActionFailed` (reason `AgentRestarted` or
+    /// `AgentLost`) for a running workflow, `WorkflowCanceled` for one being canceled.
+    pub fn event(&self, at: Timestamp) -> AgentEvent {
+        let reason = Some(self.reason.as_str().to_string());
+        let message = Some(self.message.clone());
+        let kind = match (&self.action_id, self.cancelling) {
+            (Some(action_id), false) => EventKind::ActionFailed {
+                action_id: action_id.clone(),
+                reason,
+                message,
+            },
+            (action_id, _) => EventKind::WorkflowCanceled {
+                action_id: action_id.clone(),
+                reason,
+                message,
+            },
+        };
+        AgentEvent {
+            dispatch_id: self.dispatch_id.clone(),
+            agent_id: self.agent_id.clone(),
+            instance: None,
+            at,
+            kind,
+        }
+    }
 }
 
 /// The running action's index and the time its timeout (plus grace) trips.
@@ -627,6 +779,8 @@ impl<'a> Machine<'a> {
         };
         self.new.dispatch_attempts = attempt;
         self.new.dispatch_id = Some(id.clone());
+        self.new.received_at = None;
+        self.new.agent_instance = None;
         self.new.agent_id = Some(agent_id.clone());
         self.new.next_attempt_at = None;
         self.set_state(WorkflowState::Scheduled, t);
@@ -647,10 +801,12 @@ impl<'a> Machine<'a> {
         if self.new.dispatch_id.as_deref() != Some(ev.dispatch_id.as_str()) {
             return self.ignore(Ignored::StaleDispatch);
         }
-        if let (Some(from), Some(to)) = (ev.agent_id.as_deref(), self.new.agent_id.as_deref())
-            && !from.eq_ignore_ascii_case(to)
-        {
-            return self.ignore(Ignored::OtherAgent);
+        // Only the agent the dispatch went to: the server stamps every event with the agent it
+        // authenticated, so an event without one (or from another) is refused.
+        match (ev.agent_id.as_deref(), self.new.agent_id.as_deref()) {
+            (Some(from), Some(to))
+                if crate::normalize_agent_id(from) == crate::normalize_agent_id(to) => {}
+            _ => return self.ignore(Ignored::OtherAgent),
         }
         if !matches!(
             self.new.state,
@@ -659,6 +815,12 @@ impl<'a> Machine<'a> {
             return self.ignore(Ignored::WrongState);
         }
         let t = self.event_time(ev.at);
+        if self.new.received_at.is_none() {
+            // The first event of a dispatch proves the agent has it (the receipt, or for agents
+            // that send none, whatever comes first).
+            self.new.received_at = Some(Time(t));
+            self.new.agent_instance = ev.instance.clone().filter(|i| !i.is_empty());
+        }
         match ev.kind {
             EventKind::ActionStarted { action_id } => self.action_started(&action_id, t),
             EventKind::ActionSucceeded { action_id } => self.action_succeeded(&action_id, t),
@@ -670,6 +832,8 @@ impl<'a> Machine<'a> {
             EventKind::WorkflowRejected { reason, message } => {
                 self.rejected(reason.as_deref(), message.as_deref(), t)
             }
+            // A receipt changes no state: the agent has the command.
+            EventKind::WorkflowReceived { .. } => {}
             EventKind::WorkflowCanceled {
                 action_id,
                 reason,
@@ -810,10 +974,17 @@ impl<'a> Machine<'a> {
         if self.new.state != WorkflowState::Scheduled {
             return self.ignore(Ignored::WrongState);
         }
+        if reason == Some(REASON_ALREADY_RUN) {
+            // The agent ran (or runs) this very dispatch: its own events tell the outcome. A
+            // new attempt would run the actions a second time.
+            return self.ignore(Ignored::Outdated);
+        }
         let attempt = self.new.dispatch_attempts;
         let wait = self.ctx.config.backoff(attempt);
         let next = whole_seconds(add(t, wait));
         self.new.dispatch_id = None;
+        self.new.received_at = None;
+        self.new.agent_instance = None;
         self.new.next_attempt_at = Some(Time(next));
         self.set_state(WorkflowState::Pending, t);
         let agent = self.agent().to_string();
@@ -874,6 +1045,12 @@ impl<'a> Machine<'a> {
     fn tick(&mut self) {
         let now = self.ctx.now;
         match self.new.state {
+            WorkflowState::Scheduled if self.new.received_at.is_some() => {
+                if workflow_deadline(&self.new, self.ctx).is_some_and(|d| now >= d) {
+                    let t = self.now();
+                    self.workflow_timeout(t);
+                }
+            }
             WorkflowState::Scheduled => {
                 let Some(deadline) = next_deadline(&self.new, self.ctx) else {
                     return;
@@ -992,6 +1169,18 @@ impl<'a> Machine<'a> {
         }
     }
 
+    fn withdrawn(&mut self) {
+        if self.new.state != WorkflowState::Scheduled || self.new.received_at.is_some() {
+            return self.ignore(Ignored::WrongState);
+        }
+        let t = self.now();
+        let msg = format!(
+            "the Workflow was deleted before agent {} received it; its StartWorkflow was withdrawn from the agent's queue",
+            self.agent()
+        );
+        self.cancel(EventReason::Canceled, ConditionSeverity::Warning, &msg, t);
+    }
+
     fn resume(&mut self) {
         match self.new.state {
             WorkflowState::Pending => {
@@ -1001,10 +1190,14 @@ impl<'a> Machine<'a> {
             }
             WorkflowState::Scheduled => {
                 self.effects.push(Effect::AddFinalizer);
-                if let (Some(agent_id), Some(dispatch_id)) =
-                    (self.new.agent_id.clone(), self.new.dispatch_id.clone())
-                {
-                    self.effects.push(Effect::PublishStart {
+                if let (Some(agent_id), Some(dispatch_id), None) = (
+                    self.new.agent_id.clone(),
+                    self.new.dispatch_id.clone(),
+                    &self.new.received_at,
+                ) {
+                    // Only if the command is provably gone (never published): the controller
+                    // checks both streams before it publishes again.
+                    self.effects.push(Effect::RepublishStart {
                         agent_id,
                         dispatch_id,
                     });

@@ -176,6 +176,7 @@ fn to_input(op: &Op, setup: &Setup, now: Timestamp) -> Input {
                     }
                     .into(),
                 ),
+                instance: None,
                 at: now + jiff::SignedDuration::from_secs(skew),
                 kind,
             })
@@ -345,6 +346,10 @@ fn check(
     for e in &t.effects {
         match e {
             Effect::PublishStart {
+                dispatch_id,
+                agent_id,
+            }
+            | Effect::RepublishStart {
                 dispatch_id,
                 agent_id,
             } => {
@@ -625,7 +630,7 @@ proptest! {
         let mut s = step(&WorkflowStatus::default(), Input::Prepared { actions }, &ctx).status;
         s = step(&s, Input::Dispatch { agent_id: AGENT.into() }, &ctx).status;
         let id = s.dispatch_id.clone().unwrap();
-        let ev = |kind| Input::Agent(AgentEvent { dispatch_id: id.clone(), agent_id: Some(AGENT.into()), at: ts(1), kind });
+        let ev = |kind| Input::Agent(AgentEvent { dispatch_id: id.clone(), agent_id: Some(AGENT.into()), instance: None, at: ts(1), kind });
         let mut events = Vec::new();
         for i in 0..n {
             let aid = action_id(i, &format!("action-{i}"));

@@ -305,11 +305,12 @@ fn step_all_outcomes() {
 
 #[test]
 fn resume_repairs_an_interrupted_step() {
-    // The controller wrote Scheduled and crashed before publishing: Resume publishes again,
-    // with the same dispatch id (the bus de-duplicates).
+    // The controller wrote Scheduled and crashed before publishing: Resume asks to publish
+    // again, with the same dispatch id, only if the command is provably gone (the controller
+    // checks the streams).
     let s = scheduled();
     let r = step(&s, Input::Resume, &ctx(12));
-    assert!(r.effects.contains(&Effect::PublishStart {
+    assert!(r.effects.contains(&Effect::RepublishStart {
         agent_id: AGENT.into(),
         dispatch_id: dispatch_id(1)
     }));

@@ -394,7 +394,7 @@ fn rows() -> Vec<Row> {
             15,
             U,
             Scheduled,
-            &["AddFinalizer", "Start"],
+            &["AddFinalizer", "Restart"],
             None,
         ),
         row(
@@ -1062,11 +1062,16 @@ fn events_from_another_agent_are_ignored_case_insensitively_matched() {
         e.agent_id = Some(AGENT.to_uppercase());
     }
     assert_eq!(step(&s, upper, &ctx(20)).outcome, Outcome::Changed);
+    // An event naming no agent never passes (the server stamps every event it accepts with
+    // the agent it authenticated).
     let mut anonymous = event(1, 20, started(0));
     if let Input::Agent(e) = &mut anonymous {
         e.agent_id = None;
     }
-    assert_eq!(step(&s, anonymous, &ctx(20)).outcome, Outcome::Changed);
+    assert_eq!(
+        step(&s, anonymous, &ctx(20)).outcome,
+        Outcome::Ignored(Ignored::OtherAgent)
+    );
 }
 
 #[test]

@@ -60,6 +60,7 @@ pub fn event(attempt: u32, at: i64, kind: EventKind) -> Input {
     Input::Agent(AgentEvent {
         dispatch_id: dispatch_id(attempt),
         agent_id: Some(AGENT.to_string()),
+        instance: None,
         at: ts(at),
         kind,
     })
@@ -176,6 +177,7 @@ pub fn kinds(effects: &[Effect]) -> Vec<String> {
             Effect::AddFinalizer => "AddFinalizer".to_string(),
             Effect::RemoveFinalizer => "RemoveFinalizer".to_string(),
             Effect::PublishStart { .. } => "Start".to_string(),
+            Effect::RepublishStart { .. } => "Restart".to_string(),
             Effect::PublishStop { reason, .. } => format!("Stop:{reason}"),
             Effect::KubeEvent { type_, reason, .. } => format!("{type_}:{reason}"),
         })
