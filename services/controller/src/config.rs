@@ -54,6 +54,8 @@ pub struct ControllerConfig {
     pub replica_id: String,
     /// Stream, bucket and consumer settings (the same in every service).
     pub bus: BusConfig,
+    /// NATS credentials and TLS.
+    pub nats_auth: tink_bus::NatsAuth,
     /// Supervision timeouts and the rejection back-off.
     pub workflow: tink_workflow::Config,
     /// Leader election.
@@ -79,6 +81,16 @@ pub struct ControllerConfig {
     pub events_ack_wait: Duration,
     /// Publish Kubernetes Events for transitions.
     pub kube_events: bool,
+    /// How often every unfinished Workflow is looked at again even when nothing woke it: the
+    /// safety net that would catch a lost wake-up (each catch is counted in
+    /// `tink_controller_resync_dispatches_total`). Default 60 s; zero turns it off.
+    pub resync_period: Duration,
+    /// The longest the trigger queue of the reconciler holds; a full queue drops the trigger
+    /// (counted) and the resync catches the Workflow. Default 16384.
+    pub trigger_queue: usize,
+    /// Presence entries (and the other per-agent and per-Workflow memories) of agents not seen
+    /// for this long are forgotten. Default 1 h.
+    pub forget_after: Duration,
 }
 
 impl ControllerConfig {
@@ -88,6 +100,7 @@ impl ControllerConfig {
             nats_url: nats_url.into(),
             replica_id: replica_id.into(),
             bus: BusConfig::default(),
+            nats_auth: tink_bus::NatsAuth::default(),
             workflow: tink_workflow::Config::default(),
             lease: LeaseConfig::default(),
             namespace: None,
@@ -98,6 +111,9 @@ impl ControllerConfig {
             events_max_hold: Duration::from_millis(200),
             events_ack_wait: Duration::from_secs(30),
             kube_events: true,
+            resync_period: Duration::from_secs(60),
+            trigger_queue: 16_384,
+            forget_after: Duration::from_secs(3600),
         }
     }
 }

@@ -79,7 +79,7 @@ pub(crate) async fn lead(
         .with_config(controller::Config::default().concurrency(config.concurrency));
     let workflows = controller.store();
 
-    let (trigger_tx, trigger_rx) = mpsc::channel(4096);
+    let (trigger_tx, trigger_rx) = mpsc::channel(config.trigger_queue.max(1));
     let (event_tx, event_rx) = mpsc::channel(4096);
     let shared = Arc::new(Shared::new(
         client.clone(),
@@ -88,7 +88,7 @@ pub(crate) async fn lead(
         workflows.clone(),
         templates.clone(),
         hardware.clone(),
-        jetstream.clone(),
+        bus.clone(),
         trigger_tx,
         event_tx,
     ));
@@ -166,9 +166,24 @@ pub(crate) async fn lead(
                     _ = tokio::time::sleep(HOUSEKEEPING) => {}
                 }
                 shared.sweep();
+                shared.prune();
                 count_states(&shared);
             }
             "housekeeping"
+        });
+    }
+    if !config.resync_period.is_zero() {
+        let (shared, term) = (shared.clone(), term.clone());
+        let period = config.resync_period;
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = term.cancelled() => break,
+                    _ = tokio::time::sleep(period) => {}
+                }
+                resync(&shared);
+            }
+            "resync"
         });
     }
 
@@ -237,6 +252,23 @@ fn waiting_for(
             ObjectRef::new(&k.name).within(&k.namespace)
         })
         .collect()
+}
+
+/// The safety net: wakes every unfinished Workflow, so a lost wake-up (a Pending Workflow of an
+/// idle machine nobody triggered) is caught within one period. Triggers go through the same
+/// bounded queue; the reconciler counts the dispatches this causes.
+fn resync(shared: &Shared) {
+    let mut woken = 0usize;
+    for w in shared.workflows.state() {
+        let w = shared.fresh(&w);
+        let state = w.status.as_ref().map(|s| s.state).unwrap_or_default();
+        if !state.is_terminal() {
+            shared.mark_resync(&key_of(&w));
+            shared.trigger(&key_of(&w));
+            woken += 1;
+        }
+    }
+    tracing::debug!(woken, "resync");
 }
 
 fn count_states(shared: &Shared) {

@@ -103,6 +103,9 @@ pub(crate) async fn run(
         };
         if let Some(tx) = bound.take() {
             let _ = tx.send(());
+            let (shared, stream, name, term) =
+                (shared.clone(), stream.clone(), name.clone(), term.clone());
+            tokio::spawn(async move { watch_backlog(shared, stream, name, term).await });
         }
         info!(consumer = %name, "events consumer bound");
         let mut held = Held::default();
@@ -136,6 +139,69 @@ pub(crate) async fn run(
             return;
         }
         warn!("the events consumer stream ended; binding again");
+    }
+}
+
+/// How often the consumer's progress is read while the term's backlog is applied.
+const BACKLOG_POLL: Duration = Duration::from_millis(250);
+
+/// Marks the term's backlog applied once every event stored when the consumer was bound is
+/// acknowledged (the consumer's ack floor reached the stream's last sequence at that time),
+/// then wakes the active Workflows the reconciler held back.
+async fn watch_backlog(
+    shared: Arc<Shared>,
+    stream: jetstream::stream::Stream,
+    name: String,
+    term: CancellationToken,
+) {
+    use std::sync::atomic::Ordering;
+    let last = loop {
+        match stream.get_info().await {
+            Ok(info) => break info.state.last_sequence,
+            Err(e) => {
+                shared.metrics.error("consumer");
+                warn!(error = %e, "cannot read the events stream's state; retrying");
+                pause(&term, REBIND_DELAY).await;
+                if term.is_cancelled() {
+                    return;
+                }
+            }
+        }
+    };
+    loop {
+        match stream.consumer_info(&name).await {
+            Ok(info)
+                if info.ack_floor.stream_sequence >= last
+                    || info.num_pending == 0 && info.num_ack_pending == 0 =>
+            {
+                break;
+            }
+            Ok(info) => debug!(
+                ack_floor = info.ack_floor.stream_sequence,
+                backlog_end = last,
+                "applying the events backlog"
+            ),
+            Err(e) => {
+                shared.metrics.error("consumer");
+                debug!(error = %e, "cannot read the events consumer's progress");
+            }
+        }
+        pause(&term, BACKLOG_POLL).await;
+        if term.is_cancelled() {
+            return;
+        }
+    }
+    shared.backlog_applied.store(true, Ordering::Release);
+    info!(
+        backlog_end = last,
+        "the events stored before this term are applied"
+    );
+    for w in shared.workflows.state() {
+        let w = shared.fresh(&w);
+        let state = w.status.as_ref().map(|s| s.state).unwrap_or_default();
+        if !state.is_terminal() {
+            shared.trigger(&crate::shared::key_of(&w));
+        }
     }
 }
 
@@ -337,15 +403,46 @@ fn decode(m: &jetstream::Message) -> Result<(WorkflowKey, String, Input), String
             reason: c.reason,
             message: c.message,
         },
+        Some(event::Event::WorkflowReceived(r)) => EventKind::WorkflowReceived {
+            stop: r.command() == event::workflow_received::Command::Stop,
+        },
         None => return Err("no event kind is set".into()),
     };
     let input = Input::Agent(AgentEvent {
         dispatch_id: e.workflow_id,
         agent_id: Some(e.agent_id).filter(|a| !a.is_empty()),
+        instance: Some(e.agent_instance).filter(|i| !i.is_empty()),
         at,
         kind,
     });
     Ok((id.key(), id.workflow().uid.clone(), input))
+}
+
+/// The protocol event carrying a verdict (see `tink_workflow::agent_verdict`): its event id
+/// names the reason, so a verdict published again is de-duplicated by JetStream.
+pub(crate) fn verdict_event(verdict: &tink_workflow::Verdict) -> tink_bus::proto::Event {
+    let reason = Some(verdict.reason.as_str().to_string());
+    let message = Some(verdict.message.clone());
+    let kind = match (&verdict.action_id, verdict.cancelling) {
+        (Some(action_id), false) => event::Event::ActionFailed(event::ActionFailed {
+            action_id: action_id.clone(),
+            failure_reason: reason,
+            failure_message: message,
+        }),
+        (action_id, _) => event::Event::WorkflowCanceled(event::WorkflowCanceled {
+            action_id: action_id.clone(),
+            reason,
+            message,
+        }),
+    };
+    tink_bus::proto::Event {
+        workflow_id: verdict.dispatch_id.clone(),
+        event: Some(kind),
+        event_id: format!("verdict-{}", verdict.reason.as_str()),
+        agent_id: verdict.agent_id.clone().unwrap_or_default(),
+        occurred_at: Some(prost_types::Timestamp::from(std::time::SystemTime::now())),
+        ..Default::default()
+    }
 }
 
 async fn apply_group(shared: &Arc<Shared>, key: WorkflowKey, items: Vec<Item>) {
@@ -378,7 +475,46 @@ async fn apply_group(shared: &Arc<Shared>, key: WorkflowKey, items: Vec<Item>) {
         let ctx = shared.step_context(&w, Timestamp::now());
         let t = step_all(&status, inputs.clone(), &ctx);
         if let Outcome::Ignored(why) = t.outcome {
+            if attempt == 0
+                && matches!(
+                    why,
+                    Ignored::StaleDispatch
+                        | Ignored::WrongState
+                        | Ignored::OtherAgent
+                        | Ignored::UnknownAction
+                )
+            {
+                // Judged on the cached object, which may lag (a dispatch written by another
+                // leader moments ago): read it from the API once before dropping the events.
+                shared.metrics.event("reread");
+                continue;
+            }
             shared.metrics.event("ignored");
+            if why == Ignored::OtherAgent {
+                shared.metrics.event("refused_agent");
+                let from: Vec<String> = items
+                    .iter()
+                    .filter_map(|i| match &i.input {
+                        Input::Agent(e) => {
+                            Some(e.agent_id.clone().unwrap_or_else(|| "<none>".into()))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                let message = format!(
+                    "refused {} event(s) from agent(s) {} for a workflow dispatched to {}",
+                    items.len(),
+                    from.join(", "),
+                    status.agent_id.as_deref().unwrap_or("<none>")
+                );
+                warn!(workflow = %key, %message);
+                shared.kube_event_on(
+                    &w,
+                    tink_workflow::EventType::Warning,
+                    tink_workflow::EventReason::ForeignEvent,
+                    &message,
+                );
+            }
             match why {
                 Ignored::Outdated | Ignored::Terminal => {
                     debug!(workflow = %key, reason = ?why, "events change nothing (duplicates or late)")
@@ -410,9 +546,64 @@ async fn apply_group(shared: &Arc<Shared>, key: WorkflowKey, items: Vec<Item>) {
                 // reconciler resume the Workflow.
                 shared.forget(&w.uid().unwrap_or_default());
                 shared.trigger(&key);
+                if refused_for_good(&e) && poisoned(&items) {
+                    shared.metrics.event("poisoned");
+                    let message = format!(
+                        "{} agent events could not be applied after {POISON_AFTER} deliveries and are dropped: {e}",
+                        items.len()
+                    );
+                    tracing::error!(workflow = %key, %message);
+                    shared.kube_event_on(
+                        &w,
+                        tink_workflow::EventType::Warning,
+                        tink_workflow::EventReason::EventsDropped,
+                        &message,
+                    );
+                    for i in &items {
+                        if let Err(e) = i.message.ack_with(AckKind::Term).await {
+                            warn!(error = %e, "cannot terminate a poisoned event");
+                        }
+                    }
+                    return;
+                }
                 break;
             }
         }
     }
-    nak_all(shared, &items, Some(NAK_DELAY)).await;
+    let delay = nak_delay(&items);
+    nak_all(shared, &items, Some(delay)).await;
+}
+
+/// Deliveries after which events the API server refuses for good are dropped (terminated).
+const POISON_AFTER: i64 = 5;
+/// The longest wait before a handed-back event is delivered again.
+const MAX_NAK_DELAY: Duration = Duration::from_secs(60);
+
+/// Whether the API server refused the write in a way a retry cannot change (a 4xx other than
+/// a conflict or throttling: the object is invalid or too large). Connection failures and 5xx
+/// are retried for as long as they last.
+fn refused_for_good(e: &Error) -> bool {
+    matches!(e, Error::Kube(kube::Error::Api(s)) if (400..500).contains(&s.code) && s.code != 409 && s.code != 429)
+}
+
+/// Whether the group has been delivered [`POISON_AFTER`] times already.
+fn poisoned(items: &[Item]) -> bool {
+    items.iter().any(|i| {
+        i.message
+            .info()
+            .is_ok_and(|info| info.delivered >= POISON_AFTER)
+    })
+}
+
+/// The wait before the group is delivered again: doubling with each delivery, at most a minute,
+/// so an API server outage is ridden out without hammering it.
+fn nak_delay(items: &[Item]) -> Duration {
+    let delivered = items
+        .iter()
+        .filter_map(|i| i.message.info().ok().map(|info| info.delivered))
+        .max()
+        .unwrap_or(1)
+        .clamp(1, 16);
+    let factor = 1u32 << (delivered - 1).min(6);
+    (NAK_DELAY * factor).min(MAX_NAK_DELAY)
 }

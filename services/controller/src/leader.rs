@@ -157,6 +157,10 @@ impl Elector {
     }
 
     /// Renews the Lease until leadership is lost or `term` is cancelled.
+    ///
+    /// Every renewal is bounded by what is left of the renew deadline: a request that hangs (a
+    /// stalled connection to the API server; the client sets no read timeout) ends leadership
+    /// at the deadline, before a standby can see the Lease expire.
     pub async fn keep(&self, term: &CancellationToken) -> Ended {
         let mut renewed = Instant::now();
         loop {
@@ -164,7 +168,19 @@ impl Elector {
                 _ = term.cancelled() => return Ended::Cancelled,
                 _ = tokio::time::sleep(self.config.renew_period) => {}
             }
-            match self.try_acquire().await {
+            let left = self.config.renew_deadline.saturating_sub(renewed.elapsed());
+            let attempt = tokio::select! {
+                _ = term.cancelled() => return Ended::Cancelled,
+                r = tokio::time::timeout(left, self.try_acquire()) => r,
+            };
+            let Ok(attempt) = attempt else {
+                warn!(
+                    deadline = ?self.config.renew_deadline,
+                    "the Lease renewal did not finish before the renew deadline; stepping down"
+                );
+                return Ended::Lost;
+            };
+            match attempt {
                 Ok(true) => renewed = Instant::now(),
                 Ok(false) => {
                     warn!("another replica holds the Lease");
@@ -180,8 +196,18 @@ impl Elector {
         }
     }
 
-    /// Gives the Lease up (on shutdown) so a standby takes over at once.
+    /// Gives the Lease up (on shutdown) so a standby takes over at once; bounded by the renew
+    /// deadline (an unreachable API server: the Lease then expires by itself).
     pub async fn release(&self) {
+        if tokio::time::timeout(self.config.renew_deadline, self.release_once())
+            .await
+            .is_err()
+        {
+            warn!("cannot release the Lease in time; it expires by itself");
+        }
+    }
+
+    async fn release_once(&self) {
         let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
             return;
         };

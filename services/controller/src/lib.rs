@@ -35,6 +35,7 @@ mod config;
 mod engine;
 mod events;
 pub mod leader;
+pub mod limits;
 mod metrics;
 mod presence;
 mod reconcile;
@@ -54,14 +55,9 @@ pub use metrics::{Label, Metrics};
 /// Errors that stop a replica.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The NATS URL or options are invalid.
-    #[error("cannot connect to NATS at {url}: {source}")]
-    Nats {
-        /// The URL.
-        url: String,
-        /// Why.
-        source: async_nats::ConnectError,
-    },
+    /// NATS refused the connection or the options are invalid.
+    #[error(transparent)]
+    Nats(tink_bus::NatsConnectError),
     /// A part of the leader's term stopped on its own.
     #[error("the {0} stopped unexpectedly")]
     Stopped(String),
@@ -81,16 +77,14 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     health.set_ready(false);
-    let nats = async_nats::ConnectOptions::new()
-        .name(format!("tink-controller {}", config.replica_id))
-        .retry_on_initial_connect()
-        .max_reconnects(None)
-        .connect(config.nats_url.as_str())
-        .await
-        .map_err(|source| Error::Nats {
-            url: config.nats_url.clone(),
-            source,
-        })?;
+    let name = format!("tink-controller {}", config.replica_id);
+    let nats = tink_bus::connect(&config.nats_url, &config.nats_auth, || {
+        async_nats::ConnectOptions::new()
+            .name(name.clone())
+            .max_reconnects(None)
+    })
+    .await
+    .map_err(Error::Nats)?;
     let jetstream = async_nats::jetstream::new(nats.clone());
     let elector = leader::Elector::new(
         client.clone(),
@@ -131,7 +125,23 @@ pub async fn run(
         };
         let outcome = match outcome {
             Some(r) => r,
-            None => engine.await,
+            // The term is cancelled; its drain is bounded so a replica that lost the Lease has
+            // stopped reconciling and pulling before a standby may take over (what is left of
+            // the Lease's duration after the renew deadline). Dropping the term aborts its tasks.
+            None => {
+                let budget = config
+                    .lease
+                    .duration
+                    .saturating_sub(config.lease.renew_deadline)
+                    .max(std::time::Duration::from_millis(100));
+                match tokio::time::timeout(budget, &mut engine).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        warn!(?budget, "the term did not drain in time; aborting it");
+                        Ok(())
+                    }
+                }
+            }
         };
         health.set_ready(false);
         metrics.leader.set(0);

@@ -43,6 +43,21 @@ struct Args {
     /// Seconds added to an action's timeout before the controller fails it (the agent enforces it first).
     #[arg(long, env = "TINK_ACTION_TIMEOUT_GRACE_SECONDS", default_value_t = 30)]
     action_timeout_grace_seconds: u64,
+    /// Seconds the agent of a Workflow it confirmed may be disconnected before the Workflow fails
+    /// with reason AgentLost.
+    #[arg(long, env = "TINK_AGENT_LOST_AFTER_SECONDS", default_value_t = 900)]
+    agent_lost_after_seconds: u64,
+    /// Seconds between resyncs: every unfinished Workflow is looked at again (the safety net
+    /// for a lost wake-up); 0 turns it off.
+    #[arg(long, env = "TINK_RESYNC_SECONDS", default_value_t = 60)]
+    resync_seconds: u64,
+    /// The most Workflow triggers queued for the reconciler (a full queue drops them; the
+    /// resync catches up).
+    #[arg(long, env = "TINK_TRIGGER_QUEUE", default_value_t = 16384)]
+    trigger_queue: usize,
+    /// Seconds after which the controller forgets an agent it has not seen.
+    #[arg(long, env = "TINK_FORGET_AFTER_SECONDS", default_value_t = 3600)]
+    forget_after_seconds: u64,
     /// The most reconciles at once.
     #[arg(long, env = "TINK_CONTROLLER_CONCURRENCY", default_value_t = 64)]
     concurrency: u16,
@@ -66,13 +81,18 @@ async fn main() -> anyhow::Result<()> {
     config.concurrency = args.concurrency.max(1);
     config.kube_events = !args.no_kube_events;
     config.bus = args.bus.bus_config();
+    config.nats_auth = args.bus.nats_auth();
     config.workflow = tink_workflow::Config {
         scheduled_timeout: Duration::from_secs(args.scheduled_timeout_seconds),
         cancelling_timeout: Duration::from_secs(args.cancelling_timeout_seconds),
         backoff_base: Duration::from_millis(args.backoff_base_ms),
         backoff_max: Duration::from_millis(args.backoff_max_ms.max(args.backoff_base_ms)),
         action_timeout_grace: Duration::from_secs(args.action_timeout_grace_seconds),
+        agent_lost_after: Duration::from_secs(args.agent_lost_after_seconds.max(1)),
     };
+    config.resync_period = Duration::from_secs(args.resync_seconds);
+    config.trigger_queue = args.trigger_queue.max(1);
+    config.forget_after = Duration::from_secs(args.forget_after_seconds.max(60));
     let duration = Duration::from_secs(args.lease_duration_seconds.max(3));
     config.lease = tink_controller::LeaseConfig {
         namespace: args.lease_namespace,
@@ -87,7 +107,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("cannot configure the Kubernetes client (KUBECONFIG or in-cluster)")?;
 
-    let shutdown = tink_runtime::shutdown_token();
+    let shutdown = tink_runtime::shutdown_token_with_grace(args.admin.shutdown_grace());
     let health = tink_runtime::Health::new();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = tink_controller::Metrics::register(&mut registry);

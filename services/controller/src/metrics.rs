@@ -43,6 +43,13 @@ pub struct Metrics {
     pub dispatch_seconds: Histogram,
     /// 1 while this replica leads.
     pub leader: Gauge,
+    /// Workflows dispatched by the periodic resync although nothing woke them: each one is a
+    /// lost wake-up the safety net caught.
+    pub resync_dispatches: Counter,
+    /// Verdicts published on an agent's behalf, by reason (`AgentRestarted`, `AgentLost`).
+    pub verdicts: Family<Label, Counter>,
+    /// Start commands by what a restart found (`republished`, `queued`, `received`).
+    pub resumed_starts: Family<Label, Counter>,
 }
 
 impl Default for Metrics {
@@ -56,6 +63,9 @@ impl Default for Metrics {
             event_to_status_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             dispatch_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 20)),
             leader: Gauge::default(),
+            resync_dispatches: Counter::default(),
+            verdicts: Family::default(),
+            resumed_starts: Family::default(),
         }
     }
 }
@@ -93,7 +103,30 @@ impl Metrics {
             m.dispatch_seconds.clone(),
         );
         r.register("leader", "1 while this replica leads", m.leader.clone());
+        r.register(
+            "resync_dispatches",
+            "Workflows dispatched by the periodic resync (lost wake-ups caught)",
+            m.resync_dispatches.clone(),
+        );
+        r.register(
+            "verdicts",
+            "Workflows failed on an agent's behalf, by reason",
+            m.verdicts.clone(),
+        );
+        r.register(
+            "resumed_starts",
+            "Start commands of Scheduled workflows seen after a restart, by what the streams showed",
+            m.resumed_starts.clone(),
+        );
         m
+    }
+
+    pub(crate) fn verdict(&self, reason: &str) {
+        self.verdicts.get_or_create(&Label::of(reason)).inc();
+    }
+
+    pub(crate) fn resumed_start(&self, found: &str) {
+        self.resumed_starts.get_or_create(&Label::of(found)).inc();
     }
 
     pub(crate) fn error(&self, kind: &str) {

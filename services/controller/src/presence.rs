@@ -80,26 +80,36 @@ fn observe(shared: &Shared, entry: kv::Entry) {
             };
             let now = Timestamp::now();
             let ttl = shared.config.bus.presence_ttl.as_secs_f64();
+            let instance = Some(presence.instance).filter(|i| !i.is_empty());
             let seen = Seen {
                 presented: presence.agent_id,
                 heartbeat: presence.heartbeat.min(now),
+                instance: instance.clone(),
+                connected: true,
             };
-            let newly = {
+            let (newly, restarted) = {
                 let mut map = shared.presence.write().unwrap_or_else(|e| e.into_inner());
-                let newly = map
-                    .get(&normalized)
-                    .is_none_or(|old| now.duration_since(old.heartbeat).as_secs_f64() > ttl);
+                let old = map.get(&normalized);
+                let newly = old.is_none_or(|old| {
+                    !old.connected || now.duration_since(old.heartbeat).as_secs_f64() > ttl
+                });
+                let restarted = old.is_some_and(|old| old.instance != instance);
                 map.insert(normalized.clone(), seen);
-                newly
+                (newly, restarted)
             };
-            if newly {
-                debug!(agent = %agent, "agent connected");
+            if newly || restarted {
+                debug!(agent = %agent, ?instance, newly, restarted, "agent connected");
+                // Pending workflows may go; an active one may need a verdict (a new instance).
                 shared.trigger_agent(&normalized);
             }
         }
         kv::Operation::Delete | kv::Operation::Purge => {
             let mut map = shared.presence.write().unwrap_or_else(|e| e.into_inner());
-            map.remove(&normalized);
+            // Kept (disconnected), so the time it left counts towards AgentLost.
+            if let Some(seen) = map.get_mut(&normalized) {
+                seen.connected = false;
+                seen.heartbeat = Timestamp::now();
+            }
             debug!(agent = %agent, "agent disconnected");
         }
     }

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use tink_api::v1alpha2::{Workflow, WorkflowState};
-use tink_workflow::{Input, step_all};
+use tink_workflow::{Input, agent_verdict, step_all};
 use tracing::{Instrument as _, debug};
 
 use crate::render;
@@ -28,10 +28,11 @@ pub(crate) async fn reconcile(obj: Arc<Workflow>, shared: Arc<Shared>) -> Result
     let uid = obj.uid().unwrap_or_default();
     let span = tracing::info_span!("reconcile", workflow = %key);
     tink_telemetry::propagation::set_parent(&span, crate::trace::workflow_context(&uid));
+    let woken_by_resync = shared.take_resync(&key);
     let result = async {
         let mut w = shared.fresh(&obj);
         for _ in 0..CONFLICT_RETRIES {
-            match reconcile_once(&shared, &w).await {
+            match reconcile_once(&shared, &w, woken_by_resync).await {
                 Err(Error::Conflict(_)) => match shared.read(&key).await? {
                     Some(newer) => w = newer,
                     None => return Ok(Action::await_change()),
@@ -58,7 +59,15 @@ pub(crate) fn error_policy(_obj: Arc<Workflow>, e: &Error, shared: Arc<Shared>) 
     Action::requeue(Duration::from_secs(1))
 }
 
-async fn reconcile_once(shared: &Shared, w: &Arc<Workflow>) -> Result<Action, Error> {
+/// How soon an active Workflow is looked at again while the events backlog of the term is
+/// still being applied.
+const BACKLOG_WAIT: Duration = Duration::from_millis(500);
+
+async fn reconcile_once(
+    shared: &Shared,
+    w: &Arc<Workflow>,
+    woken_by_resync: bool,
+) -> Result<Action, Error> {
     let now = Timestamp::now();
     let status = w.status.clone().unwrap_or_default();
     let uid = w.uid().unwrap_or_default();
@@ -68,15 +77,35 @@ async fn reconcile_once(shared: &Shared, w: &Arc<Workflow>) -> Result<Action, Er
         }
         return Ok(Action::await_change());
     }
+    let active = matches!(
+        status.state,
+        WorkflowState::Scheduled | WorkflowState::Running | WorkflowState::Cancelling
+    );
+    if active && !shared.backlog_applied() {
+        // Events stored while no controller ran may end this Workflow: no resume, timeout or
+        // verdict acts on it before they are applied.
+        return Ok(Action::requeue(BACKLOG_WAIT));
+    }
     let ctx = shared.step_context(w, now);
-    let mut inputs = Vec::with_capacity(4);
+    let mut inputs = Vec::with_capacity(5);
+    let deleting = w.metadata.deletion_timestamp.is_some();
+    if deleting {
+        // A start the agent never received is withdrawn from its queue rather than followed
+        // by a stop; the stop is for what may have been delivered.
+        if status.state == WorkflowState::Scheduled
+            && status.received_at.is_none()
+            && shared.withdraw(&status).await?
+        {
+            inputs.push(Input::Withdrawn);
+        }
+        // Deleted before Resume: a resumed Workflow being deleted repeats the stop, never the
+        // start.
+        inputs.push(Input::Deleted);
+    }
     if shared.first_look(&uid) {
         inputs.push(Input::Resume);
     }
-    let deleting = w.metadata.deletion_timestamp.is_some();
-    if deleting {
-        inputs.push(Input::Deleted);
-    } else if status.state == WorkflowState::Pending && status.actions.is_empty() {
+    if !deleting && status.state == WorkflowState::Pending && status.actions.is_empty() {
         inputs.push(prepare(shared, w).await);
     }
     inputs.push(Input::Tick);
@@ -100,8 +129,15 @@ async fn reconcile_once(shared: &Shared, w: &Arc<Workflow>) -> Result<Action, Er
         }
     }
     debug!(state = %t.status.state, outcome = ?t.outcome, effects = t.effects.len(), "stepped");
-    shared.apply(w, &t).await?;
+    let written = shared.apply(w, &t).await?;
+    if claim.is_some() && woken_by_resync {
+        shared.metrics.resync_dispatches.inc();
+        tracing::warn!(workflow = %key_of(w), "dispatched by the periodic resync: a wake-up was lost");
+    }
     drop(claim);
+    if let Some(verdict) = agent_verdict(&t.status, &ctx) {
+        shared.publish_verdict(&written, &verdict).await?;
+    }
     Ok(match t.requeue_at {
         Some(at) => {
             let wait = Timestamp::now().duration_until(at);
@@ -148,7 +184,7 @@ async fn prepare(shared: &Shared, w: &Workflow) -> Input {
     })
     .await
     .unwrap_or_else(|join| Err(format!("the template renderer stopped: {join}")));
-    match rendered {
+    match rendered.and_then(|actions| crate::limits::check(&actions).map(|()| actions)) {
         Ok(actions) => Input::Prepared { actions },
         Err(message) => {
             shared.metrics.error("render");

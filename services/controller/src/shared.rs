@@ -3,6 +3,7 @@
 //! Kubernetes Events.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -16,8 +17,8 @@ use serde_json::json;
 use tink_api::v1alpha2::{Hardware, Template, Workflow, WorkflowState, WorkflowStatus};
 use tink_bus::proto::{GetWorkflowsResponse, get_workflows_response, workflow as pw};
 use tink_workflow::{
-    Candidate, Effect, EventReason, EventType, StepContext, Transition, WorkflowKey, WorkflowRef,
-    agent_ids, normalize_agent_id, pick_dispatches,
+    AgentSeen, Candidate, Effect, EventReason, EventType, StepContext, Transition, Verdict,
+    WorkflowKey, WorkflowRef, agent_ids, normalize_agent_id, pick_dispatches,
 };
 use tokio::sync::mpsc;
 use tracing::{Instrument as _, debug, info, warn};
@@ -37,6 +38,9 @@ pub enum Error {
     /// Publishing a command failed.
     #[error("publishing a command: {0}")]
     Bus(#[from] tink_bus::BusError),
+    /// Reading what the streams prove about a command failed.
+    #[error("reading the streams: {0}")]
+    Delivery(#[from] tink_bus::DeliveryError),
     /// An object could not be serialized.
     #[error("serializing: {0}")]
     Json(#[from] serde_json::Error),
@@ -49,6 +53,7 @@ impl Error {
             Self::Conflict(_) => "conflict",
             Self::Kube(_) => "kube",
             Self::Bus(_) => "publish",
+            Self::Delivery(_) => "delivery_lookup",
             Self::Json(_) => "json",
         }
     }
@@ -62,13 +67,17 @@ struct Known {
     at: Instant,
 }
 
-/// A connected agent as the presence bucket shows it.
+/// An agent as the presence bucket shows it.
 #[derive(Clone, Debug)]
 pub(crate) struct Seen {
     /// The id as the agent presented it (the dispatch subject is built from it).
     pub presented: String,
-    /// Its last heartbeat.
+    /// Its last heartbeat (for a disconnected agent: when its stream ended).
     pub heartbeat: Timestamp,
+    /// The instance id of the agent process holding the stream, if it sends one.
+    pub instance: Option<String>,
+    /// Whether a stream is open (the entry was not deleted).
+    pub connected: bool,
 }
 
 /// A Kubernetes Event waiting to be published.
@@ -87,6 +96,14 @@ pub(crate) struct Shared {
     pub templates: Store<Template>,
     pub hardware: Store<Hardware>,
     pub jetstream: jetstream::Context,
+    /// The streams (delivery look-ups, withdrawals).
+    pub bus: tink_bus::Bus,
+    /// When this term began: the last sign of life assumed for an agent not seen since.
+    pub term_started: Timestamp,
+    /// Whether the events that were stored when this term bound its consumer are all applied.
+    /// Until then no Resume, timeout or verdict acts on an active Workflow: an outage's
+    /// backlog may hold its end.
+    pub backlog_applied: AtomicBool,
     /// Normalised agent id -> presence.
     pub presence: RwLock<HashMap<String, Seen>>,
     ledger: Mutex<HashMap<WorkflowKey, Known>>,
@@ -96,6 +113,8 @@ pub(crate) struct Shared {
     resumed: Mutex<HashSet<String>>,
     /// Workflow uids whose finalizer removal is in flight.
     releasing: Mutex<HashSet<String>>,
+    /// Workflows the last resync woke (to count the dispatches it caused).
+    resynced: Mutex<HashSet<WorkflowKey>>,
     triggers: mpsc::Sender<ObjectRef<Workflow>>,
     kube_events: mpsc::Sender<KubeEvent>,
 }
@@ -196,7 +215,7 @@ impl Shared {
         workflows: Store<Workflow>,
         templates: Store<Template>,
         hardware: Store<Hardware>,
-        jetstream: jetstream::Context,
+        bus: tink_bus::Bus,
         triggers: mpsc::Sender<ObjectRef<Workflow>>,
         kube_events: mpsc::Sender<KubeEvent>,
     ) -> Self {
@@ -207,12 +226,16 @@ impl Shared {
             workflows,
             templates,
             hardware,
-            jetstream,
+            jetstream: bus.jetstream.clone(),
+            bus,
+            term_started: Timestamp::now(),
+            backlog_applied: AtomicBool::new(false),
             presence: RwLock::new(HashMap::new()),
             ledger: Mutex::new(HashMap::new()),
             claims: Mutex::new(HashMap::new()),
             resumed: Mutex::new(HashSet::new()),
             releasing: Mutex::new(HashSet::new()),
+            resynced: Mutex::new(HashSet::new()),
             triggers,
             kube_events,
         }
@@ -223,12 +246,50 @@ impl Shared {
     }
 
     pub fn step_context(&self, w: &Workflow, now: Timestamp) -> StepContext {
+        let agent = w
+            .status
+            .as_ref()
+            .and_then(|s| s.agent_id.as_deref())
+            .map(|agent| self.agent_seen(agent));
         StepContext {
             now,
             workflow: ref_of(w),
             timeout: w.spec.timeout_limit(),
             config: self.config.workflow.clone(),
+            agent,
         }
+    }
+
+    /// What presence shows of an agent; one not seen in this term counts as last seen when the
+    /// term began.
+    pub fn agent_seen(&self, agent: &str) -> AgentSeen {
+        let presence = self.presence.read().unwrap_or_else(|e| e.into_inner());
+        match presence.get(&normalize_agent_id(agent)) {
+            Some(seen) => AgentSeen {
+                instance: seen.instance.clone(),
+                last_seen: if seen.connected {
+                    // Connected: alive as of its latest heartbeat, or now if that is recent.
+                    let age = Timestamp::now().duration_since(seen.heartbeat);
+                    if age.as_secs_f64() <= self.config.bus.presence_ttl.as_secs_f64() {
+                        Timestamp::now()
+                    } else {
+                        seen.heartbeat
+                    }
+                } else {
+                    seen.heartbeat
+                }
+                .max(self.term_started),
+            },
+            None => AgentSeen {
+                instance: None,
+                last_seen: self.term_started,
+            },
+        }
+    }
+
+    /// Whether the events stored when this term began are applied (see `backlog_applied`).
+    pub fn backlog_applied(&self) -> bool {
+        self.backlog_applied.load(Ordering::Acquire)
     }
 
     // ---- the freshest view ----
@@ -308,16 +369,34 @@ impl Shared {
 
     // ---- triggers ----
 
-    /// Asks the reconciler to look at a Workflow.
+    /// Asks the reconciler to look at a Workflow. The queue is bounded: when it is full the
+    /// trigger is dropped and counted (`errors{kind="trigger_dropped"}`), and the periodic
+    /// resync looks at the Workflow instead.
     pub fn trigger(&self, key: &WorkflowKey) {
         let r = ObjectRef::new(&key.name).within(&key.namespace);
-        if let Err(mpsc::error::TrySendError::Full(r)) = self.triggers.try_send(r) {
-            // The queue is bounded; wait for room without blocking the caller.
-            let tx = self.triggers.clone();
-            tokio::spawn(async move {
-                let _ = tx.send(r).await;
-            });
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.triggers.try_send(r) {
+            self.metrics.error("trigger_dropped");
         }
+    }
+
+    /// Forgets per-object and per-agent memories that can no longer matter: resume marks of
+    /// Workflows no longer cached, and presence of agents not seen for `forget_after`.
+    pub fn prune(&self) {
+        {
+            let live: HashSet<String> = self
+                .workflows
+                .state()
+                .iter()
+                .filter_map(|w| w.metadata.uid.clone())
+                .collect();
+            lock(&self.resumed).retain(|uid| live.contains(uid));
+        }
+        let forget = self.config.forget_after.as_secs_f64();
+        let now = Timestamp::now();
+        self.presence
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, seen| now.duration_since(seen.heartbeat).as_secs_f64() <= forget);
     }
 
     /// The Workflows of a Hardware (namespace and name), from the cache.
@@ -344,14 +423,32 @@ impl Shared {
         }
     }
 
-    /// Wakes the Pending Workflows of the machine an agent id belongs to.
+    /// Wakes the unfinished Workflows of the machine an agent id belongs to (Pending ones may
+    /// be dispatched; active ones may need a verdict about a restarted agent).
     pub fn trigger_agent(&self, agent: &str) {
         let agent = normalize_agent_id(agent);
         for hw in self.hardware.state() {
             if agent_ids(&hw.spec).contains(&agent) {
-                self.trigger_pending_of(&hw.namespace().unwrap_or_default(), &hw.name_any());
+                let ns = hw.namespace().unwrap_or_default();
+                for w in self.workflows_of_hardware(&ns, &hw.name_any()) {
+                    let w = self.fresh(&w);
+                    let state = w.status.as_ref().map(|s| s.state).unwrap_or_default();
+                    if !state.is_terminal() {
+                        self.trigger(&key_of(&w));
+                    }
+                }
             }
         }
+    }
+
+    /// Marks a Workflow as woken by the resync (a dispatch it causes is counted).
+    pub fn mark_resync(&self, key: &WorkflowKey) {
+        lock(&self.resynced).insert(key.clone());
+    }
+
+    /// Whether the resync woke this Workflow (and forgets it).
+    pub fn take_resync(&self, key: &WorkflowKey) -> bool {
+        lock(&self.resynced).remove(key)
     }
 
     // ---- dispatch ----
@@ -359,7 +456,7 @@ impl Shared {
     /// Whether the agent may receive a command now: its presence entry is fresh.
     fn connected(&self, normalized: &str, now: Timestamp) -> Option<String> {
         let presence = self.presence.read().unwrap_or_else(|e| e.into_inner());
-        let seen = presence.get(normalized)?;
+        let seen = presence.get(normalized).filter(|s| s.connected)?;
         let ttl = self.config.bus.presence_ttl;
         let age = now.duration_since(seen.heartbeat);
         (age.as_secs_f64() <= ttl.as_secs_f64()).then(|| seen.presented.clone())
@@ -474,6 +571,12 @@ impl Shared {
         match self.patch_meta(w, patch).await {
             Ok(_) => Ok(()),
             Err(Error::Kube(kube::Error::Api(e))) if e.code == 404 => Ok(()),
+            // The list moved: if the finalizer is gone (the reconciler removed it meanwhile),
+            // the removal is done; otherwise the caller re-reads and retries.
+            Err(Error::Conflict(key)) => match self.read(&key).await? {
+                Some(now) if has_finalizer(&now) => Err(Error::Conflict(key)),
+                _ => Ok(()),
+            },
             Err(e) => Err(e),
         }
     }
@@ -545,6 +648,13 @@ impl Shared {
         }
         if t.status_changed() {
             current = self.write_status(&current, t.status.clone()).await?;
+            if is_active(old_state) && !is_active(t.status.state) {
+                // The machine is free the moment the status says so: wake its next Workflow
+                // now, not after the effects (an effect that fails, such as a finalizer removal
+                // racing the reconciler's, must not lose this wake-up).
+                let ns = current.namespace().unwrap_or_default();
+                self.trigger_pending_of(&ns, &current.spec.hardware_ref.name);
+            }
         }
         let uid = current.uid().unwrap_or_default();
         for effect in &t.effects {
@@ -573,12 +683,43 @@ impl Shared {
                     }
                     info!(workflow = %key_of(&current), agent = %agent_id, dispatch = %dispatch_id, "dispatched");
                 }
+                Effect::RepublishStart {
+                    agent_id,
+                    dispatch_id,
+                } => {
+                    self.republish_start(&current, t, agent_id, dispatch_id)
+                        .await?
+                }
                 Effect::PublishStop {
                     agent_id,
                     dispatch_id,
                     reason,
                     message,
                 } => {
+                    let unconfirmed = w.status.as_ref().is_some_and(|s| {
+                        s.state == WorkflowState::Scheduled && s.received_at.is_none()
+                    });
+                    if unconfirmed {
+                        // A start the agent never confirmed must not reach it after the stop's
+                        // reason (a timeout, a deletion) ended the workflow: take it out of the
+                        // queue first. The stop follows in any case, for a start already in
+                        // flight.
+                        match tink_bus::withdraw_command(
+                            &self.bus.dispatch,
+                            &self.bus.events,
+                            agent_id,
+                            dispatch_id,
+                        )
+                        .await
+                        {
+                            Ok(outcome) => {
+                                debug!(dispatch = %dispatch_id, ?outcome, "start withdrawn before the stop")
+                            }
+                            Err(e) => {
+                                warn!(dispatch = %dispatch_id, error = %e, "cannot withdraw the start before the stop")
+                            }
+                        }
+                    }
                     let cmd = GetWorkflowsResponse {
                         cmd: Some(get_workflows_response::Cmd::StopWorkflow(
                             get_workflows_response::StopWorkflow {
@@ -603,19 +744,88 @@ impl Shared {
                 Effect::RemoveFinalizer => self.remove_finalizer(&current).await?,
             }
         }
-        let new_state = t.status.state;
-        if is_active(old_state) && !is_active(new_state) {
-            // The machine is free again: its next Workflow may go.
-            let ns = current.namespace().unwrap_or_default();
-            self.trigger_pending_of(&ns, &current.spec.hardware_ref.name);
-        }
         Ok(current)
+    }
+
+    /// Tries to withdraw the queued Start of a Scheduled Workflow's dispatch; `true` when it is
+    /// proven the agent can never receive it.
+    pub async fn withdraw(&self, status: &WorkflowStatus) -> Result<bool, Error> {
+        let (Some(agent_id), Some(dispatch_id)) = (&status.agent_id, &status.dispatch_id) else {
+            return Ok(false);
+        };
+        let outcome =
+            tink_bus::withdraw_command(&self.bus.dispatch, &self.bus.events, agent_id, dispatch_id)
+                .await?;
+        debug!(dispatch = %dispatch_id, ?outcome, "withdrawal of a start command");
+        Ok(outcome == tink_bus::Withdrawal::Withdrawn)
+    }
+
+    /// After a restart: publishes the Start of a Scheduled Workflow again only when it is
+    /// provably gone, neither waiting in the agent's queue nor received by any agent process
+    /// (no event of the dispatch is stored). This repairs a crash between the status write and
+    /// the first publish and never hands a dispatch to an agent twice.
+    async fn republish_start(
+        &self,
+        w: &Workflow,
+        t: &Transition,
+        agent_id: &str,
+        dispatch_id: &str,
+    ) -> Result<(), Error> {
+        let msg_id = format!("{dispatch_id}/start");
+        if tink_bus::queued_command(&self.bus.dispatch, agent_id, &msg_id)
+            .await?
+            .is_some()
+        {
+            self.metrics.resumed_start("queued");
+            debug!(workflow = %key_of(w), dispatch = %dispatch_id, "the start command still waits in the agent's queue");
+            return Ok(());
+        }
+        if tink_bus::dispatch_received(&self.bus.events, dispatch_id).await? {
+            self.metrics.resumed_start("received");
+            debug!(workflow = %key_of(w), dispatch = %dispatch_id, "an agent received the dispatch; its events decide");
+            return Ok(());
+        }
+        self.metrics.resumed_start("republished");
+        let uid = w.uid().unwrap_or_default();
+        let cmd = start_command(dispatch_id, &t.status);
+        let cx = crate::trace::command_context(&uid);
+        tink_bus::publish_command(&self.jetstream, agent_id, &cmd, &msg_id, &cx).await?;
+        info!(workflow = %key_of(w), agent = %agent_id, dispatch = %dispatch_id, "start command was never published; published it");
+        Ok(())
+    }
+
+    /// Publishes a verdict about a Workflow's agent as an event of its dispatch (so it is
+    /// applied after everything the agent stored before it). De-duplicated per dispatch and
+    /// reason.
+    pub async fn publish_verdict(&self, w: &Workflow, verdict: &Verdict) -> Result<(), Error> {
+        let event = crate::events::verdict_event(verdict);
+        let uid = w.uid().unwrap_or_default();
+        tink_bus::publish_event(
+            &self.jetstream,
+            &event,
+            &crate::trace::command_context(&uid),
+        )
+        .await?;
+        self.metrics.verdict(verdict.reason.as_str());
+        warn!(workflow = %key_of(w), dispatch = %verdict.dispatch_id, reason = verdict.reason.as_str(), message = %verdict.message, "failing the workflow on its agent's behalf");
+        Ok(())
     }
 
     /// Removes the finalizer of a Workflow in an end state (a step that crashed before doing
     /// so, or a finalizer added back by hand).
     pub async fn release_finished(&self, w: &Workflow) -> Result<(), Error> {
         self.remove_finalizer(w).await
+    }
+
+    /// Records a Kubernetes Event on a Workflow outside a transition.
+    pub fn kube_event_on(
+        &self,
+        w: &Workflow,
+        type_: EventType,
+        reason: EventReason,
+        message: &str,
+    ) {
+        self.kube_event(w, type_, reason, message);
     }
 
     fn kube_event(&self, w: &Workflow, type_: EventType, reason: EventReason, message: &str) {
@@ -650,9 +860,11 @@ pub(crate) fn start_command(dispatch_id: &str, status: &WorkflowStatus) -> GetWo
                 args: r.args.clone(),
                 env: r.env.clone().into_iter().collect(),
                 volumes: r.volumes.clone(),
-                ns: r.network_namespace.as_ref().map(|n| pw::action::Namespace {
-                    pid: None,
-                    net: Some(n.clone()),
+                ns: (r.network_namespace.is_some() || r.pid_namespace.is_some()).then(|| {
+                    pw::action::Namespace {
+                        pid: r.pid_namespace.clone(),
+                        net: r.network_namespace.clone(),
+                    }
                 }),
                 timeout_seconds: a.timeout_limit().map(|d| d.as_secs().max(1)),
             }
@@ -678,5 +890,49 @@ pub(crate) fn report(metrics: &Metrics, what: &str, e: &Error) {
     match e {
         Error::Conflict(_) => debug!(error = %e, "{what}"),
         _ => warn!(error = %e, "{what}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tink_api::v1alpha2::{Action, ActionStatus};
+
+    use super::*;
+
+    #[test]
+    fn start_commands_carry_both_namespaces() {
+        let status = WorkflowStatus {
+            actions: vec![
+                ActionStatus {
+                    id: "0-kexec".into(),
+                    rendered: Action {
+                        name: "kexec".into(),
+                        image: "quay.io/tinkerbell/actions/kexec".into(),
+                        pid_namespace: Some("host".into()),
+                        ..Action::default()
+                    },
+                    ..ActionStatus::default()
+                },
+                ActionStatus {
+                    id: "1-plain".into(),
+                    rendered: Action {
+                        name: "plain".into(),
+                        image: "busybox".into(),
+                        ..Action::default()
+                    },
+                    ..ActionStatus::default()
+                },
+            ],
+            ..WorkflowStatus::default()
+        };
+        let cmd = start_command("ns/wf/uid/1", &status);
+        let Some(get_workflows_response::Cmd::StartWorkflow(start)) = cmd.cmd else {
+            panic!("a start");
+        };
+        let actions = start.workflow.expect("workflow").actions;
+        let ns = actions[0].ns.as_ref().expect("namespaces");
+        assert_eq!(ns.pid.as_deref(), Some("host"));
+        assert_eq!(ns.net, None);
+        assert_eq!(actions[1].ns, None);
     }
 }

@@ -72,13 +72,18 @@ async fn a_workflow_not_started_in_time_fails() {
         .create_workflow("wf1", "m1", "ubuntu", json!({}))
         .await;
     let (id, _) = agent.next_start().await;
-    // The agent never starts it.
+    // The agent read the command but never confirmed it (its connection died right then).
     let w = stack
         .wait_for("wf1", "Failed", |w| {
             state_of(w) == WorkflowState::Failed && released(w)
         })
         .await;
     assert_eq!(failure_reason(&w).as_deref(), Some("ScheduledTimeout"));
+    // The server hands the unconfirmed start back and ends the stream; the controller
+    // withdrew that start when it gave up, so the agent's next stream carries only the stop:
+    // a failed workflow's actions never run.
+    drop(agent);
+    let mut agent = stack.agent(MAC).await;
     match agent.next_command().await {
         Command::Stop {
             workflow_id,

@@ -292,3 +292,141 @@ fn plain_strings_are_kept_verbatim() {
     assert_eq!(actions[0].cmd.as_deref(), Some("echo }} {"));
     assert_eq!(actions[0].image, "busybox");
 }
+
+/// A manifest of crates/api's corpus of real Tinkerbell v1alpha1 objects, converted to
+/// v1alpha2 as the API server stores it.
+fn corpus_v2<T: serde::de::DeserializeOwned>(file: &str) -> T {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../crates/api/tests/corpus")
+        .join(file);
+    let text = std::fs::read_to_string(&path).expect("corpus file");
+    let v1: Value = serde_yaml::from_str(&text).expect("yaml");
+    let v2 = tink_api::conversion::convert(v1, tink_api::v1alpha2::API_VERSION).expect("converts");
+    tink_api::from_value(v2).expect("typed v1alpha2")
+}
+
+fn tinkerbell_workflow(mac: &str) -> Workflow {
+    workflow(json!({"device_1": mac}))
+}
+
+#[test]
+fn v1alpha1_view_of_a_converted_hardware() {
+    let hw: Hardware = corpus_v2("tink-examples-hardware.yaml");
+    let h = hardware_data(&hw);
+    let nic = &h["Interfaces"][0];
+    assert_eq!(nic["DHCP"]["MAC"], "3c:ec:ef:4c:4f:54");
+    assert_eq!(
+        nic["DHCP"]["Arch"], "x86_64",
+        "from the conversion annotation"
+    );
+    assert_eq!(nic["DHCP"]["UEFI"], true, "from the conversion annotation");
+    assert_eq!(nic["DHCP"]["IP"]["Address"], "172.16.10.100");
+    assert_eq!(nic["DHCP"]["LeaseTime"], 86400);
+    assert_eq!(nic["dhcp"]["lease_time"], 86400, "lower-case alias");
+    assert_eq!(nic["Netboot"]["AllowPXE"], true);
+    let os = &h["Metadata"]["Instance"]["OperatingSystem"];
+    assert_eq!(os["Distro"], "ubuntu");
+    assert_eq!(
+        h["metadata"]["instance"]["operating_system"]["os_slug"],
+        "ubuntu_20_04"
+    );
+    assert_eq!(h["Metadata"]["Facility"]["FacilityCode"], "onprem");
+    assert_eq!(h["Metadata"]["Manufacturer"]["Slug"], "supermicro");
+    assert_eq!(
+        h["Metadata"]["State"], "",
+        "zero value, as a Go struct field"
+    );
+    assert!(
+        h["Annotations"]
+            .get(tink_api::CONVERSION_DATA_ANNOTATION)
+            .is_none(),
+        "the conversion annotation is not template data"
+    );
+    // Templates reading these keys render under Tinkerbell's missingkey=error.
+    let t = tink_template::Template::parse(
+        "t",
+        "{{ (index .Hardware.Interfaces 0).DHCP.Arch }} {{ (index .Hardware.Interfaces 0).DHCP.UEFI }} {{ .Hardware.Metadata.Instance.OperatingSystem.Distro }} {{ .Hardware.Metadata.Instance.Hostname }} {{ (index .Hardware.Interfaces 0).DHCP.IfaceName }}|",
+    )
+    .expect("parses");
+    let data = template_data(&tinkerbell_workflow("3c:ec:ef:4c:4f:54"), &hw);
+    assert_eq!(
+        t.render(&data, &RenderOptions::tinkerbell())
+            .expect("renders"),
+        "x86_64 true ubuntu sm01 |"
+    );
+}
+
+#[test]
+fn playground_ubuntu_and_capt_default_templates_render() {
+    let hw: Hardware = corpus_v2("playground-compose-hardware.yaml");
+    let wf = tinkerbell_workflow("08:00:27:9e:f5:3a");
+    let data = template_data(&wf, &hw);
+
+    let ubuntu: Template = corpus_v2("playground-compose-template-ubuntu.yaml");
+    let actions = render_actions(&ubuntu.spec, &data).expect("playground ubuntu renders");
+    assert_eq!(actions.len(), 7);
+    assert_eq!(actions[0].name, "stream-ubuntu-image");
+    assert_eq!(actions[0].env["DEST_DISK"], "/dev/sda");
+    assert_eq!(
+        actions[1].env["CMD_LINE"],
+        "growpart /dev/sda 1 && resize2fs /dev/sda1"
+    );
+    assert!(actions[0].volumes.contains(&"/dev:/dev".to_string()));
+
+    let capt: Template = corpus_v2("capt-default-template.yaml");
+    let actions = render_actions(&capt.spec, &data).expect("CAPT default template renders");
+    let names: Vec<&str> = actions.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "stream-image",
+            "add-tink-cloud-init-config",
+            "add-tink-cloud-init-ds-config",
+            "kexec-image"
+        ]
+    );
+    assert_eq!(actions[3].pid_namespace.as_deref(), Some("host"));
+    assert_eq!(
+        actions[0]
+            .timeout
+            .as_ref()
+            .map(|t| t.to_string())
+            .as_deref(),
+        Some("600s")
+    );
+}
+
+#[test]
+fn templates_with_actions_under_if_blocks_render_whole() {
+    let hw: Hardware = corpus_v2("tink-examples-hardware.yaml");
+    let conditional = "version: \"0.1\"\nname: t\ntasks:\n  - name: os\n    worker: \"{{.device_1}}\"\n    volumes: [/dev:/dev]\n    actions:\n{{- if eq .Hardware.Metadata.Instance.OperatingSystem.Distro \"ubuntu\" }}\n      - name: stream-ubuntu\n        image: image2disk:v1.0.0\n        environment:\n          DEST_DISK: {{ index .Hardware.Disks 0 }}\n          LITERAL: \"{{`{{ not rendered twice }}`}}\"\n{{- else }}\n      - name: stream-other\n        image: oci2disk:v1.0.0\n{{- end }}\n{{- range $i, $nic := .Hardware.Interfaces }}\n      - name: nic-{{ $i }}\n        image: writefile:v1.0.0\n        environment: {MAC: \"{{ $nic.DHCP.MAC }}\"}\n{{- end }}\n      - name: kexec\n        image: kexec:v1.0.0\n        pid: host\n";
+    let v1 = json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Template", "metadata": {"name": "t"}, "spec": {"data": conditional}});
+    let v2: Template = tink_api::from_value(
+        tink_api::conversion::convert(v1, tink_api::v1alpha2::API_VERSION).expect("converts"),
+    )
+    .expect("typed");
+    assert!(v2.spec.actions.is_empty() && v2.spec.v1alpha1_data.is_some());
+    let mut hw = hw;
+    hw.spec.storage_devices = vec!["/dev/nvme0n1".into()];
+    let data = template_data(&tinkerbell_workflow("3c:ec:ef:4c:4f:54"), &hw);
+    let actions = render_actions(&v2.spec, &data).expect("renders");
+    let names: Vec<&str> = actions.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["stream-ubuntu", "nic-0", "kexec"]);
+    assert_eq!(actions[0].env["DEST_DISK"], "/dev/nvme0n1");
+    assert_eq!(actions[0].env["LITERAL"], "{{ not rendered twice }}");
+    assert_eq!(actions[0].volumes, ["/dev:/dev"]);
+    assert_eq!(actions[1].env["MAC"], "3c:ec:ef:4c:4f:54");
+    assert_eq!(actions[2].pid_namespace.as_deref(), Some("host"));
+
+    let broken = TemplateSpec {
+        v1alpha1_data: Some("tasks: {{ .nope }}".into()),
+        ..Default::default()
+    };
+    let err = render_actions(&broken, &data).expect_err("missing key");
+    assert!(err.to_string().starts_with("spec.v1alpha1Data: "), "{err}");
+    let empty = TemplateSpec::default();
+    assert!(
+        render_actions(&empty, &data).is_err(),
+        "no actions is an error"
+    );
+}

@@ -42,6 +42,9 @@ pub fn bus_config() -> tink_bus::BusConfig {
         presence_ttl: Duration::from_secs(3),
         presence_heartbeat: Duration::from_millis(500),
         command_ack_wait: Duration::from_secs(2),
+        receipt_timeout: Duration::from_secs(2),
+        // Short, so tests can outlast it (a controller outage longer than the window).
+        duplicate_window: Duration::from_secs(3),
         ..Default::default()
     }
 }
@@ -128,12 +131,22 @@ impl Stack {
     }
 
     pub async fn controller(&self, config: ControllerConfig) -> Controller {
+        self.controller_with_client(config, self.client.clone())
+            .await
+    }
+
+    /// A controller that reaches the API server through `client` (e.g. through a proxy).
+    pub async fn controller_with_client(
+        &self,
+        config: ControllerConfig,
+        client: kube::Client,
+    ) -> Controller {
         let shutdown = CancellationToken::new();
         let health = tink_runtime::Health::new();
         let metrics = Metrics::default();
         let task = tokio::spawn(tink_controller::run(
             config,
-            self.client.clone(),
+            client,
             health.clone(),
             metrics.clone(),
             shutdown.clone(),
@@ -155,6 +168,12 @@ impl Stack {
 
     pub async fn agent(&self, agent_id: &str) -> Agent {
         Agent::connect(self.server_addr, agent_id).await
+    }
+
+    /// An agent process with an instance id (as the real agent sends), which it also puts on
+    /// every event.
+    pub async fn agent_instance(&self, agent_id: &str, instance: &str) -> Agent {
+        Agent::connect_instance(self.server_addr, agent_id, instance).await
     }
 
     pub fn workflows(&self) -> Api<Workflow> {
@@ -284,6 +303,17 @@ impl Stack {
         self.server_shutdown.cancel();
         self.kube.shutdown().await;
     }
+
+    /// Stops the API server only (the rest of the stack keeps running).
+    pub async fn kube_shutdown(&mut self) {
+        let kube = std::mem::replace(
+            &mut self.kube,
+            kube_lite::Server::start(kube_lite::Config::default())
+                .await
+                .expect("a placeholder kube-lite"),
+        );
+        kube.shutdown().await;
+    }
 }
 
 pub fn state_of(w: &Workflow) -> WorkflowState {
@@ -348,6 +378,9 @@ impl Controller {
 /// An agent simulated over the server's real gRPC API.
 pub struct Agent {
     pub id: String,
+    pub instance: String,
+    /// The session token events are published with.
+    pub token: Option<String>,
     client: WorkflowServiceClient<Channel>,
     commands: tonic::Streaming<GetWorkflowsResponse>,
 }
@@ -368,23 +401,35 @@ pub enum Command {
 
 impl Agent {
     pub async fn connect(addr: SocketAddr, id: &str) -> Agent {
+        Agent::connect_instance(addr, id, "").await
+    }
+
+    pub async fn connect_instance(addr: SocketAddr, id: &str, instance: &str) -> Agent {
         let channel = Channel::from_shared(format!("http://{addr}"))
             .expect("uri")
             .connect()
             .await
             .expect("connects");
         let mut client = WorkflowServiceClient::new(channel);
-        let commands = client
+        let response = client
             .get_workflows(GetWorkflowsRequest {
                 agent_id: id.to_string(),
+                instance_id: instance.to_string(),
             })
             .await
-            .expect("GetWorkflows")
-            .into_inner();
+            .expect("GetWorkflows");
+        // The session token the server issued (absent when it kept the session's token).
+        let token = response
+            .metadata()
+            .get(tink_server::identity::TOKEN_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         Agent {
             id: id.to_string(),
+            instance: instance.to_string(),
+            token,
             client,
-            commands,
+            commands: response.into_inner(),
         }
     }
 
@@ -420,6 +465,30 @@ impl Agent {
         .await
     }
 
+    /// The next command, waiting as long as it takes; `None` when the stream ended.
+    pub async fn next_command_forever(&mut self) -> Option<Command> {
+        loop {
+            let msg = self.commands.next().await?.ok()?;
+            match msg.cmd {
+                Some(get_workflows_response::Cmd::StartWorkflow(s)) => {
+                    let w = s.workflow?;
+                    return Some(Command::Start {
+                        workflow_id: w.workflow_id,
+                        actions: w.actions,
+                        trace_context: msg.trace_context,
+                    });
+                }
+                Some(get_workflows_response::Cmd::StopWorkflow(s)) => {
+                    return Some(Command::Stop {
+                        workflow_id: s.workflow_id,
+                        reason: s.reason,
+                    });
+                }
+                None => continue,
+            }
+        }
+    }
+
     /// The next command, which must be a StartWorkflow: (workflow id, action ids).
     pub async fn next_start(&mut self) -> (String, Vec<String>) {
         match self.next_command().await {
@@ -442,14 +511,30 @@ impl Agent {
         let event = Event {
             workflow_id: workflow_id.to_string(),
             agent_id: self.id.clone(),
+            agent_instance: self.instance.clone(),
             event_id: uuid::Uuid::new_v4().to_string(),
             event: Some(e),
             ..Default::default()
         };
+        let mut request = tonic::Request::new(PublishEventRequest { event: Some(event) });
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert(
+                tink_server::identity::TOKEN_HEADER,
+                token.parse().expect("ascii token"),
+            );
+        }
         self.client
-            .publish_event(PublishEventRequest { event: Some(event) })
+            .publish_event(request)
             .await
             .expect("PublishEvent");
+    }
+
+    /// The delivery receipt of a start.
+    pub async fn received(&mut self, workflow_id: &str) {
+        let mut r = event::WorkflowReceived::default();
+        r.set_command(event::workflow_received::Command::Start);
+        self.publish(workflow_id, event::Event::WorkflowReceived(r))
+            .await
     }
 
     pub async fn started(&mut self, workflow_id: &str, action: &str) {
