@@ -197,6 +197,7 @@ async fn streams(count: usize, open_streams: bool) -> anyhow::Result<()> {
                     client
                         .get_workflows(GetWorkflowsRequest {
                             agent_id: format!("bench-agent-{i:06}"),
+                            ..Default::default()
                         })
                         .await?
                         .into_inner(),

@@ -24,6 +24,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod identity;
 mod metrics;
 mod service;
 mod session;
@@ -67,12 +68,18 @@ pub struct ServerConfig {
     pub replica_id: String,
     /// Stream, bucket and consumer settings (the same for every service).
     pub bus: BusConfig,
+    /// NATS credentials and TLS.
+    pub nats_auth: tink_bus::NatsAuth,
     /// TLS for the gRPC endpoint; plain HTTP/2 when unset.
     pub tls: Option<TlsConfig>,
     /// HTTP/2 keepalive ping interval: detects agents whose connection died silently.
     pub keepalive_interval: Duration,
     /// How long a keepalive ping may go unanswered before the connection is closed.
     pub keepalive_timeout: Duration,
+    /// Admit agents that present neither a client certificate nor their session token (agents
+    /// built from the seeds/004 protocol alone): their streams take over and their events are
+    /// trusted as before. Off by default.
+    pub allow_unauthenticated_agents: bool,
 }
 
 impl ServerConfig {
@@ -82,9 +89,11 @@ impl ServerConfig {
             nats_url: nats_url.into(),
             replica_id: replica_id.into(),
             bus: BusConfig::default(),
+            nats_auth: tink_bus::NatsAuth::default(),
             tls: None,
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
+            allow_unauthenticated_agents: false,
         }
     }
 }
@@ -95,14 +104,9 @@ pub enum ServerError {
     /// The listener could not be bound.
     #[error("cannot bind the gRPC listener: {0}")]
     Bind(#[source] std::io::Error),
-    /// The NATS URL or options are invalid.
-    #[error("cannot connect to NATS at {url}: {source}")]
-    Nats {
-        /// The URL.
-        url: String,
-        /// Why.
-        source: async_nats::ConnectError,
-    },
+    /// NATS refused the connection or the options are invalid.
+    #[error(transparent)]
+    Nats(tink_bus::NatsConnectError),
     /// The TLS material is invalid.
     #[error("invalid TLS configuration: {0}")]
     Tls(#[source] tonic::transport::Error),
@@ -130,23 +134,22 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     health.set_ready(false);
     let (events_tx, mut events_rx) = tokio::sync::mpsc::channel::<async_nats::Event>(16);
-    let client = async_nats::ConnectOptions::new()
-        .name(format!("tink-server {}", config.replica_id))
-        .retry_on_initial_connect()
-        .max_reconnects(None)
-        .event_callback(move |event| {
-            let events_tx = events_tx.clone();
-            async move {
-                // Full: an older event is still queued, the watcher re-checks the state anyway.
-                let _ = events_tx.try_send(event);
-            }
-        })
-        .connect(config.nats_url.as_str())
-        .await
-        .map_err(|source| ServerError::Nats {
-            url: config.nats_url.clone(),
-            source,
-        })?;
+    let name = format!("tink-server {}", config.replica_id);
+    let client = tink_bus::connect(&config.nats_url, &config.nats_auth, || {
+        let events_tx = events_tx.clone();
+        async_nats::ConnectOptions::new()
+            .name(name.clone())
+            .max_reconnects(None)
+            .event_callback(move |event| {
+                let events_tx = events_tx.clone();
+                async move {
+                    // Full: an older event is still queued, the watcher re-checks the state anyway.
+                    let _ = events_tx.try_send(event);
+                }
+            })
+    })
+    .await
+    .map_err(ServerError::Nats)?;
     let jetstream = async_nats::jetstream::new(client.clone());
 
     let bus = loop {
@@ -162,12 +165,18 @@ pub async fn serve(
         }
     };
 
+    if config.allow_unauthenticated_agents {
+        warn!(
+            "--allow-unauthenticated-agents is on: agents without a certificate or session token are admitted and their events trusted"
+        );
+    }
     let shared = Arc::new(session::Shared::new(
         bus,
         client.clone(),
         config.replica_id.clone(),
         metrics,
         shutdown.clone(),
+        config.allow_unauthenticated_agents,
     ));
 
     let (reporter, health_service) = tonic_health::server::health_reporter();

@@ -20,15 +20,23 @@ struct Args {
     /// This replica's name in presence entries and logs; defaults to the host name (the pod name).
     #[arg(long, env = "TINK_REPLICA_ID")]
     replica_id: Option<String>,
-    /// PEM certificate chain for TLS; TLS is off unless both this and --tls-key are set.
+    /// PEM certificate chain for TLS (required, with --tls-key, unless --insecure).
     #[arg(long, env = "TINK_SERVER_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// PEM private key for TLS.
     #[arg(long, env = "TINK_SERVER_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
-    /// PEM CA bundle; when set, agents must present a client certificate it signed.
+    /// PEM CA bundle; when set, agents must present a client certificate it signed, whose URI
+    /// SAN `spiffe://<domain>/agent/<agent id>` names the agent.
     #[arg(long, env = "TINK_SERVER_TLS_CLIENT_CA", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+    /// Serve plaintext gRPC without TLS (development only: agents' commands carry secrets).
+    #[arg(long, env = "TINK_SERVER_INSECURE", conflicts_with = "tls_cert")]
+    insecure: bool,
+    /// Admit agents that present neither a client certificate nor their session token (agents
+    /// built from the seeds/004 protocol alone); their events are trusted. Off by default.
+    #[arg(long, env = "TINK_SERVER_ALLOW_UNAUTHENTICATED_AGENTS")]
+    allow_unauthenticated_agents: bool,
     #[command(flatten)]
     admin: tink_runtime::AdminArgs,
     #[command(flatten)]
@@ -47,15 +55,27 @@ async fn main() -> anyhow::Result<()> {
     let replica_id = tink_runtime::replica_id(args.replica_id, "tink-server");
     let mut config = tink_server::ServerConfig::new(args.bus.nats_url.clone(), replica_id);
     config.bus = args.bus.bus_config();
-    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        config.tls = Some(tink_server::TlsConfig {
-            cert_pem: read(cert)?,
-            key_pem: read(key)?,
-            client_ca_pem: args.tls_client_ca.as_ref().map(read).transpose()?,
-        });
+    config.nats_auth = args.bus.nats_auth();
+    config.allow_unauthenticated_agents = args.allow_unauthenticated_agents;
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            config.tls = Some(tink_server::TlsConfig {
+                cert_pem: read(cert)?,
+                key_pem: read(key)?,
+                client_ca_pem: args.tls_client_ca.as_ref().map(read).transpose()?,
+            });
+        }
+        _ if args.insecure => {
+            tracing::warn!(
+                "--insecure: serving plaintext gRPC; commands (with action env values) and tokens cross the network in the clear"
+            );
+        }
+        _ => anyhow::bail!(
+            "TLS is required: give --tls-cert and --tls-key (TINK_SERVER_TLS_CERT, TINK_SERVER_TLS_KEY), or --insecure for plaintext (development only)"
+        ),
     }
 
-    let shutdown = tink_runtime::shutdown_token();
+    let shutdown = tink_runtime::shutdown_token_with_grace(args.admin.shutdown_grace());
     let health = tink_runtime::Health::new();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = tink_server::Metrics::register(&mut registry);

@@ -46,12 +46,13 @@ pub struct Metrics {
 }
 
 /// Every event kind, in the order of [`kind_index`].
-const KINDS: [EventKind; 5] = [
+const KINDS: [EventKind; 6] = [
     EventKind::ActionStarted,
     EventKind::ActionSucceeded,
     EventKind::ActionFailed,
     EventKind::WorkflowRejected,
     EventKind::WorkflowCanceled,
+    EventKind::WorkflowReceived,
 ];
 
 fn kind_index(kind: Option<EventKind>) -> usize {
@@ -61,6 +62,7 @@ fn kind_index(kind: Option<EventKind>) -> usize {
         Some(EventKind::ActionFailed) => 2,
         Some(EventKind::WorkflowRejected) => 3,
         Some(EventKind::WorkflowCanceled) => 4,
+        Some(EventKind::WorkflowReceived) => 5,
         None => KINDS.len(),
     }
 }

@@ -26,21 +26,47 @@ impl WorkflowService for Gateway {
         &self,
         request: Request<GetWorkflowsRequest>,
     ) -> Result<Response<Self::GetWorkflowsStream>, Status> {
-        let agent_id = request.into_inner().agent_id;
-        let stream = session::open(self.shared.clone(), agent_id).await?;
-        Ok(Response::new(stream))
+        let auth = authentication(&request);
+        let request = request.into_inner();
+        if request.instance_id.len() > 256 {
+            return Err(Status::invalid_argument(
+                "instance_id: longer than 256 bytes",
+            ));
+        }
+        let (stream, issued) = session::open(
+            self.shared.clone(),
+            request.agent_id,
+            request.instance_id,
+            auth,
+        )
+        .await?;
+        let mut response = Response::new(stream);
+        if let Some(token) = issued
+            && let Ok(value) = token.parse()
+        {
+            response
+                .metadata_mut()
+                .insert(crate::identity::TOKEN_HEADER, value);
+        }
+        Ok(response)
     }
 
     async fn publish_event(
         &self,
         request: Request<PublishEventRequest>,
     ) -> Result<Response<PublishEventResponse>, Status> {
+        let auth = authentication(&request);
         let (metadata, _, message) = request.into_parts();
         let metrics = &self.shared.metrics;
-        let Some(event) = message.event else {
+        let Some(mut event) = message.event else {
             metrics.error("invalid_event");
             return Err(Status::invalid_argument("event: must be set"));
         };
+        // The event is recorded for the authenticated agent, whatever the body claims.
+        event.agent_id = self
+            .shared
+            .authenticate_event(&auth, &event.agent_id)
+            .await?;
         let kind = tink_bus::event_kind(&event);
         // Fields given at creation: recording them later costs the log layer a second pass.
         let span = tracing::info_span!(
@@ -101,6 +127,20 @@ impl WorkflowService for Gateway {
         }
         .instrument(span)
         .await
+    }
+}
+
+/// The credentials a request carries: the agent its client certificate names, and the session
+/// token in its metadata.
+fn authentication<T>(request: &Request<T>) -> session::Auth {
+    let certificate = request.peer_certs().and_then(|certs| {
+        certs
+            .first()
+            .and_then(|c| crate::identity::agent_of_certificate(c))
+    });
+    session::Auth {
+        certificate,
+        token: crate::identity::presented_token(request.metadata()),
     }
 }
 

@@ -2,13 +2,17 @@
 //! JetStream consumer, and the "newest stream wins" rule.
 //!
 //! Delivery: the agent's consumer (see [`tink_bus::agent_consumer_config`]) allows one
-//! unacknowledged command at a time. A command pulled from it is handed to the gRPC transport
-//! and acknowledged only when the transport asks for the next item, i.e. after it took the
-//! command. If the stream ends first (the agent left, the replica shuts down or is superseded),
-//! the command is negatively acknowledged and JetStream delivers it on the agent's next stream,
-//! on any replica; if the replica dies, JetStream redelivers it after the ack wait. A command
-//! the transport took but the agent never read (the connection broke right then) is the one
-//! case this cannot see; the controller's Scheduled timeout covers it.
+//! unacknowledged command at a time. A command pulled from it is forwarded and acknowledged
+//! only once the agent's receipt is stored: its `WorkflowReceived` event (or, from an agent
+//! that sends none, its first event about the workflow; for a stop, its `WorkflowCanceled`),
+//! watched on the dispatch's events subject, subscribed before the command is forwarded. If
+//! no receipt comes within [`tink_bus::BusConfig::receipt_timeout`] (a silently dead
+//! connection), the command is handed back and the stream ended, so the agent gets it again
+//! on its next stream. If the stream ends first (the agent left, the replica shuts down or is
+//! superseded), the command is negatively acknowledged and JetStream delivers it on the
+//! agent's next stream, on any replica; if the replica dies, JetStream redelivers it after the
+//! ack wait. A start whose dispatch an agent already received (an event of it is stored) is
+//! acknowledged without forwarding it again: a restarted agent must never run it twice.
 //!
 //! Cost per agent is kept small (the server holds thousands of idle streams): the work runs
 //! inside the response stream itself (no task per agent), and pull requests of all agents share
@@ -67,12 +71,33 @@ pub(crate) struct Shared {
     pub reconnects: watch::Sender<u64>,
     /// The open session of each agent token on this replica.
     sessions: Mutex<HashMap<String, Arc<Control>>>,
+    /// Admit agents without a certificate or token (compatibility).
+    pub allow_unauthenticated: bool,
+    /// Token hashes of sessions held by other replicas, read from presence (agent token ->
+    /// hash, when read); bounded, entries reused for [`TOKEN_CACHE_TTL`].
+    token_cache: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+/// How long a session token hash read from presence is reused.
+const TOKEN_CACHE_TTL: Duration = Duration::from_secs(2);
+/// The most cached token hashes.
+const TOKEN_CACHE_MAX: usize = 65_536;
+
+/// How a request authenticated its agent.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Auth {
+    /// The agent id its client certificate names.
+    pub certificate: Option<String>,
+    /// The session token it presented.
+    pub token: Option<String>,
 }
 
 /// How the replica reaches a session: supersede it, hand it pulled messages.
 #[derive(Debug)]
 struct Control {
     session_id: String,
+    /// The hex SHA-256 of the session's token (empty for a certificate session).
+    token_sha256: String,
     superseded: CancellationToken,
     reason: OnceLock<String>,
     deliver: mpsc::Sender<Box<async_nats::Message>>,
@@ -92,6 +117,7 @@ impl Shared {
         replica_id: String,
         metrics: Metrics,
         shutdown: CancellationToken,
+        allow_unauthenticated: bool,
     ) -> Self {
         let inbox = client.new_inbox();
         Shared {
@@ -104,7 +130,101 @@ impl Shared {
             inbox,
             reconnects: watch::Sender::new(0),
             sessions: Mutex::new(HashMap::new()),
+            allow_unauthenticated,
+            token_cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The live presence entry of an agent (heartbeat within the TTL), if any.
+    async fn live_presence(&self, token: &str) -> Result<Option<Presence>, Status> {
+        let entry = self.bus.presence.entry(token).await.map_err(|e| {
+            self.metrics.error("presence");
+            Status::unavailable(format!("cannot read the agent's presence: {e}"))
+        })?;
+        let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else {
+            return Ok(None);
+        };
+        let Ok(presence) = Presence::from_bytes(&entry.value) else {
+            return Ok(None);
+        };
+        let age = jiff::Timestamp::now().duration_since(presence.heartbeat);
+        Ok((age.as_secs_f64() <= self.bus.config.presence_ttl.as_secs_f64()).then_some(presence))
+    }
+
+    /// The agent id an event may be recorded for: the certificate's, or the claimed one when
+    /// the presented token is that agent's session token. Errors are statuses for the agent.
+    pub(crate) async fn authenticate_event(
+        &self,
+        auth: &Auth,
+        claimed: &str,
+    ) -> Result<String, Status> {
+        if let Some(agent) = &auth.certificate {
+            if !claimed.is_empty() && !crate::identity::same_agent(agent, claimed) {
+                self.metrics.error("forged_event");
+                return Err(Status::permission_denied(format!(
+                    "event.agent_id: the client certificate names agent {agent}, not {claimed}"
+                )));
+            }
+            return Ok(agent.clone());
+        }
+        let Some(presented) = &auth.token else {
+            if self.allow_unauthenticated {
+                return Ok(claimed.to_string());
+            }
+            self.metrics.error("unauthenticated_event");
+            return Err(Status::unauthenticated(format!(
+                "present the agent's session token in `{}` (issued on its GetWorkflows stream) or a client certificate",
+                crate::identity::TOKEN_HEADER
+            )));
+        };
+        let token = tink_bus::agent_token(claimed)
+            .map_err(|e| Status::invalid_argument(format!("event.agent_id: {e}")))?;
+        let presented = crate::identity::token_hash(presented);
+        let local = self.sessions().get(&token).map(|c| c.token_sha256.clone());
+        let expected = match local {
+            Some(hash) => Some(hash),
+            None => self.remote_token_hash(&token, &presented).await?,
+        };
+        match expected {
+            Some(hash) if crate::identity::same_hash(&hash, &presented) => Ok(claimed.to_string()),
+            _ => {
+                self.metrics.error("forged_event");
+                Err(Status::permission_denied(format!(
+                    "the session token is not agent {claimed}'s (its session may have ended: open a GetWorkflows stream for a new one)"
+                )))
+            }
+        }
+    }
+
+    /// The token hash of a session held by another replica, from presence (cached briefly; a
+    /// cached hash that does not match is read again).
+    async fn remote_token_hash(
+        &self,
+        token: &str,
+        presented: &str,
+    ) -> Result<Option<String>, Status> {
+        {
+            let cache = self.token_cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((hash, at)) = cache.get(token)
+                && at.elapsed() < TOKEN_CACHE_TTL
+                && crate::identity::same_hash(hash, presented)
+            {
+                return Ok(Some(hash.clone()));
+            }
+        }
+        let hash = self
+            .live_presence(token)
+            .await?
+            .map(|p| p.token_sha256)
+            .filter(|h| !h.is_empty());
+        if let Some(hash) = &hash {
+            let mut cache = self.token_cache.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.len() >= TOKEN_CACHE_MAX {
+                cache.clear();
+            }
+            cache.insert(token.to_string(), (hash.clone(), Instant::now()));
+        }
+        Ok(hash)
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Control>>> {
@@ -195,7 +315,12 @@ pub(crate) fn parse_takeover(payload: &[u8]) -> Option<(&str, &str)> {
 }
 
 /// Opens a session for `agent_id`; errors are gRPC statuses for the agent.
-pub(crate) async fn open(shared: Arc<Shared>, agent_id: String) -> Result<CommandStream, Status> {
+pub(crate) async fn open(
+    shared: Arc<Shared>,
+    agent_id: String,
+    instance: String,
+    auth: Auth,
+) -> Result<(CommandStream, Option<String>), Status> {
     let token = tink_bus::agent_token(&agent_id).map_err(|e| {
         shared.metrics.error("invalid_agent_id");
         Status::invalid_argument(format!("agent_id: {e}"))
@@ -209,10 +334,63 @@ pub(crate) async fn open(shared: Arc<Shared>, agent_id: String) -> Result<Comman
             "server shutting down; connect to another replica",
         ));
     }
+    // Identity: the certificate's agent, or the live session's token; a new session (and
+    // token) only when none is alive.
+    if let Some(named) = &auth.certificate
+        && !crate::identity::same_agent(named, &agent_id)
+    {
+        shared.metrics.error("impostor_stream");
+        return Err(Status::permission_denied(format!(
+            "agent_id: the client certificate names agent {named}, not {agent_id}"
+        )));
+    }
+    let live = shared.live_presence(&token).await?;
+    let authorized = auth.certificate.is_some()
+        || match &live {
+            Some(p) if p.certificate => false,
+            Some(p) if !p.token_sha256.is_empty() => auth.token.as_deref().is_some_and(|t| {
+                crate::identity::same_hash(&crate::identity::token_hash(t), &p.token_sha256)
+            }),
+            // No live session: trust on first use.
+            _ => true,
+        };
+    if !authorized {
+        if !shared.allow_unauthenticated {
+            shared.metrics.error("impostor_stream");
+            warn!(agent_id = %agent_id, "refusing a stream without the live session's credentials");
+            return Err(Status::permission_denied(format!(
+                "agent {agent_id} has a live session on server replica {}: present its token in `{}` (or its client certificate); an operator resets a re-installed machine with `tinkctl agent reset {agent_id}`",
+                live.map(|p| p.server).unwrap_or_default(),
+                crate::identity::TOKEN_HEADER
+            )));
+        }
+        warn!(agent_id = %agent_id, "admitting a stream without credentials over a live session (--allow-unauthenticated-agents)");
+    }
+    let (token_sha256, issued) = if auth.certificate.is_some() {
+        (String::new(), None)
+    } else {
+        match (&live, &auth.token) {
+            (Some(p), Some(t))
+                if authorized
+                    && crate::identity::same_hash(
+                        &crate::identity::token_hash(t),
+                        &p.token_sha256,
+                    ) =>
+            {
+                (p.token_sha256.clone(), None)
+            }
+            _ => {
+                let t = crate::identity::new_token()
+                    .map_err(|_| Status::internal("cannot generate a session token"))?;
+                (crate::identity::token_hash(&t), Some(t))
+            }
+        }
+    };
     let session_id = uuid::Uuid::new_v4().simple().to_string();
     let (deliver, inbox) = mpsc::channel(SESSION_QUEUE);
     let control = Arc::new(Control {
         session_id: session_id.clone(),
+        token_sha256: token_sha256.clone(),
         superseded: CancellationToken::new(),
         reason: OnceLock::new(),
         deliver,
@@ -235,6 +413,9 @@ pub(crate) async fn open(shared: Arc<Shared>, agent_id: String) -> Result<Comman
             session: session_id.clone(),
             connected_since: now,
             heartbeat: now,
+            instance,
+            token_sha256,
+            certificate: auth.certificate.is_some(),
         },
         next_heartbeat: first_heartbeat(&shared.bus.config, &session_id),
         reconnects: shared.reconnects.subscribe(),
@@ -269,10 +450,13 @@ pub(crate) async fn open(shared: Arc<Shared>, agent_id: String) -> Result<Comman
         let item = session.next_item().await?;
         Some((item, session))
     }));
-    Ok(Box::pin(Instrumented {
-        inner: stream,
-        span,
-    }))
+    Ok((
+        Box::pin(Instrumented {
+            inner: stream,
+            span,
+        }),
+        issued,
+    ))
 }
 
 /// Spreads heartbeats of many sessions over the interval (the first one comes after a delay
@@ -311,10 +495,42 @@ struct Session {
     next_heartbeat: Instant,
     pull: Pull,
     consumer_ready: bool,
-    /// The ack subject of the command handed to the transport, acknowledged when the next
-    /// item is asked for.
-    in_flight: Option<async_nats::Subject>,
+    /// The command forwarded and waiting for the agent's receipt.
+    in_flight: Option<InFlight>,
     finished: bool,
+}
+
+/// A forwarded command waiting for its receipt.
+struct InFlight {
+    /// Its JetStream ack subject.
+    reply: async_nats::Subject,
+    /// The dispatch it is about.
+    dispatch_id: String,
+    /// Whether it is a `StopWorkflow`.
+    stop: bool,
+    /// The dispatch's events subject, subscribed before forwarding.
+    receipts: async_nats::Subscriber,
+    /// When the command is handed back without a receipt.
+    deadline: Instant,
+}
+
+impl InFlight {
+    /// Whether a stored event is this command's receipt.
+    fn is_receipt(&self, event: &tink_bus::proto::Event) -> bool {
+        use tink_bus::proto::event::Event as E;
+        use tink_bus::proto::event::workflow_received::Command;
+        if event.workflow_id != self.dispatch_id {
+            return false;
+        }
+        match (&event.event, self.stop) {
+            (Some(E::WorkflowReceived(r)), stop) => {
+                r.command() == if stop { Command::Stop } else { Command::Start }
+            }
+            (Some(E::WorkflowCanceled(_)), true) => true,
+            (Some(_), false) => true,
+            _ => false,
+        }
+    }
 }
 
 enum Wake {
@@ -323,34 +539,41 @@ enum Wake {
     Reconnected,
     Timer,
     Message(Option<Box<async_nats::Message>>),
+    Receipt(Option<async_nats::Message>),
+}
+
+/// The next message on the in-flight command's receipt subscription; pending when none.
+async fn next_receipt(in_flight: &mut Option<InFlight>) -> Option<async_nats::Message> {
+    match in_flight {
+        Some(f) => f.receipts.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Session {
     async fn next_item(&mut self) -> Option<Result<GetWorkflowsResponse, Status>> {
-        if let Some(reply) = self.in_flight.take() {
-            // The transport took the previous command: it is delivered.
-            if let Err(e) = self.shared.client.publish(reply, ACK.into()).await {
-                self.shared.metrics.error("ack");
-                warn!(agent_id = %self.agent_id, error = %e, "cannot acknowledge a forwarded command; it may be delivered again");
-            }
-            self.shared.metrics.commands_forwarded.inc();
-            self.pull = Pull::Needed;
-        }
         if self.finished {
             return None;
         }
         loop {
-            self.drive_pull().await;
-            let wake_at = match self.pull {
+            if self.in_flight.is_none() {
+                self.drive_pull().await;
+            }
+            let mut wake_at = match self.pull {
                 Pull::Needed => self.next_heartbeat,
                 Pull::Waiting { renew_at } | Pull::RetryAt(renew_at) => {
                     renew_at.min(self.next_heartbeat)
                 }
             };
+            if let Some(f) = &self.in_flight {
+                wake_at = wake_at.min(f.deadline);
+            }
+            let in_flight = &mut self.in_flight;
             let wake = tokio::select! {
                 biased;
                 _ = self.shared.shutdown.cancelled() => Wake::Shutdown,
                 _ = self.control.superseded.cancelled() => Wake::Superseded,
+                receipt = next_receipt(in_flight) => Wake::Receipt(receipt),
                 message = self.inbox.recv() => Wake::Message(message),
                 changed = self.reconnects.changed() => match changed {
                     Ok(()) => Wake::Reconnected,
@@ -382,8 +605,18 @@ impl Session {
                     self.consumer_ready = false;
                     self.pull = Pull::Needed;
                 }
+                Wake::Receipt(Some(message)) => self.on_receipt(&message).await,
+                Wake::Receipt(None) => {
+                    // The subscription ended with the NATS client: the deadline decides.
+                    debug!(agent_id = %self.agent_id, "receipt subscription ended");
+                }
                 Wake::Timer => {
                     let now = Instant::now();
+                    if let Some(f) = &self.in_flight
+                        && now >= f.deadline
+                    {
+                        return self.unconfirmed().await;
+                    }
                     if now >= self.next_heartbeat {
                         self.next_heartbeat = now + self.shared.bus.config.presence_heartbeat;
                         if let Err(status) = self.refresh_presence().await {
@@ -409,6 +642,43 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// An event on the in-flight command's dispatch subject: acknowledge the command when it is
+    /// the receipt.
+    async fn on_receipt(&mut self, message: &async_nats::Message) {
+        let Some(f) = &self.in_flight else { return };
+        let Ok(event) = tink_bus::decode_event(&message.payload) else {
+            return;
+        };
+        if !f.is_receipt(&event) {
+            return;
+        }
+        let Some(f) = self.in_flight.take() else {
+            return;
+        };
+        if let Err(e) = self.shared.client.publish(f.reply, ACK.into()).await {
+            self.shared.metrics.error("ack");
+            warn!(agent_id = %self.agent_id, error = %e, "cannot acknowledge a delivered command; it may be delivered again (the agent refuses a dispatch it has)");
+        }
+        self.shared.metrics.commands_forwarded.inc();
+        debug!(agent_id = %self.agent_id, dispatch = %f.dispatch_id, stop = f.stop, "command receipt stored");
+        self.pull = Pull::Needed;
+    }
+
+    /// No receipt in time: hand the command back and end the stream, so the agent reconnects
+    /// and gets it again (a connection that died silently is the usual cause).
+    async fn unconfirmed(&mut self) -> Option<Result<GetWorkflowsResponse, Status>> {
+        if let Some(f) = self.in_flight.take() {
+            self.shared.metrics.error("receipt_timeout");
+            warn!(agent_id = %self.agent_id, dispatch = %f.dispatch_id, stop = f.stop, "the agent did not confirm a command in time; handing it back");
+            let _ = self.shared.client.publish(f.reply, NAK.into()).await;
+            return self.finish(Status::unavailable(format!(
+                "the agent did not confirm command for {} within {:?}; reconnect to receive it again",
+                f.dispatch_id, self.shared.bus.config.receipt_timeout
+            )));
+        }
+        None
     }
 
     fn finish(&mut self, status: Status) -> Option<Result<GetWorkflowsResponse, Status>> {
@@ -510,8 +780,65 @@ impl Session {
                             }
                         }
                     }
+                    let stop = matches!(
+                        command.cmd,
+                        Some(tink_bus::proto::get_workflows_response::Cmd::StopWorkflow(_))
+                    );
+                    let dispatch_id = tink_bus::command_workflow_id(&command)
+                        .unwrap_or_default()
+                        .to_string();
+                    if !stop {
+                        match tink_bus::dispatch_received(&self.shared.bus.events, &dispatch_id)
+                            .await
+                        {
+                            Ok(true) => {
+                                // An agent process received this dispatch before (a restarted
+                                // agent would run it again): it is delivered.
+                                info!(agent_id = %self.agent_id, dispatch = %dispatch_id, "not forwarding a start an agent already received");
+                                self.shared.metrics.error("already_received");
+                                let _ = self.shared.client.publish(reply, ACK.into()).await;
+                                return None;
+                            }
+                            Ok(false) => {}
+                            Err(e) => {
+                                warn!(agent_id = %self.agent_id, error = %e, "cannot check whether a start was received; handing it back");
+                                self.shared.metrics.error("delivery_lookup");
+                                let _ = self.shared.client.publish(reply, NAK.into()).await;
+                                self.pull = Pull::RetryAt(Instant::now() + RETRY);
+                                return None;
+                            }
+                        }
+                    }
+                    let receipts = match tink_bus::events_subject(&dispatch_id) {
+                        Ok(subject) => self.shared.client.subscribe(subject).await,
+                        Err(e) => {
+                            warn!(error = %e, "a command with an unusable workflow id");
+                            return None;
+                        }
+                    };
+                    let receipts = match receipts {
+                        Ok(sub) => sub,
+                        Err(e) => {
+                            warn!(agent_id = %self.agent_id, error = %e, "cannot watch for the command's receipt; handing it back");
+                            self.shared.metrics.error("subscribe");
+                            let _ = self.shared.client.publish(reply, NAK.into()).await;
+                            self.pull = Pull::RetryAt(Instant::now() + RETRY);
+                            return None;
+                        }
+                    };
+                    // The subscription is registered on the NATS server before the agent can
+                    // possibly answer.
+                    if let Err(e) = self.shared.client.flush().await {
+                        debug!(error = %e, "flush before forwarding");
+                    }
                     debug!("forwarding command");
-                    self.in_flight = Some(reply);
+                    self.in_flight = Some(InFlight {
+                        reply,
+                        dispatch_id,
+                        stop,
+                        receipts,
+                        deadline: Instant::now() + self.shared.bus.config.receipt_timeout,
+                    });
                     // No new pull until this one is acknowledged (one in flight).
                     self.pull = Pull::Waiting {
                         renew_at: Instant::now() + PULL_EXPIRES,
@@ -609,7 +936,7 @@ impl Drop for Session {
             }
         }
         info!(agent_id = %self.agent_id, session = %self.presence.session, "agent stream closed");
-        let in_flight = self.in_flight.take();
+        let in_flight = self.in_flight.take().map(|f| f.reply);
         let revision = self.revision;
         let client = self.shared.client.clone();
         let store = self.shared.bus.presence.clone();

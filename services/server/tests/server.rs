@@ -21,12 +21,12 @@ async fn commands_reach_the_agent_in_order_and_presence_is_recorded() {
 
     let mut client = replica.client().await;
     let mut commands = connect_agent(&mut client, AGENT).await;
-    assert_eq!(next_workflow(&mut commands).await, "ns/first");
+    assert_eq!(receive(&mut client, &mut commands).await, "ns/first");
     dispatch(&js, AGENT, "ns/second").await;
     dispatch(&js, "another-agent", "ns/not-yours").await;
     dispatch(&js, AGENT, "ns/third").await;
-    assert_eq!(next_workflow(&mut commands).await, "ns/second");
-    assert_eq!(next_workflow(&mut commands).await, "ns/third");
+    assert_eq!(receive(&mut client, &mut commands).await, "ns/second");
+    assert_eq!(receive(&mut client, &mut commands).await, "ns/third");
 
     let entry = presence(&js, AGENT).await.expect("presence recorded");
     assert_eq!(entry.agent_id, AGENT);
@@ -54,7 +54,7 @@ async fn undelivered_commands_follow_the_agent_to_another_replica() {
     let mut client_a = a.client().await;
     let mut commands = connect_agent(&mut client_a, AGENT).await;
     dispatch(&js, AGENT, "ns/one").await;
-    assert_eq!(next_workflow(&mut commands).await, "ns/one");
+    assert_eq!(receive(&mut client_a, &mut commands).await, "ns/one");
     drop(commands);
     eventually("the agent to be gone from A", || async {
         a.metrics.connected_agents.get() == 0
@@ -66,8 +66,8 @@ async fn undelivered_commands_follow_the_agent_to_another_replica() {
     dispatch(&js, AGENT, "ns/three").await;
     let mut client_b = b.client().await;
     let mut commands = connect_agent(&mut client_b, AGENT).await;
-    assert_eq!(next_workflow(&mut commands).await, "ns/two");
-    assert_eq!(next_workflow(&mut commands).await, "ns/three");
+    assert_eq!(receive(&mut client_b, &mut commands).await, "ns/two");
+    assert_eq!(receive(&mut client_b, &mut commands).await, "ns/three");
     assert_eq!(
         presence(&js, AGENT).await.expect("present").server,
         "server-b"
@@ -84,7 +84,7 @@ async fn a_killed_replica_loses_no_command() {
     let mut client_a = client(a.addr).await;
     let mut commands = connect_agent(&mut client_a, AGENT).await;
     dispatch(&js, AGENT, "ns/one").await;
-    assert_eq!(next_workflow(&mut commands).await, "ns/one");
+    assert_eq!(receive(&mut client_a, &mut commands).await, "ns/one");
 
     a.kill().await;
     // The agent sees its stream break...
@@ -101,8 +101,8 @@ async fn a_killed_replica_loses_no_command() {
     dispatch(&js, AGENT, "ns/three").await;
     let mut client_b = b.client().await;
     let mut commands = connect_agent(&mut client_b, AGENT).await;
-    assert_eq!(next_workflow(&mut commands).await, "ns/two");
-    assert_eq!(next_workflow(&mut commands).await, "ns/three");
+    assert_eq!(receive(&mut client_b, &mut commands).await, "ns/two");
+    assert_eq!(receive(&mut client_b, &mut commands).await, "ns/three");
     assert_eq!(
         presence(&js, AGENT).await.expect("present").server,
         "server-b"
@@ -256,6 +256,7 @@ async fn invalid_events_are_refused_and_the_server_keeps_serving() {
     let status = client
         .get_workflows(tink_bus::proto::GetWorkflowsRequest {
             agent_id: String::new(),
+            ..Default::default()
         })
         .await
         .expect_err("refused");
@@ -312,7 +313,7 @@ async fn malformed_commands_are_dropped_and_delivery_goes_on() {
             .expect("stored");
     }
     dispatch(&js, AGENT, "ns/valid").await;
-    assert_eq!(next_workflow(&mut commands).await, "ns/valid");
+    assert_eq!(receive(&mut client, &mut commands).await, "ns/valid");
     assert_eq!(replica.metrics.error_count("malformed_command"), 2);
     // The malformed ones are gone from the queue, not redelivered.
     eventually("the queue to drain", || {

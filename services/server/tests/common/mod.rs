@@ -59,13 +59,19 @@ impl Replica {
         replica_id: &str,
         tls: Option<tink_server::TlsConfig>,
     ) -> Replica {
+        let mut config = ServerConfig::new(nats_url, replica_id);
+        config.bus = bus_config();
+        config.tls = tls;
+        // These tests are about delivery; identity has its own tests.
+        config.allow_unauthenticated_agents = true;
+        Replica::start_config(config).await
+    }
+
+    pub async fn start_config(config: ServerConfig) -> Replica {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let mut config = ServerConfig::new(nats_url, replica_id);
-        config.bus = bus_config();
-        config.tls = tls;
         let shutdown = CancellationToken::new();
         let health = tink_runtime::Health::new();
         let metrics = Metrics::default();
@@ -127,6 +133,7 @@ impl ProcessReplica {
             .args(["--listen", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
             .args(["--nats-url", nats_url, "--replica-id", replica_id])
             .args(["--presence-ttl-seconds", "3"])
+            .args(["--insecure", "--allow-unauthenticated-agents"])
             .env("RUST_LOG", "info")
             .env("TINK_LOG_FORMAT", "text")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -245,6 +252,7 @@ pub async fn connect_agent(
     client
         .get_workflows(GetWorkflowsRequest {
             agent_id: agent_id.into(),
+            ..Default::default()
         })
         .await
         .expect("stream opens")
@@ -260,6 +268,46 @@ pub async fn next_workflow(commands: &mut Commands) -> String {
     tink_bus::command_workflow_id(&command)
         .expect("a workflow id")
         .to_string()
+}
+
+/// The workflow id of the next command, confirmed the way an agent does: its receipt is
+/// published at once (the server acknowledges the command only then).
+pub async fn receive(
+    client: &mut WorkflowServiceClient<Channel>,
+    commands: &mut Commands,
+) -> String {
+    let command = within("a command", commands.message())
+        .await
+        .expect("stream ok")
+        .expect("a command, not the end of the stream");
+    let workflow_id = tink_bus::command_workflow_id(&command)
+        .expect("a workflow id")
+        .to_string();
+    let stop = matches!(
+        command.cmd,
+        Some(get_workflows_response::Cmd::StopWorkflow(_))
+    );
+    client
+        .publish_event(receipt(&workflow_id, stop))
+        .await
+        .expect("receipt stored");
+    workflow_id
+}
+
+/// A `WorkflowReceived` receipt.
+pub fn receipt(workflow_id: &str, stop: bool) -> PublishEventRequest {
+    use event::workflow_received::Command;
+    let mut received = event::WorkflowReceived::default();
+    received.set_command(if stop { Command::Stop } else { Command::Start });
+    PublishEventRequest {
+        event: Some(Event {
+            workflow_id: workflow_id.into(),
+            event_id: uuid::Uuid::new_v4().to_string(),
+            agent_id: "aa:bb:cc:dd:ee:ff".into(),
+            event: Some(event::Event::WorkflowReceived(received)),
+            ..Default::default()
+        }),
+    }
 }
 
 /// The status the stream ends with.

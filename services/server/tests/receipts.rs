@@ -1,0 +1,129 @@
+//! Delivery receipts: a command counts as delivered when the agent confirmed it, not when the
+//! transport took it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tink_bus::proto::{Event, PublishEventRequest, event, get_workflows_response};
+use tink_server::ServerConfig;
+use tink_testkit::nats::NatsServer;
+use tonic::Code;
+
+const AGENT: &str = "aa:bb:cc:dd:ee:ff";
+
+async fn replica(nats_url: &str, receipt_timeout: Duration) -> Replica {
+    let mut config = ServerConfig::new(nats_url, "server-a");
+    config.bus = tink_bus::BusConfig {
+        receipt_timeout,
+        ..bus_config()
+    };
+    config.allow_unauthenticated_agents = true;
+    Replica::start_config(config).await
+}
+
+fn canceled(workflow_id: &str) -> PublishEventRequest {
+    PublishEventRequest {
+        event: Some(Event {
+            workflow_id: workflow_id.into(),
+            event_id: uuid::Uuid::new_v4().to_string(),
+            agent_id: AGENT.into(),
+            event: Some(event::Event::WorkflowCanceled(event::WorkflowCanceled {
+                action_id: None,
+                reason: Some("Canceled".into()),
+                message: None,
+            })),
+            ..Default::default()
+        }),
+    }
+}
+
+#[tokio::test]
+async fn an_unconfirmed_command_is_handed_back_and_delivered_again() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = replica(&nats.url(), Duration::from_secs(1)).await;
+    let mut client = replica.client().await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    dispatch(&js, AGENT, "ns/one").await;
+    dispatch(&js, AGENT, "ns/two").await;
+    // The transport delivers it, but the agent never confirms (its connection died silently,
+    // or it crashed right after reading): the server hands the command back and ends the
+    // stream so the agent reconnects.
+    assert_eq!(next_workflow(&mut commands).await, "ns/one");
+    let status = end_status(&mut commands).await;
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("did not confirm"), "{status:?}");
+    assert_eq!(replica.metrics.error_count("receipt_timeout"), 1);
+    // On the next stream the same command comes first, and only a confirmed one lets the next
+    // one through.
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    assert_eq!(receive(&mut client, &mut commands).await, "ns/one");
+    assert_eq!(receive(&mut client, &mut commands).await, "ns/two");
+}
+
+#[tokio::test]
+async fn a_start_an_agent_already_received_is_not_forwarded_again() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = replica(&nats.url(), Duration::from_secs(30)).await;
+    let mut client = replica.client().await;
+    // A previous agent process received `ns/ran` (its events are stored) and died before the
+    // command was acknowledged; the command comes around again.
+    client
+        .publish_event(action_started("ns/ran", "a1", "e1"))
+        .await
+        .expect("stored");
+    dispatch(&js, AGENT, "ns/ran").await;
+    dispatch(&js, AGENT, "ns/next").await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    assert_eq!(receive(&mut client, &mut commands).await, "ns/next");
+    assert_eq!(replica.metrics.error_count("already_received"), 1);
+}
+
+#[tokio::test]
+async fn a_stop_is_confirmed_by_the_cancellation_of_an_agent_without_receipts() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = replica(&nats.url(), Duration::from_secs(30)).await;
+    let mut client = replica.client().await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    let stop = tink_bus::proto::GetWorkflowsResponse {
+        cmd: Some(get_workflows_response::Cmd::StopWorkflow(
+            get_workflows_response::StopWorkflow {
+                workflow_id: "ns/stopped".into(),
+                reason: Some("Deleted".into()),
+                message: None,
+            },
+        )),
+        ..Default::default()
+    };
+    tink_bus::publish_command(
+        &js,
+        AGENT,
+        &stop,
+        "ns/stopped.stop",
+        &opentelemetry::Context::new(),
+    )
+    .await
+    .expect("stored");
+    dispatch(&js, AGENT, "ns/after").await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/stopped");
+    // An old-style progress event about the workflow is not a stop's receipt...
+    client
+        .publish_event(action_started("ns/stopped", "a1", "late"))
+        .await
+        .expect("stored");
+    let early = tokio::time::timeout(Duration::from_millis(500), commands.message()).await;
+    assert!(
+        early.is_err(),
+        "the next command came before the stop was confirmed"
+    );
+    // ...its cancellation is.
+    client
+        .publish_event(canceled("ns/stopped"))
+        .await
+        .expect("stored");
+    assert_eq!(receive(&mut client, &mut commands).await, "ns/after");
+}
