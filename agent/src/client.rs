@@ -2,15 +2,15 @@
 //! replicas) and the event publisher (retrying until a server confirms).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use tink_proto::workflow::v2::workflow_service_client::WorkflowServiceClient;
 use tink_proto::workflow::v2::{
     Event, GetWorkflowsRequest, GetWorkflowsResponse, PublishEventRequest,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 use tonic::metadata::{MetadataKey, MetadataValue};
@@ -39,12 +39,19 @@ pub enum ClientError {
 /// The trace context keys carried in gRPC metadata.
 const TRACE_KEYS: [&str; 2] = ["traceparent", "tracestate"];
 
+/// The metadata key of the session token the servers issue (see tink-server's identity docs).
+pub const TOKEN_HEADER: &str = "x-tink-agent-token";
+
 /// Lazily connected channels to every server replica, and which one currently serves the
 /// command stream (events go there first).
 #[derive(Clone, Debug)]
 pub struct ServerPool {
     channels: Arc<Vec<(String, Channel)>>,
     preferred: Arc<AtomicUsize>,
+    /// The session token the servers issued to this agent, presented on every call.
+    token: Arc<Mutex<Option<String>>>,
+    /// Where the token is kept across restarts of the agent process.
+    token_file: Option<std::path::PathBuf>,
 }
 
 impl ServerPool {
@@ -81,10 +88,40 @@ impl ServerPool {
             }
             channels.push((address, endpoint.connect_lazy()));
         }
+        let token = config
+            .token_file
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty());
         Ok(Self {
             channels: Arc::new(channels),
             preferred: Arc::new(AtomicUsize::new(0)),
+            token: Arc::new(Mutex::new(token)),
+            token_file: config.token_file.clone(),
         })
+    }
+
+    /// Adds the session token to a request's metadata.
+    fn authenticate<T>(&self, request: &mut tonic::Request<T>) {
+        let token = self.token.lock().ok().and_then(|t| t.clone());
+        if let Some(value) = token.and_then(|t| MetadataValue::try_from(t.as_str()).ok()) {
+            request
+                .metadata_mut()
+                .insert(MetadataKey::from_static(TOKEN_HEADER), value);
+        }
+    }
+
+    /// Keeps a token a server issued (in memory and in the token file, readable by root only).
+    fn adopt_token(&self, token: &str) {
+        if let Ok(mut t) = self.token.lock() {
+            *t = Some(token.to_owned());
+        }
+        if let Some(path) = &self.token_file {
+            if let Err(e) = write_private(path, token) {
+                warn!(path = %path.display(), error = %e, "cannot keep the session token; a restarted agent waits for its session to expire");
+            }
+        }
     }
 
     fn len(&self) -> usize {
@@ -95,6 +132,17 @@ impl ServerPool {
         let (address, channel) = &self.channels[index % self.channels.len()];
         (address, WorkflowServiceClient::new(channel.clone()))
     }
+}
+
+fn write_private(path: &std::path::Path, token: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    #[cfg(unix)]
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    options.mode(0o600);
+    options.open(path)?.write_all(token.as_bytes())
 }
 
 fn with_trace<T>(message: T, trace: &HashMap<String, String>) -> tonic::Request<T> {
@@ -144,18 +192,31 @@ pub async fn command_stream(
     let mut index = 0;
     loop {
         let (address, mut client) = pool.get(index);
-        let request = with_trace(
+        let mut request = with_trace(
             GetWorkflowsRequest {
                 agent_id: config.agent_id.clone(),
+                instance_id: config.instance_id.clone(),
             },
             &trace_context(&HashMap::new()),
         );
+        pool.authenticate(&mut request);
         let opened = tokio::select! {
             () = shutdown.cancelled() => return,
             r = tokio::time::timeout(config.request_timeout, client.get_workflows(request)) => r,
         };
         match opened {
             Ok(Ok(response)) => {
+                if let Some(token) = response
+                    .metadata()
+                    .get(TOKEN_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                {
+                    pool.adopt_token(token);
+                    info!(
+                        server = address,
+                        "a new session began (the server issued a token)"
+                    );
+                }
                 info!(server = address, "command stream open");
                 pool.preferred.store(index % pool.len(), Ordering::Relaxed);
                 metrics.stream_connects.inc();
@@ -201,6 +262,13 @@ pub async fn command_stream(
                 health.set_ready(false);
                 metrics.connected.set(0);
             }
+            Ok(Err(status)) if status.code() == Code::PermissionDenied => {
+                error!(
+                    server = address,
+                    message = status.message(),
+                    "the server refused this agent's stream: another stream holds its session (if this machine was re-installed, an operator runs `tinkctl agent reset <agent id>`; otherwise it ends when the session expires)"
+                );
+            }
             Ok(Err(status)) => {
                 warn!(server = address, code = ?status.code(), message = status.message(), "cannot open the command stream");
             }
@@ -217,21 +285,34 @@ pub async fn command_stream(
 }
 
 /// An event waiting to be published, with the trace context it belongs to.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Outgoing {
     /// The event, its `event_id` fixed so retries are de-duplicated.
     pub event: Event,
     /// `traceparent` / `tracestate`.
     pub trace: HashMap<String, String>,
+    /// Told once a server confirmed the event is stored (dropped if it never was).
+    pub confirmed: Option<oneshot::Sender<()>>,
 }
 
 impl Outgoing {
-    /// Stamps `event` with a fresh event id, the agent id and the current time.
-    pub fn new(mut event: Event, agent_id: &str, trace: HashMap<String, String>) -> Self {
+    /// Stamps `event` with a fresh event id, the agent id, this process's instance id and the
+    /// current time.
+    pub fn new(
+        mut event: Event,
+        agent_id: &str,
+        instance_id: &str,
+        trace: HashMap<String, String>,
+    ) -> Self {
         event.event_id = uuid::Uuid::new_v4().to_string();
         event.agent_id = agent_id.to_owned();
+        event.agent_instance = instance_id.to_owned();
         event.occurred_at = Some(prost_types::Timestamp::from(SystemTime::now()));
-        Self { event, trace }
+        Self {
+            event,
+            trace,
+            confirmed: None,
+        }
     }
 }
 
@@ -251,7 +332,7 @@ pub async fn publisher(
             () = abandon.cancelled() => None,
             next = queue.recv() => next,
         };
-        let Some(outgoing) = next else { break };
+        let Some(mut outgoing) = next else { break };
         let mut index = pool.preferred.load(Ordering::Relaxed);
         let mut delivered = false;
         while !abandon.is_cancelled() {
@@ -263,6 +344,7 @@ pub async fn publisher(
                 &outgoing.trace,
             );
             request.set_timeout(config.request_timeout);
+            pool.authenticate(&mut request);
             let result = tokio::select! {
                 () = abandon.cancelled() => break,
                 r = tokio::time::timeout(config.request_timeout, client.publish_event(request)) => r,
@@ -271,6 +353,9 @@ pub async fn publisher(
                 Ok(Ok(_)) => {
                     metrics.events_published.inc();
                     debug!(server = address, event_id = %outgoing.event.event_id, "event confirmed");
+                    if let Some(confirmed) = outgoing.confirmed.take() {
+                        let _ = confirmed.send(());
+                    }
                     backoff.reset();
                     delivered = true;
                     break;

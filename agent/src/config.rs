@@ -99,6 +99,39 @@ pub struct AgentConfig {
     pub keepalive_interval: Duration,
     /// On shutdown, how long queued events may still be published.
     pub flush_timeout: Duration,
+    /// A random id of this agent process, sent on every stream and event: a new value tells
+    /// the controller the agent restarted.
+    pub instance_id: String,
+    /// Where the session token the servers issue is kept across restarts of the agent process
+    /// (`None`: in memory only).
+    pub token_file: Option<std::path::PathBuf>,
+    /// The most dispatch ids remembered as run (a redelivered one is refused `AlreadyRun`).
+    pub remembered_dispatches: usize,
+    /// Commands for the power contract (`/tinkerbell/power`), split on whitespace, run without
+    /// a shell once the workflow succeeded and every event was confirmed.
+    pub power_commands: PowerCommands,
+}
+
+/// The commands the agent runs for the power contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PowerCommands {
+    /// For `reboot`. Default `reboot -f`.
+    pub reboot: Vec<String>,
+    /// For `kexec` (the action loaded the kernel with `kexec -l`). Default `kexec -e`.
+    pub kexec: Vec<String>,
+    /// For `poweroff`. Default `poweroff -f`.
+    pub poweroff: Vec<String>,
+}
+
+impl Default for PowerCommands {
+    fn default() -> Self {
+        let split = |s: &str| s.split_whitespace().map(str::to_owned).collect();
+        Self {
+            reboot: split("reboot -f"),
+            kexec: split("kexec -e"),
+            poweroff: split("poweroff -f"),
+        }
+    }
 }
 
 impl AgentConfig {
@@ -113,6 +146,10 @@ impl AgentConfig {
             request_timeout: Duration::from_secs(10),
             keepalive_interval: Duration::from_secs(10),
             flush_timeout: Duration::from_secs(10),
+            instance_id: uuid::Uuid::new_v4().to_string(),
+            token_file: None,
+            remembered_dispatches: 4096,
+            power_commands: PowerCommands::default(),
         }
     }
 }

@@ -49,6 +49,7 @@ pub async fn run(
 ) -> Result<(), ClientError> {
     let pool = ServerPool::new(&config)?;
     let config = Arc::new(config);
+    info!(instance = %config.instance_id, "agent process instance");
     match runner.remove_leftovers().await {
         Ok(0) => {}
         Ok(n) => info!(removed = n, "removed containers left by a previous run"),
@@ -64,29 +65,35 @@ pub async fn run(
         metrics.clone(),
         abandon.clone(),
     ));
+    // The stream stays open until the last events are flushed: it holds the agent's session,
+    // and a server accepts events only within one.
+    let stream_stop = CancellationToken::new();
     let stream = tokio::spawn(client::command_stream(
         pool,
         config.clone(),
         commands_tx,
         health.clone(),
         metrics.clone(),
-        shutdown.clone(),
+        stream_stop.clone(),
     ));
     info!(agent_id = %config.agent_id, servers = ?config.servers.iter().map(ToString::to_string).collect::<Vec<_>>(), "agent started");
     Executor::new(config.agent_id.clone(), runner, events_tx, metrics)
+        .configured(&config)
         .run(commands_rx, shutdown.clone())
         .await;
-    // The executor returns on shutdown (or if the stream task died); make sure both stop.
+    // The executor returns on shutdown (or if the stream task died): flush the events while
+    // the session is open, then close the stream.
     shutdown.cancel();
     health.set_ready(false);
-    if let Err(e) = stream.await {
-        warn!(error = %e, "the command stream task failed");
-    }
     let flush = tokio::time::timeout(config.flush_timeout, publisher);
     tokio::pin!(flush);
     if (&mut flush).await.is_err() {
         warn!("queued events were not all published before the flush timeout");
         abandon.cancel();
+    }
+    stream_stop.cancel();
+    if let Err(e) = stream.await {
+        warn!(error = %e, "the command stream task failed");
     }
     info!("agent stopped");
     Ok(())

@@ -69,6 +69,19 @@ struct Args {
     /// Seconds a stopped action gets between SIGTERM and SIGKILL.
     #[arg(long, env = "TINK_AGENT_STOP_GRACE_SECONDS", default_value_t = 10)]
     stop_grace_seconds: u64,
+    /// Command run for the power contract's `reboot` (split on whitespace, no shell).
+    #[arg(long, env = "TINK_AGENT_REBOOT_COMMAND", default_value = "reboot -f")]
+    reboot_command: String,
+    /// Command run for the power contract's `kexec` (the action loaded the kernel).
+    #[arg(long, env = "TINK_AGENT_KEXEC_COMMAND", default_value = "kexec -e")]
+    kexec_command: String,
+    /// Command run for the power contract's `poweroff`.
+    #[arg(
+        long,
+        env = "TINK_AGENT_POWEROFF_COMMAND",
+        default_value = "poweroff -f"
+    )]
+    poweroff_command: String,
     /// Run action containers privileged (provisioning needs the disks).
     #[arg(long, env = "TINK_AGENT_PRIVILEGED", default_value_t = true, action = ArgAction::Set)]
     privileged: bool,
@@ -98,6 +111,13 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut config = AgentConfig::new(agent_id.clone(), args.servers);
     config.backoff_max = Duration::from_secs(args.backoff_max_seconds.max(1));
+    config.token_file = Some(args.work_dir.join("session-token"));
+    let split = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_owned).collect() };
+    config.power_commands = tink_agent::config::PowerCommands {
+        reboot: split(&args.reboot_command),
+        kexec: split(&args.kexec_command),
+        poweroff: split(&args.poweroff_command),
+    };
     if let Some(ca) = &args.tls_ca {
         config.tls = Some(ClientTls {
             ca_pem: read(ca)?,

@@ -110,6 +110,46 @@ pub enum ActionOutcome {
     Failed(Failure),
 }
 
+/// What an action that succeeded may ask the agent to do to the machine once the whole
+/// workflow succeeded and is stored (`/tinkerbell/power`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerAction {
+    /// `reboot`
+    Reboot,
+    /// `kexec` (the action loaded the kernel with `kexec -l`)
+    Kexec,
+    /// `poweroff`
+    Poweroff,
+}
+
+impl PowerAction {
+    /// Parses the first line of `/tinkerbell/power`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.lines().next()?.trim().to_ascii_lowercase().as_str() {
+            "reboot" => Some(Self::Reboot),
+            "kexec" => Some(Self::Kexec),
+            "poweroff" => Some(Self::Poweroff),
+            _ => None,
+        }
+    }
+}
+
+/// The end of one action: its outcome and, for a success, the power action it asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionRun {
+    /// How it ended.
+    pub outcome: ActionOutcome,
+    /// `/tinkerbell/power`, read after a success.
+    pub power: Option<PowerAction>,
+}
+
+/// The file of the power contract in the action's `/tinkerbell` directory.
+pub const POWER_FILE: &str = "power";
+
+/// The longest output line kept whole; a longer one (or output without newlines) is cut with a
+/// marker, so a chatty action cannot grow the agent's memory.
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
+
 /// Runs actions as containers on one Docker engine. Cheap to clone.
 #[derive(Clone)]
 pub struct DockerRunner {
@@ -190,6 +230,17 @@ impl DockerRunner {
         action: &ActionSpec,
         cancel: &CancellationToken,
     ) -> ActionOutcome {
+        self.run_action(workflow_id, action, cancel).await.outcome
+    }
+
+    /// Like [`DockerRunner::run`], also returning the power action a successful action asked
+    /// for.
+    pub async fn run_action(
+        &self,
+        workflow_id: &str,
+        action: &ActionSpec,
+        cancel: &CancellationToken,
+    ) -> ActionRun {
         let span = tracing::info_span!("action.container", workflow_id, action_id = %action.id, action = %action.name, image = %action.image);
         self.run_inner(workflow_id, action, cancel)
             .instrument(span)
@@ -201,24 +252,33 @@ impl DockerRunner {
         workflow_id: &str,
         action: &ActionSpec,
         cancel: &CancellationToken,
-    ) -> ActionOutcome {
+    ) -> ActionRun {
+        let ended = |outcome| ActionRun {
+            outcome,
+            power: None,
+        };
         let prepared = tokio::select! {
             biased;
-            () = cancel.cancelled() => return canceled("the workflow was canceled before the action started"),
+            () = cancel.cancelled() => return ended(canceled("the workflow was canceled before the action started")),
             p = self.prepare(workflow_id, action) => p,
         };
         let (container_id, reason_dir) = match prepared {
             Ok(p) => p,
-            Err(failure) => return ActionOutcome::Failed(failure),
+            Err(failure) => return ended(ActionOutcome::Failed(failure)),
         };
         let outcome = self
             .execute(workflow_id, action, &container_id, &reason_dir, cancel)
             .await;
+        let power = if outcome == ActionOutcome::Succeeded {
+            read_power(&reason_dir).await
+        } else {
+            None
+        };
         self.remove(&container_id).await;
         if let Err(e) = tokio::fs::remove_dir_all(&reason_dir).await {
             debug!(dir = %reason_dir.display(), error = %e, "cannot remove the reason directory");
         }
-        outcome
+        ActionRun { outcome, power }
     }
 
     /// Image, volumes, reason directory, container. On error nothing is left behind.
@@ -313,7 +373,7 @@ impl DockerRunner {
     }
 
     /// Uses the local image if present, otherwise pulls it (through the mirror if configured).
-    async fn ensure_image(&self, image: &str) -> Result<(), Failure> {
+    pub async fn ensure_image(&self, image: &str) -> Result<(), Failure> {
         if self.docker.inspect_image(image).await.is_ok() {
             return Ok(());
         }
@@ -484,6 +544,23 @@ impl DockerRunner {
     }
 }
 
+/// Reads `/tinkerbell/power` (a regular file, first line; anything else is ignored with a log
+/// line).
+async fn read_power(dir: &std::path::Path) -> Option<PowerAction> {
+    let path = dir.join(POWER_FILE);
+    let meta = tokio::fs::symlink_metadata(&path).await.ok()?;
+    if !meta.file_type().is_file() || meta.len() > 256 {
+        warn!(path = %path.display(), "ignoring /tinkerbell/power: not a small regular file");
+        return None;
+    }
+    let text = tokio::fs::read_to_string(&path).await.ok()?;
+    let action = PowerAction::parse(&text);
+    if action.is_none() && !text.trim().is_empty() {
+        warn!(content = %text.trim(), "ignoring /tinkerbell/power: expected reboot, kexec or poweroff");
+    }
+    action
+}
+
 fn canceled(message: &str) -> ActionOutcome {
     ActionOutcome::Failed(Failure {
         reason: FailureReason::Canceled,
@@ -499,6 +576,8 @@ async fn stream_logs(docker: Docker, id: String, prefix: String, tail: Arc<Mutex
         .build();
     let mut logs = docker.logs(&id, Some(options));
     let mut partial = String::new();
+    // Inside an over-long line whose first part was already emitted: drop until its end.
+    let mut cut = false;
     let emit = |line: &str| {
         info!(target: "tink_agent::action_output", "[{prefix}] {line}");
         if let Ok(mut t) = tail.lock() {
@@ -509,9 +588,28 @@ async fn stream_logs(docker: Docker, id: String, prefix: String, tail: Arc<Mutex
         match chunk {
             Ok(out) => {
                 partial.push_str(&String::from_utf8_lossy(&out.into_bytes()));
-                while let Some(i) = partial.find('\n') {
-                    let line: String = partial.drain(..=i).collect();
-                    emit(line.trim_end_matches(['\n', '\r']));
+                loop {
+                    if let Some(i) = partial.find('\n') {
+                        let line: String = partial.drain(..=i).collect();
+                        if !std::mem::take(&mut cut) {
+                            emit(line.trim_end_matches(['\n', '\r']));
+                        }
+                    } else if partial.len() > MAX_LINE_BYTES {
+                        if !cut {
+                            let mut end = MAX_LINE_BYTES;
+                            while !partial.is_char_boundary(end) {
+                                end -= 1;
+                            }
+                            emit(&format!(
+                                "[line cut at {MAX_LINE_BYTES} bytes] {}",
+                                &partial[..end]
+                            ));
+                            cut = true;
+                        }
+                        partial.clear();
+                    } else {
+                        break;
+                    }
                 }
             }
             Err(e) => {
@@ -520,7 +618,7 @@ async fn stream_logs(docker: Docker, id: String, prefix: String, tail: Arc<Mutex
             }
         }
     }
-    if !partial.is_empty() {
+    if !partial.is_empty() && !cut {
         emit(&partial);
     }
 }

@@ -55,7 +55,7 @@ async fn actions_are_spans_of_the_workflow_trace() -> TestResult {
         .wait_for(|spans| {
             named(spans, "workflow").len() == 1
                 && named(spans, "action").len() == 2
-                && named(spans, "publish_event").len() >= 4
+                && named(spans, "publish_event").len() >= 5
         })
         .await?;
     let workflow = &named(&spans, "workflow")[0];
@@ -77,15 +77,27 @@ async fn actions_are_spans_of_the_workflow_trace() -> TestResult {
         outcomes.contains(&(Some("a2"), Some("NonZeroExitCode"))),
         "{outcomes:?}"
     );
-    // The server's PublishEvent spans are children of the action spans: the context crossed
-    // gRPC in the request metadata.
+    // The server's PublishEvent spans are children of the action spans (the receipt's, sent
+    // before any action, of the command's context): the context crossed gRPC in the request
+    // metadata.
     let action_ids: Vec<&str> = actions.iter().map(|a| a.span_id.as_str()).collect();
     let publishes = named(&spans, "publish_event");
+    let under_actions = publishes
+        .iter()
+        .filter(|p| {
+            p.parent_span_id
+                .as_deref()
+                .is_some_and(|id| action_ids.contains(&id))
+        })
+        .count();
+    assert_eq!(under_actions, 4, "{publishes:#?}");
     assert!(
-        publishes.iter().all(|p| p
-            .parent_span_id
-            .as_deref()
-            .is_some_and(|id| action_ids.contains(&id))),
+        publishes
+            .iter()
+            .all(|p| p.parent_span_id.as_deref() == Some(PARENT_SPAN_ID)
+                || p.parent_span_id
+                    .as_deref()
+                    .is_some_and(|id| action_ids.contains(&id))),
         "{publishes:#?}"
     );
     agent.stop().await?;

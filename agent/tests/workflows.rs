@@ -109,7 +109,7 @@ async fn non_zero_exit_fails_with_the_exit_code() -> TestResult {
         ],
     );
     dispatch(&js, &agent.id, &start_command(wf)).await?;
-    let events = events_until(&js, "default/exit", terminal("a2")).await?;
+    let events = progress(events_until(&js, "default/exit", terminal("a2")).await?);
     assert_eq!(
         summary(&events),
         ["Started:a1", "Failed:a1:NonZeroExitCode"]
@@ -147,7 +147,7 @@ async fn action_timeout_fails_the_action() -> TestResult {
         &start_command(workflow("default/slow", vec![slow])),
     )
     .await?;
-    let events = events_until(&js, "default/slow", terminal("a1")).await?;
+    let events = progress(events_until(&js, "default/slow", terminal("a1")).await?);
     assert_eq!(summary(&events), ["Started:a1", "Failed:a1:Timeout"]);
     let Some(event::Event::ActionFailed(failed)) = &events[1].event else {
         unreachable!()
@@ -186,7 +186,7 @@ async fn cancel_stops_the_running_container_and_the_agent_becomes_idle() -> Test
     assert_eq!(agent.containers().await?, 1);
 
     dispatch(&js, &agent.id, &stop_command("default/cancel")).await?;
-    let events = events_until(&js, "default/cancel", terminal("a2")).await?;
+    let events = progress(events_until(&js, "default/cancel", terminal("a2")).await?);
     assert_eq!(summary(&events), ["Started:a1", "Canceled:a1"]);
     let Some(event::Event::WorkflowCanceled(canceled)) = &events[1].event else {
         unreachable!()
@@ -226,8 +226,8 @@ async fn stop_for_a_workflow_not_running_is_confirmed() -> TestResult {
     let js = jetstream(&nats.url()).await?;
     wait_presence(&js, &agent.id, "server-a").await?;
     dispatch(&js, &agent.id, &stop_command("default/ghost")).await?;
-    let events = events_until(&js, "default/ghost", |e| !e.is_empty()).await?;
-    assert_eq!(summary(&events), ["Canceled:"]);
+    let events = events_until(&js, "default/ghost", |e| e.len() >= 2).await?;
+    assert_eq!(all_events(&events), ["Received:Stop", "Canceled:"]);
     agent.stop().await?;
     server.stop().await?;
     Ok(())
@@ -260,7 +260,8 @@ async fn second_workflow_while_busy_is_rejected() -> TestResult {
         &start_command(workflow("default/second", vec![script("b1", "true")])),
     )
     .await?;
-    let rejected = events_until(&js, "default/second", |e| !e.is_empty()).await?;
+    let rejected =
+        progress(events_until(&js, "default/second", |e| !progress(e.to_vec()).is_empty()).await?);
     assert_eq!(summary(&rejected), ["Rejected:AgentBusy"]);
     let Some(event::Event::WorkflowRejected(r)) = &rejected[0].event else {
         unreachable!()

@@ -397,11 +397,30 @@ pub fn describe(event: &Event) -> String {
         Some(event::Event::WorkflowCanceled(e)) => {
             format!("Canceled:{}", e.action_id.as_deref().unwrap_or(""))
         }
+        Some(event::Event::WorkflowReceived(e)) => format!("Received:{:?}", e.command()),
         None => "None".to_owned(),
     }
 }
 
+/// The events, receipts left out (the receipt tests look at them; the others at progress).
 pub fn summary(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| !matches!(e.event, Some(event::Event::WorkflowReceived(_))))
+        .map(describe)
+        .collect()
+}
+
+/// The events without the receipts.
+pub fn progress(events: Vec<Event>) -> Vec<Event> {
+    events
+        .into_iter()
+        .filter(|e| !matches!(e.event, Some(event::Event::WorkflowReceived(_))))
+        .collect()
+}
+
+/// Every event, receipts included.
+pub fn all_events(events: &[Event]) -> Vec<String> {
     events.iter().map(describe).collect()
 }
 
