@@ -89,8 +89,25 @@ fn merged(
     v1: CustomResourceDefinition,
     webhook: &ConversionWebhook,
 ) -> Result<CustomResourceDefinition, CrdError> {
-    let crd = merge_crds(vec![v2, v1], v1alpha2::VERSION)
+    let mut crd = merge_crds(vec![v2, v1], v1alpha2::VERSION)
         .map_err(|source| CrdError::Merge { kind, source })?;
+    // Tinkerbell's v1alpha1 `spec` is `omitempty`: objects without one exist and stay valid.
+    for v in crd.spec.versions.iter_mut() {
+        if v.name != v1alpha1::VERSION {
+            continue;
+        }
+        if let Some(schema) = v
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            && let Some(required) = schema.required.as_mut()
+        {
+            required.retain(|r| r != "spec");
+            if required.is_empty() {
+                schema.required = None;
+            }
+        }
+    }
     Ok(with_webhook(crd, webhook))
 }
 

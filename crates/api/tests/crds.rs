@@ -541,10 +541,10 @@ fn objects_breaking_each_rule_are_rejected_by_that_rule() {
             "spec.networkInterfaces",
         ),
         h(
-            "network interfaces missing",
-            vec![("/spec/networkInterfaces", Value::Null)],
-            Rule::Keyword("required networkInterfaces"),
-            "spec",
+            "network interfaces given but empty",
+            vec![("/spec/networkInterfaces", json!({}))],
+            Rule::Keyword("minProperties 1"),
+            "spec.networkInterfaces",
         ),
         h(
             "upper-case MAC key",
@@ -580,9 +580,15 @@ fn objects_breaking_each_rule_are_rejected_by_that_rule() {
             "spec.actions",
         ),
         t(
-            "actions missing",
-            vec![("/spec/actions", Value::Null)],
-            Rule::Keyword("required actions"),
+            "actions given but empty",
+            vec![("/spec/actions", json!([]))],
+            Rule::Keyword("minItems 1"),
+            "spec.actions",
+        ),
+        t(
+            "actions and a converted v1alpha1 document",
+            vec![("/spec/v1alpha1Data", json!("version: '0.1'\ntasks: []\n"))],
+            Rule::Cel(rules::ACTIONS_OR_DATA, rules::ACTIONS_OR_DATA_MSG),
             "spec",
         ),
         t(
@@ -630,10 +636,23 @@ fn objects_breaking_each_rule_are_rejected_by_that_rule() {
             "spec.hardwareRef.name",
         ),
         w(
-            "no template reference",
+            "template reference removed",
             vec![("/spec/templateRef", Value::Null)],
-            false,
-            Rule::Keyword("required templateRef"),
+            true,
+            Rule::Cel(
+                rules::TEMPLATE_REF_PRESENCE,
+                rules::TEMPLATE_REF_PRESENCE_MSG,
+            ),
+            "spec",
+        ),
+        w(
+            "hardware reference removed",
+            vec![("/spec/hardwareRef", Value::Null)],
+            true,
+            Rule::Cel(
+                rules::HARDWARE_REF_PRESENCE,
+                rules::HARDWARE_REF_PRESENCE_MSG,
+            ),
             "spec",
         ),
         w(
@@ -853,5 +872,227 @@ fn cel_rules_compile_and_stay_within_the_cost_budget() {
             }
         }
     }
-    assert_eq!(checked, 7, "every CEL rule was analysed");
+    assert_eq!(checked, 10, "every CEL rule was analysed");
+}
+
+fn corpus_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/corpus")
+}
+
+/// Every object of every file of tests/corpus (real Tinkerbell v1alpha1 manifests, each
+/// naming its source), as JSON.
+fn corpus() -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(corpus_dir())
+        .expect("corpus dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(
+            text.starts_with("# Source: tinkerbell/"),
+            "{} names its source",
+            path.display()
+        );
+        for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+            let v: Value = serde::Deserialize::deserialize(doc).expect("yaml");
+            out.push((format!("{}#{i}", path.display()), v));
+        }
+    }
+    out
+}
+
+fn crd_name(kind: &str) -> &'static str {
+    match kind {
+        "Hardware" => "hardware.tinkerbell.org",
+        "Template" => "templates.tinkerbell.org",
+        _ => "workflows.tinkerbell.org",
+    }
+}
+
+/// Asserts the v1alpha2 form of `v1` passes the v1alpha2 schema and CEL rules and converts
+/// back to exactly `v1`; returns the v1alpha2 form.
+fn check_fidelity(what: &str, v1: &Value) -> Value {
+    use tink_api::conversion::convert;
+    let kind = v1["kind"].as_str().expect("kind");
+    let v2 = convert(v1.clone(), v1alpha2::API_VERSION)
+        .unwrap_or_else(|e| panic!("{what}: conversion failed: {e}"));
+    let found = violations(&schema(crd_name(kind), "v1alpha2"), &v2, None);
+    assert!(
+        found.is_empty(),
+        "{what}: the v1alpha2 form breaks the schema: {found:?}\n{v2:#}"
+    );
+    let back = convert(v2.clone(), v1alpha1::API_VERSION).expect("down");
+    assert_eq!(&back, v1, "{what}: round trip");
+    let found = violations(&schema(crd_name(kind), "v1alpha1"), &back, None);
+    assert!(found.is_empty(), "{what}: v1alpha1 schema: {found:?}");
+    v2
+}
+
+#[test]
+fn real_tinkerbell_manifests_round_trip_and_fit_the_v1alpha2_schema() {
+    let corpus = corpus();
+    assert!(corpus.len() >= 7, "corpus has {} objects", corpus.len());
+    for (what, v1) in &corpus {
+        let v2 = check_fidelity(what, v1);
+        if v1["kind"] == "Template" {
+            // Real templates parse before rendering: typed actions, `pid: host` carried.
+            let actions = v2["spec"]["actions"].as_array().expect("actions");
+            assert!(!actions.is_empty(), "{what}");
+            if v1["spec"]["data"]
+                .as_str()
+                .is_some_and(|d| d.contains("pid: host"))
+            {
+                assert!(
+                    actions.iter().any(|a| a["pidNamespace"] == "host"),
+                    "{what}: pid: host has its v1alpha2 field"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn awkward_real_shaped_objects_convert_to_valid_v1alpha2() {
+    let hw = |spec: Value| json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Hardware", "metadata": {"name": "h", "namespace": "default"}, "spec": spec});
+    // A Hardware without spec.
+    let no_spec = json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Hardware", "metadata": {"name": "bare"}});
+    check_fidelity("hardware without spec", &no_spec);
+    // No interfaces (a machine known only by its BMC).
+    check_fidelity(
+        "hardware without interfaces",
+        &hw(json!({"bmcRef": {"apiGroup": "bmc.tinkerbell.org", "kind": "Machine", "name": "b"}})),
+    );
+    // Explicit false and "" values survive.
+    let explicit = hw(json!({
+        "userData": "",
+        "interfaces": [{"dhcp": {"mac": "00:00:5e:00:53:01", "uefi": false, "hostname": "", "lease_time": 4294967296u64},
+                        "netboot": {"allowPXE": false, "allowWorkflow": false,
+                                    "osie": {"kernelParams": ["console=ttyS0"]}}}]
+    }));
+    let v2 = check_fidelity("explicit false and empty values", &explicit);
+    assert_eq!(v2["spec"]["osie"]["kernelParams"], json!(["console=ttyS0"]));
+    let nic = &v2["spec"]["networkInterfaces"]["00:00:5e:00:53:01"];
+    assert_eq!(nic["dhcp"]["leaseTime"], json!(i32::MAX), "clamped");
+    let warned = tink_api::conversion::convert_with_warnings(explicit, v1alpha2::API_VERSION)
+        .expect("convert");
+    assert!(
+        warned
+            .warnings
+            .iter()
+            .any(|w| w.contains("lease_time") && w.contains("clamped")),
+        "{:?}",
+        warned.warnings
+    );
+
+    let tpl = |data: &str| json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Template", "metadata": {"name": "t"}, "spec": {"data": data}});
+    // Actions under `{{- if }}` blocks: the document is kept whole, rendered per Workflow.
+    let conditional = "version: \"0.1\"\nname: t\nglobal_timeout: 1800\ntasks:\n  - name: os\n    worker: \"{{.device_1}}\"\n    actions:\n{{- if eq .Hardware.Metadata.Instance.OperatingSystem.Distro \"ubuntu\" }}\n      - name: stream\n        image: image2disk:v1.0.0\n{{- else }}\n      - name: stream-other\n        image: oci2disk:v1.0.0\n{{- end }}\n      - name: kexec\n        image: kexec:v1.0.0\n        pid: host\n";
+    let v2 = check_fidelity("actions under if blocks", &tpl(conditional));
+    assert_eq!(v2["spec"]["v1alpha1Data"], json!(conditional));
+    // Names repeated across tasks cannot be v1alpha2 actions either.
+    let repeated = "version: \"0.1\"\ntasks:\n  - name: a\n    worker: \"{{.device_1}}\"\n    actions:\n      - {name: x, image: i}\n  - name: b\n    worker: \"{{.device_2}}\"\n    actions:\n      - {name: x, image: i}\n";
+    let v2 = check_fidelity("repeated names across tasks", &tpl(repeated));
+    assert!(v2["spec"]["v1alpha1Data"].is_string());
+    check_fidelity(
+        "template without data",
+        &json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Template", "metadata": {"name": "e"}, "spec": {}}),
+    );
+
+    let wf = |spec: Value, status: Value| json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Workflow", "metadata": {"name": "w"}, "spec": spec, "status": status});
+    // Older tink: hardwareMap only; and no templateRef at all.
+    check_fidelity(
+        "workflow with only hardwareMap",
+        &wf(
+            json!({"templateRef": "t", "hardwareMap": {"device_1": "00:00:5e:00:53:01"}}),
+            json!({}),
+        ),
+    );
+    check_fidelity(
+        "workflow without templateRef",
+        &wf(
+            json!({"hardwareRef": "h"}),
+            json!({"state": "STATE_PENDING"}),
+        ),
+    );
+    // Current Tinkerbell status keys and bootOptions.
+    let current = wf(
+        json!({"templateRef": "t", "hardwareRef": "h", "bootOptions": {"toggleAllowNetboot": true, "bootMode": "netboot"}}),
+        json!({"state": "STATE_RUNNING", "globalTimeout": 1800, "agentID": "00:00:5e:00:53:01",
+               "conditions": [{"type": "NetbootJobComplete", "status": "True", "time": "2024-05-01T10:00:00Z"}],
+               "tasks": [{"name": "os", "worker": "00:00:5e:00:53:01", "agentID": "00:00:5e:00:53:01",
+                          "actions": [{"name": "stream", "image": "i", "state": "STATE_SUCCESS", "executionStart": "2024-05-01T10:00:01Z", "pid": "host"}]}]}),
+    );
+    let v2 = check_fidelity("current status keys", &current);
+    assert_eq!(v2["spec"]["timeout"], json!("1800s"));
+    assert_eq!(v2["status"]["agentId"], json!("00:00:5e:00:53:01"));
+    assert_eq!(v2["status"]["actions"][0]["state"], json!("Succeeded"));
+    assert_eq!(
+        v2["status"]["actions"][0]["startedAt"],
+        json!("2024-05-01T10:00:01Z")
+    );
+    assert_eq!(
+        v2["status"]["actions"][0]["rendered"]["pidNamespace"],
+        json!("host")
+    );
+    let typed: v1alpha1::Workflow = tink_api::from_value(current).expect("typed");
+    assert!(
+        typed
+            .spec
+            .boot_options
+            .is_some_and(|b| b.toggle_allow_netboot)
+    );
+    assert!(typed.status.is_some_and(|s| s.conditions[0].time.is_some()));
+}
+
+#[test]
+fn a_200_kb_template_fits_in_its_annotation() {
+    use tink_api::conversion::convert;
+    let mut data = String::from(
+        "version: \"0.1\"\nname: big\nglobal_timeout: 1800\ntasks:\n  - name: os\n    worker: \"{{.device_1}}\"\n    actions:\n",
+    );
+    let mut i = 0;
+    while data.len() < 200 * 1024 {
+        data.push_str(&format!(
+            "      - name: \"step-{i}\"\n        image: quay.io/tinkerbell-actions/cexec:v1.0.0\n        timeout: 90\n        environment:\n          BLOCK_DEVICE: {{{{ index .Hardware.Disks 0 }}}}1\n          FS_TYPE: ext4\n          CHROOT: y\n          CMD_LINE: \"echo step {i} of a long template; systemctl enable unit-{i}.service\"\n"
+        ));
+        i += 1;
+    }
+    // v1alpha2 allows 128 actions: a longer document is kept whole in v1alpha1Data.
+    let v1 = json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Template", "metadata": {"name": "big"}, "spec": {"data": data}});
+    let v2 = check_fidelity("200 KB template", &v1);
+    let annotations = v2["metadata"]["annotations"].as_object().map(|a| {
+        a.values()
+            .map(|v| v.as_str().map_or(0, str::len))
+            .sum::<usize>()
+    });
+    assert!(
+        annotations.unwrap_or(0) < 64 * 1024,
+        "annotation is {annotations:?} bytes"
+    );
+    // Just under the limit: typed actions, the text restored from a compressed annotation
+    // holding it once.
+    let mut small = String::from(
+        "version: \"0.1\"\nname: big\ntasks:\n  - name: os\n    worker: \"{{.device_1}}\"\n    actions:\n",
+    );
+    for i in 0..120 {
+        small.push_str(&format!(
+            "      - name: \"step-{i}\" # comment {i}\n        image: quay.io/tinkerbell-actions/cexec:v1.0.0\n        timeout: 90\n        environment:\n          CMD_LINE: \"{}\"\n",
+            "x".repeat(1500)
+        ));
+    }
+    assert!(small.len() > 180 * 1024);
+    let v1 = json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Template", "metadata": {"name": "big"}, "spec": {"data": small}});
+    let v2 = check_fidelity("180 KB template with comments", &v1);
+    let ann = v2["metadata"]["annotations"][tink_api::CONVERSION_DATA_ANNOTATION]
+        .as_str()
+        .expect("annotation");
+    assert!(
+        ann.starts_with(tink_api::conversion::COMPRESSED_PREFIX),
+        "compressed"
+    );
+    assert!(ann.len() < 64 * 1024, "annotation is {} bytes", ann.len());
+    let _ = convert(v2, v1alpha1::API_VERSION).expect("down");
 }

@@ -37,9 +37,9 @@ fn errors_name_the_field_path() {
             "status.conditions[0].status",
         ),
         (
-            "v1alpha2 Workflow missing ref",
-            "apiVersion: tinkerbell.org/v1alpha2\nkind: Workflow\nmetadata: {name: w}\nspec:\n  templateRef: {name: t}\n",
-            "spec",
+            "v1alpha2 Workflow ref without a name",
+            "apiVersion: tinkerbell.org/v1alpha2\nkind: Workflow\nmetadata: {name: w}\nspec:\n  hardwareRef: {}\n  templateRef: {name: t}\n",
+            "spec.hardwareRef",
         ),
     ];
     for (what, yaml, path) in cases {

@@ -208,6 +208,11 @@ fn a1_netboot() -> impl Strategy<Value = a1::Netboot> {
         ),
         option::of((text(), text(), text(), extra()).prop_map(
             |(base_url, kernel, initrd, extra)| a1::Osie {
+                kernel_params: if kernel.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![kernel.clone()]
+                },
                 base_url,
                 kernel,
                 initrd,
@@ -445,7 +450,9 @@ fn a1_workflow() -> impl Strategy<Value = a1::Workflow> {
                     volumes: Vec::new(),
                     pid: String::new(),
                     environment,
+                    state: status.clone().filter(|_| seconds % 2 == 1),
                     status,
+                    execution_start: started_at.clone().filter(|_| seconds % 3 == 1),
                     started_at,
                     seconds,
                     message,
@@ -457,6 +464,7 @@ fn a1_workflow() -> impl Strategy<Value = a1::Workflow> {
         (text(), text(), vec(action, 0..3), extra()).prop_map(|(name, worker, actions, extra)| {
             a1::WorkflowTask {
                 name,
+                agent_id: worker.clone(),
                 worker,
                 actions,
                 volumes: Vec::new(),
@@ -502,6 +510,7 @@ fn a1_workflow() -> impl Strategy<Value = a1::Workflow> {
                 conditions,
                 time_started,
                 time_completed,
+                agent_id: String::new(),
                 extra,
             },
         );
@@ -513,17 +522,19 @@ fn a1_workflow() -> impl Strategy<Value = a1::Workflow> {
             (any::<bool>(), any::<bool>()).prop_map(|(t, o)| a1::BootOpts {
                 toggle_allow_netboot: t,
                 one_time_netboot: o,
+                boot_mode: if t { "netboot".into() } else { String::new() },
+                iso_url: String::new(),
                 extra: BTreeMap::new(),
             }),
         ),
         extra(),
     )
         .prop_map(
-            |(template_ref, hardware_ref, hardware_map, boot_opts, extra)| a1::WorkflowSpec {
+            |(template_ref, hardware_ref, hardware_map, boot_options, extra)| a1::WorkflowSpec {
                 template_ref,
                 hardware_ref,
                 hardware_map,
-                boot_opts,
+                boot_options,
                 extra,
             },
         );
@@ -634,6 +645,7 @@ fn a2_action() -> impl Strategy<Value = a2::Action> {
                 args,
                 env,
                 volumes,
+                pid_namespace: network_namespace.clone(),
                 network_namespace,
                 timeout,
             },
@@ -646,6 +658,7 @@ fn a2_template() -> impl Strategy<Value = a2::Template> {
             actions,
             volumes,
             env,
+            v1alpha1_data: None,
         },
     );
     (metadata(), spec).prop_map(|(metadata, spec)| a2::Template { metadata, spec })
@@ -723,13 +736,17 @@ fn a2_workflow() -> impl Strategy<Value = a2::Workflow> {
             opt_text(),
         ),
         (0u32..5, option::of(time()), option::of(0i64..5)),
+        (option::of(time()), opt_text()),
     )
         .prop_map(
             |(
                 (actions, started_at, last_transition),
                 (state, conditions, agent_id, dispatch_id),
                 (dispatch_attempts, next_attempt_at, observed_generation),
+                (received_at, agent_instance),
             )| a2::WorkflowStatus {
+                received_at,
+                agent_instance,
                 actions,
                 started_at,
                 last_transition,

@@ -201,7 +201,7 @@ async fn route(core: Arc<Core>, req: http::Request<Body>) -> ApiResult<Response>
         ["openapi", "v3", "apis", g, v] if get => {
             crate::openapi::group_version(&core, g, v).map(|v| json_response(StatusCode::OK, &v))
         }
-        ["openapi", "v2"] if get => Ok(crate::openapi::v2(&parts.headers)),
+        ["openapi", "v2"] if get => Ok(crate::openapi::v2(&core, &parts.headers)),
         ["openapi", ..] => Err(ApiError::no_route()),
         ["api", "v1", rest @ ..] => {
             let t = target(&core, "", "v1", rest)?;

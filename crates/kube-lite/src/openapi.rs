@@ -1,9 +1,15 @@
 //! A minimal OpenAPI v3 document per group/version: one path per resource whose PATCH operation
 //! names its group/version/kind and the `fieldValidation` query parameter. That is what kubectl
 //! reads to decide that the server validates fields itself (so it skips client-side validation).
-//! No schemas are published. `/openapi/v2` is an empty Swagger 2.0 document (protobuf when asked
-//! for), which kubectl falls back to for kinds the server does not know: with no schema it
-//! validates nothing and reports the missing kind as a real server makes it do.
+//!
+//! Custom resources' schemas are published as kube-apiserver publishes them: the CRD version's
+//! `openAPIV3Schema` under `components.schemas` (v3) and `definitions` (v2 JSON), named by the
+//! reversed group (`org.tinkerbell.v1alpha2.Workflow`) and tagged with
+//! `x-kubernetes-group-version-kind`, which is how `kubectl explain workflow.spec` finds it.
+//! Built-in kinds have no schema here. `/openapi/v2` in protobuf (what kubectl asks for first)
+//! stays an empty Swagger 2.0 document: kubectl falls back to it for kinds the server does not
+//! know, and with no schema it validates nothing and reports the missing kind as a real server
+//! makes it do.
 
 use std::hash::{Hash, Hasher};
 
@@ -20,15 +26,67 @@ fn gv_path(g: &str, v: &str) -> String {
     }
 }
 
+/// The schema name kube-apiserver gives a custom resource: the group reversed, then version and
+/// kind (`tinkerbell.org`, `v1alpha2`, `Workflow` -> `org.tinkerbell.v1alpha2.Workflow`).
+fn schema_name(group: &str, version: &str, kind: &str) -> String {
+    let mut parts: Vec<&str> = group.split('.').collect();
+    parts.reverse();
+    format!("{}.{version}.{kind}", parts.join("."))
+}
+
+/// The published schemas of the custom resources of one group/version (`name -> schema`).
+fn crd_schemas(core: &Core, g: &str, v: &str) -> serde_json::Map<String, Value> {
+    let state = core.lock();
+    let crds: crate::store::Gr = (
+        "apiextensions.k8s.io".into(),
+        "customresourcedefinitions".into(),
+    );
+    let mut out = serde_json::Map::new();
+    for t in state.registry.in_group_version(g, v) {
+        if t.crd.is_none() {
+            continue;
+        }
+        let Some(crd) = state.get(&crds, &(String::new(), format!("{}.{}", t.plural, t.group)))
+        else {
+            continue;
+        };
+        let schema = crd
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .and_then(|vs| {
+                vs.iter()
+                    .find(|x| x.get("name").and_then(Value::as_str) == Some(v))
+            })
+            .and_then(|x| x.pointer("/schema/openAPIV3Schema"));
+        let Some(Value::Object(schema)) = schema else {
+            continue;
+        };
+        let mut schema = schema.clone();
+        schema.insert(
+            "x-kubernetes-group-version-kind".into(),
+            json!([{"group": t.group, "version": v, "kind": t.kind}]),
+        );
+        out.insert(schema_name(&t.group, v, &t.kind), Value::Object(schema));
+    }
+    out
+}
+
 /// The document for one group/version.
 pub(crate) fn group_version(core: &Core, g: &str, v: &str) -> ApiResult<Value> {
     let types = core.lock().registry.in_group_version(g, v);
     if types.is_empty() {
         return Err(ApiError::no_route());
     }
+    let schemas = crd_schemas(core, g, v);
     let mut paths = serde_json::Map::new();
     for t in types {
         let gvk = json!({"group": t.group, "version": v, "kind": t.kind});
+        let name = schema_name(&t.group, v, &t.kind);
+        let content = if schemas.contains_key(&name) {
+            json!({"application/json": {"schema": {"$ref": format!("#/components/schemas/{name}")}}})
+        } else {
+            json!({})
+        };
         let params = json!([
             {"name": "dryRun", "in": "query", "schema": {"type": "string"}},
             {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
@@ -38,7 +96,7 @@ pub(crate) fn group_version(core: &Core, g: &str, v: &str) -> ApiResult<Value> {
         let op = |action: &str| {
             json!({"operationId": format!("{action}{}", t.kind), "x-kubernetes-action": action,
                 "x-kubernetes-group-version-kind": gvk, "parameters": params,
-                "responses": {"200": {"description": "OK"}}})
+                "responses": {"200": {"description": "OK", "content": content}}})
         };
         let base = if t.namespaced {
             format!("/{}/namespaces/{{namespace}}/{}", gv_path(g, v), t.plural)
@@ -52,7 +110,7 @@ pub(crate) fn group_version(core: &Core, g: &str, v: &str) -> ApiResult<Value> {
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": crate::api::KUBERNETES_VERSION},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": schemas},
     }))
 }
 
@@ -78,8 +136,9 @@ pub(crate) fn root(core: &Core) -> Value {
     json!({"paths": paths})
 }
 
-/// `/openapi/v2`: an empty Swagger 2.0 document.
-pub(crate) fn v2(headers: &http::HeaderMap) -> axum::response::Response {
+/// `/openapi/v2`: the custom resources' schemas as `definitions` (JSON); an empty Swagger 2.0
+/// document in protobuf.
+pub(crate) fn v2(core: &Core, headers: &http::HeaderMap) -> axum::response::Response {
     use axum::response::IntoResponse;
     let accept = headers
         .get(http::header::ACCEPT)
@@ -98,6 +157,34 @@ pub(crate) fn v2(headers: &http::HeaderMap) -> axum::response::Response {
         )
             .into_response();
     }
-    let doc = json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": crate::api::KUBERNETES_VERSION}, "paths": {}, "definitions": {}});
+    let mut definitions = serde_json::Map::new();
+    let groups = core.lock().registry.groups();
+    for (g, vs) in groups {
+        for v in vs {
+            definitions.extend(crd_schemas(core, &g, &v));
+        }
+    }
+    let doc = json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": crate::api::KUBERNETES_VERSION}, "paths": {}, "definitions": definitions});
     crate::api::json_response(http::StatusCode::OK, &doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::schema_name;
+
+    #[test]
+    fn schema_names_reverse_the_group() {
+        assert_eq!(
+            schema_name("tinkerbell.org", "v1alpha2", "Workflow"),
+            "org.tinkerbell.v1alpha2.Workflow"
+        );
+        assert_eq!(
+            schema_name(
+                "infrastructure.cluster.x-k8s.io",
+                "v1beta1",
+                "TinkerbellMachine"
+            ),
+            "io.x-k8s.cluster.infrastructure.v1beta1.TinkerbellMachine"
+        );
+    }
 }

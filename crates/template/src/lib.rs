@@ -201,7 +201,13 @@ impl Template {
                 limit: value::MAX_VALUE_DEPTH,
             });
         }
-        let data = value::Value::from_json(data);
+        // Go's `Execute(w, nil)`: dot is the invalid value, so `{{.x}}` is `<no value>` (or
+        // "nil data; no entry for key" with `missingkey=error`), not a nil-pointer error.
+        let data = if data.is_null() {
+            value::Value::Missing
+        } else {
+            value::Value::from_json(data)
+        };
         let Some((key, _)) = self.trees.get_key_value(name) else {
             return Err(RenderError::Exec {
                 template: self.name.clone(),

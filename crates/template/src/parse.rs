@@ -894,42 +894,30 @@ fn parse_number(text: &str) -> Result<Number, String> {
         Some(b'+') => (false, &text[1..]),
         _ => (false, text),
     };
-    let lower = body.to_ascii_lowercase();
+    // Go's strconv rule (base 0): an underscore must sit between digits, a base prefix
+    // counting as a digit (`0b_1_0_1`, `0x_1.e_0p+0_2`).
+    if body.contains('_') && !underscores_ok(body) {
+        return Err(illegal());
+    }
+    let clean: String = body.chars().filter(|c| *c != '_').collect();
+    let lower = clean.to_ascii_lowercase();
     let (radix, digits) = if let Some(d) = lower.strip_prefix("0x") {
-        (16, d.to_string())
+        (16, d)
     } else if let Some(d) = lower.strip_prefix("0o") {
-        (8, d.to_string())
+        (8, d)
     } else if let Some(d) = lower.strip_prefix("0b") {
-        (2, d.to_string())
-    } else if lower.len() > 1
-        && lower.starts_with('0')
-        && lower.bytes().all(|b| b.is_ascii_digit() || b == b'_')
+        (2, d)
+    } else if lower.len() > 1 && lower.starts_with('0') && lower.bytes().all(|b| b.is_ascii_digit())
     {
-        (8, lower[1..].to_string())
+        (8, &lower[1..])
     } else {
-        (10, lower.clone())
+        (10, lower.as_str())
     };
-    // underscores are only allowed between digits
-    let underscores_ok =
-        !digits.starts_with('_') && !digits.ends_with('_') && !digits.contains("__");
-    let is_int_syntax = digits
-        .bytes()
-        .all(|b| b == b'_' || (b as char).is_digit(radix));
-    if is_int_syntax && !digits.is_empty() {
-        if !underscores_ok
-            || (radix == 10 && digits.contains('_') && body.starts_with('0') && body.len() > 1)
-        {
-            return Err(illegal());
-        }
-        let clean: String = digits.chars().filter(|c| *c != '_').collect();
-        return match u64::from_str_radix(&clean, radix) {
+    if !digits.is_empty() && digits.chars().all(|c| c.is_digit(radix)) {
+        return match u64::from_str_radix(digits, radix) {
             Ok(u) => {
                 let i = if neg {
-                    if u <= i64::MAX as u64 + 1 {
-                        Some((u as i128).wrapping_neg() as i64)
-                    } else {
-                        None
-                    }
+                    (u <= i64::MAX as u64 + 1).then(|| (u as i128).wrapping_neg() as i64)
                 } else {
                     i64::try_from(u).ok()
                 };
@@ -947,15 +935,13 @@ fn parse_number(text: &str) -> Result<Number, String> {
             Err(_) => Err(format!("integer overflow: {}", crate::gofmt::quote(text))),
         };
     }
-    if radix != 10 {
-        return Err(illegal());
-    }
-    if !underscores_ok || digits.contains("_.") || digits.contains("._") {
-        return Err(illegal());
-    }
-    let clean: String = digits.chars().filter(|c| *c != '_').collect();
-    match clean.parse::<f64>() {
-        Ok(f) if f.is_finite() => {
+    let parsed = match radix {
+        16 => parse_hex_float(digits),
+        10 if !lower.contains("inf") && !lower.contains("nan") => digits.parse::<f64>().ok(),
+        _ => None,
+    };
+    match parsed {
+        Some(f) if f.is_finite() => {
             let f = if neg { -f } else { f };
             let int = if f.fract() == 0.0 && f.abs() < 9.2e18 {
                 Some(f as i64)
@@ -971,6 +957,60 @@ fn parse_number(text: &str) -> Result<Number, String> {
         }
         _ => Err(illegal()),
     }
+}
+
+/// Go's `underscoreOK` (strconv): underscores only between digits, where a base prefix counts
+/// as a digit.
+fn underscores_ok(s: &str) -> bool {
+    let b = s.as_bytes();
+    // '^' start, '0' digit or prefix, '_' underscore, '!' anything else
+    let mut saw = b'^';
+    let mut i = 0;
+    let mut hex = false;
+    if b.len() >= 2 && b[0] == b'0' && matches!(b[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
+        i = 2;
+        saw = b'0';
+        hex = b[1].eq_ignore_ascii_case(&b'x');
+    }
+    for &c in &b[i..] {
+        if c.is_ascii_digit() || (hex && c.is_ascii_hexdigit()) {
+            saw = b'0';
+        } else if c == b'_' {
+            if saw != b'0' {
+                return false;
+            }
+            saw = b'_';
+        } else if saw == b'_' {
+            return false;
+        } else {
+            saw = b'!';
+        }
+    }
+    saw != b'_'
+}
+
+/// A hexadecimal floating-point literal after its `0x` prefix (lower case, no underscores):
+/// `1.ep+2` = 7.5. The `p` exponent is required, as in Go.
+fn parse_hex_float(s: &str) -> Option<f64> {
+    let (mantissa, exp) = s.split_once('p')?;
+    let exp: i32 = match exp.strip_prefix('+') {
+        Some(e) => e.parse().ok()?,
+        None => exp.parse().ok()?,
+    };
+    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int_part.is_empty() && frac_part.is_empty() {
+        return None;
+    }
+    let mut value = 0f64;
+    for c in int_part.chars() {
+        value = value * 16.0 + f64::from(c.to_digit(16)?);
+    }
+    let mut scale = 1.0 / 16.0;
+    for c in frac_part.chars() {
+        value += f64::from(c.to_digit(16)?) * scale;
+        scale /= 16.0;
+    }
+    Some(value * 2f64.powi(exp))
 }
 
 fn unquote_char_constant(s: &str) -> Option<char> {

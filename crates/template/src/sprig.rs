@@ -503,15 +503,51 @@ fn words_for_case(s: &str) -> Vec<String> {
     words
 }
 
+/// xstrings v1.5 `ToPascalCase` (Sprig v3.3's `camelcase`): words separated by `_`, `-` or
+/// white space are joined, each capitalised; leading, trailing and repeated separators are
+/// kept but one (`_complex__case_` -> `_Complex_Case_`); an all-upper word is lower-cased
+/// after its first letter (`GOLANG_IS_GREAT` -> `GolangIsGreat`).
 fn camelcase(s: &str) -> String {
+    let is_conn = |c: char| c == '_' || c == '-' || c.is_whitespace();
+    let upper = |c: char| c.to_uppercase().next().unwrap_or(c);
+    let lower = |c: char| c.to_lowercase().next().unwrap_or(c);
     let mut out = String::with_capacity(s.len());
-    for part in s.split(['_', ' ', '-']) {
-        let mut cs = part.chars();
-        if let Some(f) = cs.next() {
-            out.extend(f.to_uppercase());
-            out.push_str(cs.as_str());
+    let mut chars = s.chars();
+    let mut r0 = None;
+    for c in chars.by_ref() {
+        if !is_conn(c) {
+            r0 = Some(c);
+            break;
+        }
+        out.push(c);
+    }
+    let Some(first) = r0 else {
+        return out;
+    };
+    let mut word_upper = first.is_uppercase();
+    let mut r0 = upper(first);
+    for c in chars {
+        let r1 = r0;
+        r0 = c;
+        if is_conn(r0) && is_conn(r1) {
+            out.push(r1);
+            continue;
+        }
+        if is_conn(r1) {
+            word_upper = r0.is_uppercase();
+            r0 = upper(r0);
+        } else {
+            if word_upper {
+                if r0.is_uppercase() {
+                    r0 = lower(r0);
+                } else {
+                    word_upper = false;
+                }
+            }
+            out.push(r1);
         }
     }
+    out.push(r0);
     out
 }
 
@@ -876,6 +912,9 @@ pub(crate) fn register(t: &mut Table) {
     });
     add(t, "sha256sum", &[Str], None, |_, a| {
         Ok(Value::str(hash::hex(&hash::sha256(s(&a[0]).as_bytes()))))
+    });
+    add(t, "sha512sum", &[Str], None, |_, a| {
+        Ok(Value::str(hash::hex(&hash::sha512(s(&a[0]).as_bytes()))))
     });
     add(t, "adler32sum", &[Str], None, |_, a| {
         Ok(Value::str(hash::adler32(s(&a[0]).as_bytes()).to_string()))
@@ -1367,7 +1406,8 @@ pub(crate) fn register(t: &mut Table) {
         add(t, name, &[Any], None, |_, a| {
             let l = as_list(&a[0], "find rest")?;
             if l.is_empty() {
-                return Ok(Value::Nil);
+                // Sprig returns a nil `[]interface{}`, which prints `[]`.
+                return Ok(Value::list(Vec::new()));
             }
             Ok(Value::list(l[1..].to_vec()))
         });
@@ -1376,7 +1416,8 @@ pub(crate) fn register(t: &mut Table) {
         add(t, name, &[Any], None, |_, a| {
             let l = as_list(&a[0], "find initial")?;
             if l.is_empty() {
-                return Ok(Value::Nil);
+                // Sprig returns a nil `[]interface{}`, which prints `[]`.
+                return Ok(Value::list(Vec::new()));
             }
             Ok(Value::list(l[..l.len() - 1].to_vec()))
         });

@@ -1,10 +1,88 @@
-//! tink-webhook: not implemented yet (see the project's open issues).
+//! tink-webhook: validating admission and CRD conversion for the tinkerbell.org kinds.
 #![forbid(unsafe_code)]
 
-fn main() -> std::process::ExitCode {
-    eprintln!(
-        "tink-webhook {}: not implemented yet; see the project's open issues",
-        env!("CARGO_PKG_VERSION")
-    );
-    std::process::ExitCode::from(2)
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+
+/// The tinkerbell webhook: validates Hardware, Template, Workflow and OSIE objects and converts
+/// them between v1alpha1 and v1alpha2, over HTTPS.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Address of the HTTPS listener (POST /validate, POST /convert).
+    #[arg(long, env = "TINK_WEBHOOK_LISTEN", default_value = "0.0.0.0:9443")]
+    listen: SocketAddr,
+    /// PEM certificate chain (leaf first); reloaded when it changes.
+    #[arg(long, env = "TINK_WEBHOOK_TLS_CERT")]
+    tls_cert: PathBuf,
+    /// PEM private key of the certificate; reloaded when it changes.
+    #[arg(long, env = "TINK_WEBHOOK_TLS_KEY")]
+    tls_key: PathBuf,
+    /// Seconds between checks of the certificate files for changes.
+    #[arg(long, env = "TINK_WEBHOOK_TLS_RELOAD_SECONDS", default_value_t = 10)]
+    tls_reload_seconds: u64,
+    /// Largest request body in bytes (a ConversionReview of a long list is the largest).
+    #[arg(long, env = "TINK_WEBHOOK_MAX_BODY_BYTES", default_value_t = 64 << 20)]
+    max_body_bytes: usize,
+    /// Most open client connections.
+    #[arg(long, env = "TINK_WEBHOOK_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
+    /// Most ConversionReviews converted at once.
+    #[arg(
+        long,
+        env = "TINK_WEBHOOK_MAX_CONCURRENT_CONVERSIONS",
+        default_value_t = 4
+    )]
+    max_concurrent_conversions: usize,
+    /// Seconds an admitted Hardware's new MACs and IPs stay reserved until its watch event.
+    #[arg(long, env = "TINK_WEBHOOK_RESERVATION_SECONDS", default_value_t = 30)]
+    reservation_seconds: u64,
+    #[command(flatten)]
+    admin: tink_runtime::AdminArgs,
+    #[command(flatten)]
+    telemetry: tink_telemetry::TelemetryArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let _telemetry = tink_telemetry::init("tink-webhook", &args.telemetry)?;
+
+    let mut config = tink_webhook::WebhookConfig::new(args.listen, args.tls_cert, args.tls_key);
+    config.tls.reload_interval = Duration::from_secs(args.tls_reload_seconds.max(1));
+    config.limits.max_body_bytes = args.max_body_bytes;
+    config.limits.max_connections = args.max_connections.max(1);
+    config.limits.max_concurrent_conversions = args.max_concurrent_conversions.max(1);
+    // Open requests get three quarters of the grace; the process exits at the full grace.
+    config.limits.shutdown_grace = args.admin.shutdown_grace() * 3 / 4;
+    config.reservation_ttl = Duration::from_secs(args.reservation_seconds);
+
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot configure the Kubernetes client (KUBECONFIG or in-cluster)")?;
+
+    let shutdown = tink_runtime::shutdown_token_with_grace(args.admin.shutdown_grace());
+    let health = tink_runtime::Health::new();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = tink_webhook::Metrics::register(&mut registry);
+    let admin = tokio::net::TcpListener::bind(args.admin.admin_addr)
+        .await
+        .with_context(|| format!("cannot bind the admin endpoint {}", args.admin.admin_addr))?;
+    let admin_task = tokio::spawn(tink_runtime::serve_admin(
+        admin,
+        health.clone(),
+        Arc::new(registry),
+        shutdown.clone(),
+    ));
+
+    let result = tink_webhook::run(config, client, health, metrics, shutdown.clone()).await;
+    shutdown.cancel();
+    admin_task.await.context("admin endpoint task")??;
+    result?;
+    Ok(())
 }

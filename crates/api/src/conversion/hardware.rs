@@ -19,6 +19,37 @@ fn non_empty(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
 
+/// v1alpha2's `leaseTime` is an int32 of seconds, at least 0. Zero (unset in Go) gets the
+/// default; larger values are clamped and negative ones defaulted, each with a warning.
+fn lease_time_up(seconds: i64, index: usize, warnings: &mut Vec<String>) -> i32 {
+    let field = format!("spec.interfaces[{index}].dhcp.lease_time");
+    match i32::try_from(seconds) {
+        Ok(0) => a2::DEFAULT_LEASE_TIME,
+        Ok(t) if t > 0 => t,
+        Ok(_) => {
+            warnings.push(format!(
+                "{field}: {seconds} is negative; v1alpha2 serves the default {} seconds",
+                a2::DEFAULT_LEASE_TIME
+            ));
+            a2::DEFAULT_LEASE_TIME
+        }
+        Err(_) if seconds > 0 => {
+            warnings.push(format!(
+                "{field}: {seconds} is above the v1alpha2 maximum {} (int32 seconds); clamped to it",
+                i32::MAX
+            ));
+            i32::MAX
+        }
+        Err(_) => {
+            warnings.push(format!(
+                "{field}: {seconds} is negative; v1alpha2 serves the default {} seconds",
+                a2::DEFAULT_LEASE_TIME
+            ));
+            a2::DEFAULT_LEASE_TIME
+        }
+    }
+}
+
 fn interface_key(v: &Value) -> Option<String> {
     let mac = v.get("dhcp")?.get("mac")?.as_str()?;
     (!mac.is_empty()).then(|| mac.to_ascii_lowercase())
@@ -28,10 +59,10 @@ impl Mapping for HardwareMapping {
     type V1 = a1::Hardware;
     type V2 = a2::Hardware;
 
-    fn up(v1: &a1::Hardware) -> a2::Hardware {
+    fn up(v1: &a1::Hardware, warnings: &mut Vec<String>) -> a2::Hardware {
         let s = &v1.spec;
         let mut network_interfaces = BTreeMap::new();
-        for iface in &s.interfaces {
+        for (i, iface) in s.interfaces.iter().enumerate() {
             let Some(dhcp) = &iface.dhcp else { continue };
             if dhcp.mac.is_empty() {
                 continue;
@@ -41,10 +72,7 @@ impl Mapping for HardwareMapping {
                 continue;
             }
             let ip = dhcp.ip.as_ref();
-            let lease_time = i32::try_from(dhcp.lease_time)
-                .ok()
-                .filter(|t| *t > 0)
-                .unwrap_or(a2::DEFAULT_LEASE_TIME);
+            let lease_time = lease_time_up(dhcp.lease_time, i, warnings);
             let ni = a2::NetworkInterface {
                 dhcp: Some(a2::Dhcp {
                     ip: ip.and_then(|i| non_empty(&i.address)),
@@ -70,6 +98,17 @@ impl Mapping for HardwareMapping {
                 content: non_empty(&x.contents),
                 url: non_empty(&x.url),
             });
+        let kernel_params: Vec<String> = s
+            .interfaces
+            .iter()
+            .filter_map(|i| i.netboot.as_ref()?.osie.as_ref())
+            .map(|o| o.kernel_params.clone())
+            .find(|p| !p.is_empty())
+            .unwrap_or_default();
+        let osie = (!kernel_params.is_empty()).then_some(a2::HardwareOsie {
+            osie_ref: None,
+            kernel_params,
+        });
         let userdata = s.user_data.as_deref().and_then(non_empty);
         let vendordata = s.vendor_data.as_deref().and_then(non_empty);
         let instance = (userdata.is_some() || vendordata.is_some()).then_some(a2::Instance {
@@ -81,7 +120,7 @@ impl Mapping for HardwareMapping {
             spec: a2::HardwareSpec {
                 network_interfaces,
                 ipxe,
-                osie: None,
+                osie,
                 instance,
                 storage_devices: s
                     .disks
@@ -97,8 +136,16 @@ impl Mapping for HardwareMapping {
         }
     }
 
-    fn down(v2: &a2::Hardware) -> a1::Hardware {
+    fn down(v2: &a2::Hardware, _: &mut Vec<String>) -> a1::Hardware {
         let s = &v2.spec;
+        let osie = s
+            .osie
+            .as_ref()
+            .filter(|o| !o.kernel_params.is_empty())
+            .map(|o| a1::Osie {
+                kernel_params: o.kernel_params.clone(),
+                ..Default::default()
+            });
         let ipxe = s.ipxe.as_ref().map(|x| a1::Ipxe {
             url: x.url.clone().unwrap_or_default(),
             contents: x.content.clone().unwrap_or_default(),
@@ -120,7 +167,7 @@ impl Mapping for HardwareMapping {
                         allow_pxe: Some(ni.netboot_allowed()),
                         allow_workflow: Some(ni.netboot_allowed()),
                         ipxe: ipxe.clone(),
-                        osie: None,
+                        osie: osie.clone(),
                         extra: Default::default(),
                     }),
                     dhcp: Some(a1::Dhcp {

@@ -73,7 +73,6 @@ mod hardware;
 mod template;
 mod workflow;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -124,37 +123,109 @@ struct ConversionData {
     v1alpha2: Option<Vec<Op>>,
 }
 
-/// The plain field mappings of one kind, plus how to key its lists for patching.
+/// Annotation values longer than this are stored gzip-compressed and base64-encoded, behind
+/// [`COMPRESSED_PREFIX`], so large Templates stay well within the API server's 256 KiB limit
+/// on all annotations together (with room for `kubectl apply`'s last-applied copy).
+pub const COMPRESS_ABOVE: usize = 8 * 1024;
+/// The prefix of a compressed annotation value.
+pub const COMPRESSED_PREFIX: &str = "gzip+base64:";
+/// Decompressed annotations larger than this are ignored (a bound against gzip bombs).
+const MAX_DECOMPRESSED: u64 = 4 * 1024 * 1024;
+
+/// The plain field mappings of one kind, plus how to key its lists for patching. Both
+/// directions report what they had to change (a clamped value, ...) as warnings.
 trait Mapping {
     type V1: Resource + Serialize + DeserializeOwned + Clone;
     type V2: Resource + Serialize + DeserializeOwned + Clone;
-    fn up(v1: &Self::V1) -> Self::V2;
-    fn down(v2: &Self::V2) -> Self::V1;
+    fn up(v1: &Self::V1, warnings: &mut Vec<String>) -> Self::V2;
+    fn down(v2: &Self::V2, warnings: &mut Vec<String>) -> Self::V1;
     fn view_v1(_: &mut Value) {}
     fn unview_v1(_: &mut Value) {}
     fn view_v2(_: &mut Value) {}
     fn unview_v2(_: &mut Value) {}
 }
 
-/// Removes the conversion-data annotation (and an emptied annotations map) and parses it.
-fn take_conversion_data(meta: &mut ObjectMeta) -> Option<ConversionData> {
-    let annotations = meta.annotations.as_mut()?;
-    let raw = annotations.remove(CONVERSION_DATA_ANNOTATION);
-    if annotations.is_empty() {
-        meta.annotations = None;
-    }
-    serde_json::from_str(&raw?).ok()
+/// A converted object and the warnings conversion produced (for the API client: a clamped
+/// `lease_time`, ...). The webhook passes them on as admission warnings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Converted {
+    /// The object in the desired version.
+    pub object: Value,
+    /// Human-readable warnings, each naming the field.
+    pub warnings: Vec<String>,
 }
 
-fn put_conversion_data(meta: &mut ObjectMeta, data: &ConversionData) {
+fn encode_annotation(data: &ConversionData) -> Option<String> {
+    use std::io::Write as _;
+    // Serializing ops (strings and JSON values) cannot fail.
+    let text = serde_json::to_string(data).ok()?;
+    if text.len() <= COMPRESS_ABOVE {
+        return Some(text);
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(text.as_bytes()).ok()?;
+    let bytes = gz.finish().ok()?;
+    use base64::Engine as _;
+    let packed = format!(
+        "{COMPRESSED_PREFIX}{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    );
+    Some(if packed.len() < text.len() {
+        packed
+    } else {
+        text
+    })
+}
+
+fn decode_annotation(raw: &str) -> Option<ConversionData> {
+    use std::io::Read as _;
+    let Some(packed) = raw.strip_prefix(COMPRESSED_PREFIX) else {
+        return serde_json::from_str(raw).ok();
+    };
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(packed.trim())
+        .ok()?;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(bytes.as_slice())
+        .take(MAX_DECOMPRESSED)
+        .read_to_string(&mut text)
+        .ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Removes the conversion-data annotation (and an emptied annotations map) from a raw object
+/// and parses it. A malformed annotation is dropped (the plain mapping is used).
+fn take_conversion_data(obj: &mut Value) -> Option<ConversionData> {
+    let meta = obj.get_mut("metadata")?.as_object_mut()?;
+    let annotations = meta.get_mut("annotations")?.as_object_mut()?;
+    let raw = annotations.remove(CONVERSION_DATA_ANNOTATION);
+    if annotations.is_empty() {
+        meta.remove("annotations");
+    }
+    decode_annotation(raw?.as_str()?)
+}
+
+fn put_conversion_data(obj: &mut Value, data: &ConversionData) {
     if data.v1alpha1.is_none() && data.v1alpha2.is_none() {
         return;
     }
-    // Serializing ops (strings and JSON values) cannot fail.
-    if let Ok(text) = serde_json::to_string(data) {
-        meta.annotations
-            .get_or_insert_with(Default::default)
-            .insert(CONVERSION_DATA_ANNOTATION.to_string(), text);
+    let Some(text) = encode_annotation(data) else {
+        return;
+    };
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let meta = root
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Some(meta) = meta.as_object_mut() {
+        let annotations = meta
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(a) = annotations.as_object_mut() {
+            a.insert(CONVERSION_DATA_ANNOTATION.to_string(), Value::String(text));
+        }
     }
 }
 
@@ -164,94 +235,174 @@ fn to_view<T: Serialize>(obj: &T, view: fn(&mut Value)) -> Value {
     v
 }
 
-/// Applies `ops` to `base` in its keyed view; `None` when the result does not deserialize
-/// (a tampered annotation), so the caller keeps `base`.
-fn restore<T: Serialize + DeserializeOwned>(
-    base: &T,
-    ops: &[Op],
-    view: fn(&mut Value),
-    unview: fn(&mut Value),
-) -> Option<T> {
-    let mut v = to_view(base, view);
-    patch::apply(ops, &mut v);
-    unview(&mut v);
-    serde_json::from_value(v).ok()
-}
-
 fn non_empty(ops: Vec<Op>) -> Option<Vec<Op>> {
     (!ops.is_empty()).then_some(ops)
 }
 
-fn up<M: Mapping>(input: &M::V1) -> M::V2 {
-    let mut v1 = input.clone();
-    let data = take_conversion_data(v1.meta_mut());
-    let core = M::up(&v1);
-    let v2 = match data.and_then(|d| d.v1alpha2) {
-        Some(ops) => restore(&core, &ops, M::view_v2, M::unview_v2).unwrap_or(core),
-        None => core,
-    };
-    let hat = M::down(&v2);
-    let ops = patch::diff(&to_view(&hat, M::view_v1), &to_view(&v1, M::view_v1));
-    let mut out = v2;
-    put_conversion_data(
-        out.meta_mut(),
-        &ConversionData {
-            v1alpha1: non_empty(ops),
-            v1alpha2: None,
-        },
-    );
-    out
+/// Kubernetes objects may be stored without `spec` (Tinkerbell's Go types omit an empty one
+/// nowhere, but hand-written manifests do); the typed form needs one.
+fn with_spec(mut obj: Value) -> Value {
+    if let Some(map) = obj.as_object_mut() {
+        let missing = map.get("spec").is_none_or(Value::is_null);
+        if missing {
+            map.insert("spec".into(), Value::Object(Default::default()));
+        }
+    }
+    obj
 }
 
-fn down<M: Mapping>(input: &M::V2) -> M::V1 {
-    let mut v2 = input.clone();
-    let data = take_conversion_data(v2.meta_mut());
-    let core = M::down(&v2);
-    let v1 = match data.and_then(|d| d.v1alpha1) {
-        Some(ops) => restore(&core, &ops, M::view_v1, M::unview_v1).unwrap_or(core),
-        None => core,
+/// One direction of a [`Mapping`].
+struct Direction<S, D> {
+    map: fn(&S, &mut Vec<String>) -> D,
+    back: fn(&D, &mut Vec<String>) -> S,
+    view_src: fn(&mut Value),
+    view_dst: fn(&mut Value),
+    unview_dst: fn(&mut Value),
+    /// Reads the ops restoring the destination version from the source's annotation.
+    restoring: fn(ConversionData) -> Option<Vec<Op>>,
+    /// Wraps the ops restoring the source version for the destination's annotation.
+    keeping: fn(Vec<Op>) -> ConversionData,
+}
+
+/// Converts a raw object: the plain mapping, then the source's annotation (what the
+/// destination version held that the source could not), then the difference between the raw
+/// input and what the plain mapping back would give into the destination's annotation. The
+/// difference is taken on the raw input, so explicit `false` and `""` values, an absent `spec`
+/// and unknown fields all come back exactly.
+fn run<S, D>(
+    mut raw: Value,
+    d: &Direction<S, D>,
+    kind: &str,
+    api_version: &str,
+) -> Result<Converted, ConversionError>
+where
+    S: Serialize + DeserializeOwned,
+    D: Serialize + DeserializeOwned,
+{
+    let data = take_conversion_data(&mut raw);
+    let src: S = typed(with_spec(raw.clone()), kind, api_version)?;
+    let mut warnings = Vec::new();
+    let core = (d.map)(&src, &mut warnings);
+    let mut out = to_view(&core, d.view_dst);
+    if let Some(ops) = data.and_then(d.restoring) {
+        patch::apply(&ops, &mut out);
+    }
+    (d.unview_dst)(&mut out);
+    // A tampered annotation may give something that is not a valid object: use the mapping.
+    let dst: D = match serde_json::from_value(with_spec(out.clone())) {
+        Ok(t) => t,
+        Err(_) => {
+            out = untyped(&core);
+            core
+        }
     };
-    let hat = M::up(&v1);
-    let ops = patch::diff(&to_view(&hat, M::view_v2), &to_view(&v2, M::view_v2));
-    let mut out = v1;
-    put_conversion_data(
-        out.meta_mut(),
-        &ConversionData {
-            v1alpha1: None,
-            v1alpha2: non_empty(ops),
+    let hat = to_view(&(d.back)(&dst, &mut Vec::new()), d.view_src);
+    (d.view_src)(&mut raw);
+    let ops = patch::diff(&hat, &raw);
+    if let Some(ops) = non_empty(ops) {
+        put_conversion_data(&mut out, &(d.keeping)(ops));
+    }
+    Ok(Converted {
+        object: out,
+        warnings,
+    })
+}
+
+fn up_direction<M: Mapping>() -> Direction<M::V1, M::V2> {
+    Direction {
+        map: M::up,
+        back: M::down,
+        view_src: M::view_v1,
+        view_dst: M::view_v2,
+        unview_dst: M::unview_v2,
+        restoring: |d| d.v1alpha2,
+        keeping: |ops| ConversionData {
+            v1alpha1: Some(ops),
+            v1alpha2: None,
         },
-    );
-    out
+    }
+}
+
+fn down_direction<M: Mapping>() -> Direction<M::V2, M::V1> {
+    Direction {
+        map: M::down,
+        back: M::up,
+        view_src: M::view_v2,
+        view_dst: M::view_v1,
+        unview_dst: M::unview_v1,
+        restoring: |d| d.v1alpha1,
+        keeping: |ops| ConversionData {
+            v1alpha1: None,
+            v1alpha2: Some(ops),
+        },
+    }
+}
+
+/// Typed conversion through the raw one; `None` only if the result does not deserialize,
+/// which the mappings rule out (then the plain mapping is returned by the callers).
+fn typed_run<S: Serialize + DeserializeOwned, D: Serialize + DeserializeOwned>(
+    obj: &S,
+    d: &Direction<S, D>,
+) -> D {
+    let raw = untyped(obj);
+    run(raw, d, "", "")
+        .ok()
+        .and_then(|c| serde_json::from_value(c.object).ok())
+        .unwrap_or_else(|| (d.map)(obj, &mut Vec::new()))
+}
+
+/// The v1alpha2 actions (with their Template-level `volumes` and `env`) of a v1alpha1 template
+/// document, as conversion maps them: one task's actions as they are; several tasks' actions
+/// in order, each task's volumes and environment moved into its actions. The controller uses
+/// it for `v1alpha1Data` Templates once the document is rendered.
+pub fn v1alpha1_document_spec(doc: &v1alpha1::TemplateDoc) -> v1alpha2::TemplateSpec {
+    template::spec_up(doc)
+}
+
+/// The fields a converted object keeps in its conversion-data annotation (what its version has
+/// no home for), as dotted paths (`spec.interfaces.k=00:00:5e:00:53:01.dhcp.arch`); empty
+/// when it has none. For reports such as `tinkctl migrate`'s.
+pub fn conversion_data_paths(obj: &Value) -> Vec<String> {
+    let mut obj = obj.clone();
+    let Some(data) = take_conversion_data(&mut obj) else {
+        return Vec::new();
+    };
+    data.v1alpha1
+        .into_iter()
+        .chain(data.v1alpha2)
+        .flatten()
+        .map(|op| op.path.join("."))
+        .collect()
 }
 
 /// Converts a v1alpha1 Hardware to v1alpha2.
 pub fn hardware_to_v1alpha2(obj: &v1alpha1::Hardware) -> v1alpha2::Hardware {
-    up::<hardware::HardwareMapping>(obj)
+    typed_run(obj, &up_direction::<hardware::HardwareMapping>())
 }
 
 /// Converts a v1alpha2 Hardware to v1alpha1.
 pub fn hardware_to_v1alpha1(obj: &v1alpha2::Hardware) -> v1alpha1::Hardware {
-    down::<hardware::HardwareMapping>(obj)
+    typed_run(obj, &down_direction::<hardware::HardwareMapping>())
 }
 
 /// Converts a v1alpha1 Template to v1alpha2.
 pub fn template_to_v1alpha2(obj: &v1alpha1::Template) -> v1alpha2::Template {
-    up::<template::TemplateMapping>(obj)
+    typed_run(obj, &up_direction::<template::TemplateMapping>())
 }
 
 /// Converts a v1alpha2 Template to v1alpha1.
 pub fn template_to_v1alpha1(obj: &v1alpha2::Template) -> v1alpha1::Template {
-    down::<template::TemplateMapping>(obj)
+    typed_run(obj, &down_direction::<template::TemplateMapping>())
 }
 
 /// Converts a v1alpha1 Workflow to v1alpha2.
 pub fn workflow_to_v1alpha2(obj: &v1alpha1::Workflow) -> v1alpha2::Workflow {
-    up::<workflow::WorkflowMapping>(obj)
+    typed_run(obj, &up_direction::<workflow::WorkflowMapping>())
 }
 
 /// Converts a v1alpha2 Workflow to v1alpha1.
 pub fn workflow_to_v1alpha1(obj: &v1alpha2::Workflow) -> v1alpha1::Workflow {
-    down::<workflow::WorkflowMapping>(obj)
+    typed_run(obj, &down_direction::<workflow::WorkflowMapping>())
 }
 
 fn typed<T: DeserializeOwned>(
@@ -274,6 +425,15 @@ fn untyped<T: Serialize>(obj: &T) -> Value {
 /// Converts a raw object (as found in a `ConversionReview`) to `desired_api_version`. An object
 /// already in that version is returned unchanged.
 pub fn convert(obj: Value, desired_api_version: &str) -> Result<Value, ConversionError> {
+    convert_with_warnings(obj, desired_api_version).map(|c| c.object)
+}
+
+/// [`convert`], also returning the warnings conversion produced (each naming the field), for
+/// the API client: admission responses carry them as Kubernetes warnings.
+pub fn convert_with_warnings(
+    obj: Value,
+    desired_api_version: &str,
+) -> Result<Converted, ConversionError> {
     let api_version = obj
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -290,17 +450,35 @@ pub fn convert(obj: Value, desired_api_version: &str) -> Result<Value, Conversio
         }
     }
     if api_version == desired_api_version {
-        return Ok(obj);
+        return Ok(Converted {
+            object: obj,
+            warnings: Vec::new(),
+        });
     }
     let to_v2 = desired_api_version == v1alpha2::API_VERSION;
     let av = api_version.as_str();
-    Ok(match (kind.as_str(), to_v2) {
-        ("Hardware", true) => untyped(&hardware_to_v1alpha2(&typed(obj, &kind, av)?)),
-        ("Hardware", false) => untyped(&hardware_to_v1alpha1(&typed(obj, &kind, av)?)),
-        ("Template", true) => untyped(&template_to_v1alpha2(&typed(obj, &kind, av)?)),
-        ("Template", false) => untyped(&template_to_v1alpha1(&typed(obj, &kind, av)?)),
-        ("Workflow", true) => untyped(&workflow_to_v1alpha2(&typed(obj, &kind, av)?)),
-        ("Workflow", false) => untyped(&workflow_to_v1alpha1(&typed(obj, &kind, av)?)),
+    let mut converted = match (kind.as_str(), to_v2) {
+        ("Hardware", true) => run(obj, &up_direction::<hardware::HardwareMapping>(), &kind, av),
+        ("Hardware", false) => run(
+            obj,
+            &down_direction::<hardware::HardwareMapping>(),
+            &kind,
+            av,
+        ),
+        ("Template", true) => run(obj, &up_direction::<template::TemplateMapping>(), &kind, av),
+        ("Template", false) => run(
+            obj,
+            &down_direction::<template::TemplateMapping>(),
+            &kind,
+            av,
+        ),
+        ("Workflow", true) => run(obj, &up_direction::<workflow::WorkflowMapping>(), &kind, av),
+        ("Workflow", false) => run(
+            obj,
+            &down_direction::<workflow::WorkflowMapping>(),
+            &kind,
+            av,
+        ),
         _ => {
             return Err(ConversionError::UnsupportedKind {
                 kind,
@@ -308,7 +486,15 @@ pub fn convert(obj: Value, desired_api_version: &str) -> Result<Value, Conversio
                 to: desired_api_version.to_string(),
             });
         }
-    })
+    }?;
+    if let Some(map) = converted.object.as_object_mut() {
+        map.insert(
+            "apiVersion".into(),
+            Value::String(desired_api_version.to_string()),
+        );
+        map.insert("kind".into(), Value::String(kind));
+    }
+    Ok(converted)
 }
 
 /// Answers a `ConversionReview` from the API server: converts every object to the desired

@@ -19,9 +19,17 @@ use serde_json::{Map, Value};
 pub struct Op {
     /// Object keys from the root to the value.
     pub path: Vec<String>,
-    /// The value expected at `path` (absent: nothing expected there).
+    /// The value expected at `path` (absent: nothing expected there, unless `expectSha256`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<Value>,
+    /// Instead of `expect` for long strings (a Template's generated text): the hex SHA-256 of
+    /// the expected string, so the annotation does not hold the text a second time.
+    #[serde(
+        default,
+        rename = "expectSha256",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub expect_sha256: Option<String>,
     /// The value to put at `path` (absent: remove it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
@@ -47,11 +55,41 @@ fn diff_at(path: &mut Vec<String>, from: Option<&Value>, to: Option<&Value>, ops
             }
         }
         (a, b) if a == b => {}
+        (Some(Value::String(long)), b) if long.len() > HASH_EXPECT_ABOVE => ops.push(Op {
+            path: path.clone(),
+            expect: None,
+            expect_sha256: Some(sha256_hex(long)),
+            value: b.cloned(),
+        }),
         (a, b) => ops.push(Op {
             path: path.clone(),
             expect: a.cloned(),
+            expect_sha256: None,
             value: b.cloned(),
         }),
+    }
+}
+
+/// Expected strings longer than this are kept as a digest ([`Op::expect_sha256`]).
+pub const HASH_EXPECT_ABOVE: usize = 256;
+
+fn sha256_hex(s: &str) -> String {
+    use std::fmt::Write as _;
+    let digest = ring::digest::digest(&ring::digest::SHA256, s.as_bytes());
+    let mut out = String::with_capacity(64);
+    for b in digest.as_ref() {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+impl Op {
+    /// Whether `found` (the value at the op's path) is what the op expects.
+    fn expects(&self, found: Option<&Value>) -> bool {
+        match &self.expect_sha256 {
+            Some(hash) => matches!(found, Some(Value::String(s)) if &sha256_hex(s) == hash),
+            None => found == self.expect.as_ref(),
+        }
     }
 }
 
@@ -60,7 +98,7 @@ fn diff_at(path: &mut Vec<String>, from: Option<&Value>, to: Option<&Value>, ops
 pub fn apply(ops: &[Op], target: &mut Value) {
     for op in ops {
         let Some((last, parents)) = op.path.split_last() else {
-            if let (true, Some(v)) = (Some(&*target) == op.expect.as_ref(), &op.value) {
+            if let (true, Some(v)) = (op.expects(Some(&*target)), &op.value) {
                 *target = v.clone();
             }
             continue;
@@ -68,7 +106,7 @@ pub fn apply(ops: &[Op], target: &mut Value) {
         let Some(parent) = parent_mut(target, parents) else {
             continue;
         };
-        if parent.get(last) != op.expect.as_ref() {
+        if !op.expects(parent.get(last)) {
             continue;
         }
         match &op.value {
@@ -203,11 +241,30 @@ mod tests {
         let ops = vec![Op {
             path: vec!["a".into(), "b".into()],
             expect: None,
+            expect_sha256: None,
             value: Some(json!(1)),
         }];
         let mut t = json!({});
         apply(&ops, &mut t);
         assert_eq!(t, json!({}));
+    }
+
+    #[test]
+    fn long_expected_strings_are_hashed() {
+        let long_a = "a".repeat(1000);
+        let long_b = "b".repeat(1000);
+        let from = json!({"text": long_a});
+        let to = json!({"text": "orig"});
+        let ops = diff(&from, &to);
+        assert_eq!(ops[0].expect, None);
+        assert!(ops[0].expect_sha256.is_some());
+        let mut t = from.clone();
+        apply(&ops, &mut t);
+        assert_eq!(t, to);
+        // Changed meanwhile: not restored.
+        let mut edited = json!({"text": long_b});
+        apply(&ops, &mut edited);
+        assert_eq!(edited, json!({"text": "b".repeat(1000)}));
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub(crate) fn action_up(a: &a1::TemplateAction) -> a2::Action {
         env: a.environment.clone(),
         volumes: a.volumes.clone(),
         network_namespace: None,
+        pid_namespace: (!a.pid.is_empty()).then(|| a.pid.clone()),
         timeout: u64::try_from(a.timeout)
             .ok()
             .filter(|t| *t > 0)
@@ -61,6 +62,7 @@ fn action_down(a: &a2::Action) -> a1::TemplateAction {
         command: a.args.clone(),
         volumes: a.volumes.clone(),
         environment: a.env.clone(),
+        pid: a.pid_namespace.clone().unwrap_or_default(),
         ..Default::default()
     }
 }
@@ -73,6 +75,7 @@ pub(crate) fn spec_up(doc: &a1::TemplateDoc) -> a2::TemplateSpec {
             actions: task.actions.iter().map(action_up).collect(),
             volumes: task.volumes.clone(),
             env: task.environment.clone(),
+            v1alpha1_data: None,
         },
         tasks => a2::TemplateSpec {
             actions: tasks
@@ -102,6 +105,46 @@ pub(crate) fn spec_up(doc: &a1::TemplateDoc) -> a2::TemplateSpec {
                 .collect(),
             volumes: Vec::new(),
             env: BTreeMap::new(),
+            v1alpha1_data: None,
+        },
+    }
+}
+
+/// Whether v1alpha2's schema accepts these actions: 1 to 128, names 1 to 256 characters and
+/// unique, images non-empty.
+fn actions_valid(actions: &[a2::Action]) -> bool {
+    let mut names = std::collections::BTreeSet::new();
+    (1..=128).contains(&actions.len())
+        && actions.iter().all(|a| {
+            (1..=256).contains(&a.name.chars().count())
+                && !a.image.is_empty()
+                && names.insert(a.name.as_str())
+        })
+}
+
+/// The v1alpha2 spec of a v1alpha1 Template's `spec.data`: its actions when the document
+/// parses before rendering and its actions satisfy v1alpha2's schema; otherwise (actions under
+/// `{{ if }}`/`{{ range }}`, repeated names across tasks, ...) the whole text in
+/// `v1alpha1Data`, rendered whole per Workflow as Tinkerbell does.
+pub(crate) fn spec_of_data(data: Option<&str>) -> a2::TemplateSpec {
+    let Some(data) = data.filter(|d| !d.trim().is_empty()) else {
+        return a2::TemplateSpec::default();
+    };
+    match a1::TemplateDoc::parse(data) {
+        Ok(doc) => {
+            let spec = spec_up(&doc);
+            if actions_valid(&spec.actions) {
+                spec
+            } else {
+                a2::TemplateSpec {
+                    v1alpha1_data: Some(data.to_string()),
+                    ..Default::default()
+                }
+            }
+        }
+        Err(_) => a2::TemplateSpec {
+            v1alpha1_data: Some(data.to_string()),
+            ..Default::default()
         },
     }
 }
@@ -150,25 +193,22 @@ impl Mapping for TemplateMapping {
     type V1 = a1::Template;
     type V2 = a2::Template;
 
-    fn up(v1: &a1::Template) -> a2::Template {
-        let spec = v1
-            .spec
-            .data
-            .as_deref()
-            .and_then(|d| a1::TemplateDoc::parse(d).ok())
-            .map(|doc| spec_up(&doc))
-            .unwrap_or_default();
+    fn up(v1: &a1::Template, _: &mut Vec<String>) -> a2::Template {
+        let spec = spec_of_data(v1.spec.data.as_deref());
         a2::Template {
             metadata: v1.metadata.clone(),
             spec,
         }
     }
 
-    fn down(v2: &a2::Template) -> a1::Template {
-        let data = (v2.spec != a2::TemplateSpec::default()).then(|| {
-            let name = v2.metadata.name.as_deref().unwrap_or_default();
-            doc_down(name, &v2.spec).to_yaml()
-        });
+    fn down(v2: &a2::Template, _: &mut Vec<String>) -> a1::Template {
+        let data = match &v2.spec.v1alpha1_data {
+            Some(text) => Some(text.clone()),
+            None => (v2.spec != a2::TemplateSpec::default()).then(|| {
+                let name = v2.metadata.name.as_deref().unwrap_or_default();
+                doc_down(name, &v2.spec).to_yaml()
+            }),
+        };
         a1::Template {
             metadata: v2.metadata.clone(),
             spec: a1::TemplateSpec {

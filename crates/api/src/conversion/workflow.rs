@@ -53,6 +53,15 @@ fn action_state_down(s: a2::ActionState) -> a1::WorkflowState {
 }
 
 fn status_up(s: &a1::WorkflowStatus) -> a2::WorkflowStatus {
+    let agent_id = Some(s.agent_id.as_str())
+        .filter(|a| !a.is_empty())
+        .or_else(|| {
+            s.tasks
+                .iter()
+                .map(|t| t.agent_id.as_str())
+                .find(|a| !a.is_empty())
+        })
+        .map(str::to_string);
     let actions = s
         .tasks
         .iter()
@@ -64,6 +73,7 @@ fn status_up(s: &a1::WorkflowStatus) -> a2::WorkflowStatus {
                 args: a.command.clone(),
                 env: a.environment.clone(),
                 volumes: a.volumes.clone(),
+                pid_namespace: (!a.pid.is_empty()).then(|| a.pid.clone()),
                 timeout: u64::try_from(a.timeout)
                     .ok()
                     .filter(|t| *t > 0)
@@ -71,9 +81,10 @@ fn status_up(s: &a1::WorkflowStatus) -> a2::WorkflowStatus {
                 ..Default::default()
             },
             id: a.name.clone(),
-            started_at: a.started_at.clone(),
+            started_at: a.started_at.clone().or_else(|| a.execution_start.clone()),
             last_transition: None,
-            state: action_state_up(a.status.as_ref()),
+            // Current Tinkerbell releases write `state`, older ones `status`.
+            state: action_state_up(a.state.as_ref().or(a.status.as_ref())),
             failure_reason: None,
             failure_message: non_empty(&a.message),
         })
@@ -82,6 +93,7 @@ fn status_up(s: &a1::WorkflowStatus) -> a2::WorkflowStatus {
         actions,
         started_at: s.time_started.clone(),
         state: s.state.as_ref().map(state_up).unwrap_or_default(),
+        agent_id,
         ..Default::default()
     }
 }
@@ -97,6 +109,7 @@ fn status_down(s: &a2::WorkflowStatus) -> a1::WorkflowStatus {
             command: a.rendered.args.clone(),
             volumes: a.rendered.volumes.clone(),
             environment: a.rendered.env.clone(),
+            pid: a.rendered.pid_namespace.clone().unwrap_or_default(),
             status: Some(action_state_down(a.state)),
             started_at: a.started_at.clone(),
             message: a.failure_message.clone().unwrap_or_default(),
@@ -115,6 +128,7 @@ fn status_down(s: &a2::WorkflowStatus) -> a1::WorkflowStatus {
         state: Some(state_down(s.state)),
         tasks,
         time_started: s.started_at.clone(),
+        agent_id: s.agent_id.clone().unwrap_or_default(),
         ..Default::default()
     }
 }
@@ -127,8 +141,16 @@ impl Mapping for WorkflowMapping {
     type V1 = a1::Workflow;
     type V2 = a2::Workflow;
 
-    fn up(v1: &a1::Workflow) -> a2::Workflow {
+    fn up(v1: &a1::Workflow, _: &mut Vec<String>) -> a2::Workflow {
         let s = &v1.spec;
+        // Tinkerbell copies the Template's global_timeout into status.globalTimeout; its
+        // v1alpha2 home is spec.timeout.
+        let timeout = v1
+            .status
+            .as_ref()
+            .and_then(|st| u64::try_from(st.global_timeout).ok())
+            .filter(|t| *t > 0)
+            .map(Timeout::from_secs);
         a2::Workflow {
             metadata: v1.metadata.clone(),
             spec: a2::WorkflowSpec {
@@ -139,14 +161,19 @@ impl Mapping for WorkflowMapping {
                     .iter()
                     .map(|(k, v)| (k.clone(), Value::String(v.clone())))
                     .collect(),
-                timeout: None,
+                timeout,
             },
             status: v1.status.as_ref().map(status_up),
         }
     }
 
-    fn down(v2: &a2::Workflow) -> a1::Workflow {
+    fn down(v2: &a2::Workflow, _: &mut Vec<String>) -> a1::Workflow {
         let s = &v2.spec;
+        let global_timeout = timeout_secs(s.timeout.as_ref());
+        let mut status = v2.status.as_ref().map(status_down);
+        if global_timeout > 0 {
+            status.get_or_insert_with(Default::default).global_timeout = global_timeout;
+        }
         a1::Workflow {
             metadata: v2.metadata.clone(),
             spec: a1::WorkflowSpec {
@@ -165,7 +192,7 @@ impl Mapping for WorkflowMapping {
                     .collect(),
                 ..Default::default()
             },
-            status: v2.status.as_ref().map(status_down),
+            status,
         }
     }
 

@@ -188,6 +188,14 @@ pub struct Osie {
     /// Initrd file name.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub initrd: String,
+    /// Kernel parameters added to the OSIE's command line (Tinkerbell's `kernelParams`).
+    #[serde(
+        default,
+        rename = "kernelParams",
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub kernel_params: Vec<String>,
     /// Fields this version does not know, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,

@@ -58,9 +58,13 @@ pub struct WorkflowSpec {
     )]
     pub hardware_map: BTreeMap<String, String>,
 
-    /// Options used when netbooting the hardware.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boot_opts: Option<BootOpts>,
+    /// Options used when netbooting the hardware (Tinkerbell's `bootOptions`).
+    #[serde(
+        default,
+        rename = "bootOptions",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub boot_options: Option<BootOpts>,
 
     /// Fields this version does not know, kept verbatim.
     #[serde(flatten)]
@@ -74,9 +78,15 @@ pub struct BootOpts {
     /// Toggle the Hardware's allowPXE around the workflow.
     #[serde(default, skip_serializing_if = "is_false")]
     pub toggle_allow_netboot: bool,
-    /// Netboot the machine once through its BMC.
+    /// Netboot the machine once through its BMC (older releases).
     #[serde(default, skip_serializing_if = "is_false")]
     pub one_time_netboot: bool,
+    /// Boot mode: `netboot`, `iso`, ... (current releases).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub boot_mode: String,
+    /// ISO to boot from when `bootMode` is `iso`.
+    #[serde(default, rename = "isoURL", skip_serializing_if = "String::is_empty")]
+    pub iso_url: String,
     /// Fields this version does not know, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
@@ -194,6 +204,9 @@ pub struct WorkflowStatus {
     /// When the workflow completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_completed: Option<Time>,
+    /// The agent running the workflow (current releases; JSON `agentID`).
+    #[serde(default, rename = "agentID", skip_serializing_if = "String::is_empty")]
+    pub agent_id: String,
     /// Fields this version does not know, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
@@ -214,8 +227,8 @@ pub struct WorkflowCondition {
     /// Message of the last transition.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
-    /// Time of the condition (the JSON key is `Time`).
-    #[serde(default, rename = "Time", skip_serializing_if = "Option::is_none")]
+    /// Time of the condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
     /// Fields this version does not know, kept verbatim.
     #[serde(flatten)]
@@ -231,6 +244,9 @@ pub struct WorkflowTask {
     /// The worker (MAC address) that runs the task.
     #[serde(default)]
     pub worker: String,
+    /// The agent that runs the task (current releases; JSON `agentID`).
+    #[serde(default, rename = "agentID", skip_serializing_if = "String::is_empty")]
+    pub agent_id: String,
     /// The actions and their states.
     #[serde(default, deserialize_with = "null_as_default")]
     pub actions: Vec<WorkflowAction>,
@@ -290,12 +306,18 @@ pub struct WorkflowAction {
         deserialize_with = "null_as_default"
     )]
     pub environment: BTreeMap<String, String>,
-    /// State of the action.
+    /// State of the action (older releases).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<WorkflowState>,
-    /// When the action started.
+    /// State of the action (current releases write `state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<WorkflowState>,
+    /// When the action started (older releases).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// When the action started (current releases write `executionStart`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_start: Option<Time>,
     /// How long the action ran, in seconds.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub seconds: i64,

@@ -63,10 +63,11 @@ fn default_lease_time() -> i32 {
     )
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(transform = hardware_spec_schema)]
 pub struct HardwareSpec {
     /// NetworkInterfaces defines the desired DHCP and netboot configuration for each network
-    /// interface, keyed by lower-case MAC address. At least one is required.
+    /// interface, keyed by lower-case MAC address. When given, at least one. (Optional, as the
+    /// seed's `omitempty` makes it: a machine known only by its BMC, or a v1alpha1 Hardware with
+    /// no interfaces, has none and never netboots.)
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend(
         "minProperties" = 1,
@@ -97,10 +98,6 @@ pub struct HardwareSpec {
     /// BMCRef references a Rufio Machine object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bmc_ref: Option<LocalObjectReference>,
-}
-
-fn hardware_spec_schema(schema: &mut schemars::Schema) {
-    super::require(schema, &["networkInterfaces"]);
 }
 
 /// The desired configuration for a particular network interface.

@@ -49,22 +49,10 @@ impl LocalObjectReference {
     pub fn new(name: impl Into<String>) -> Self {
         Self { name: name.into() }
     }
-}
 
-/// Adds `fields` to the `required` list of an object schema (for fields that deserialize with
-/// a default, so serde alone does not mark them required).
-pub(crate) fn require(schema: &mut schemars::Schema, fields: &[&str]) {
-    if let Some(obj) = schema.as_object_mut() {
-        let required = obj
-            .entry("required")
-            .or_insert_with(|| serde_json::Value::Array(Vec::new()));
-        if let serde_json::Value::Array(list) = required {
-            for f in fields {
-                if !list.iter().any(|v| v.as_str() == Some(f)) {
-                    list.push(serde_json::Value::String((*f).to_string()));
-                }
-            }
-        }
+    /// A reference without a name (not given): serialized as an absent field.
+    pub fn is_empty(&self) -> bool {
+        self.name.is_empty()
     }
 }
 
@@ -113,6 +101,21 @@ pub mod rules {
     pub const UNIQUE_ACTION_NAMES: &str = "self.all(a, self.exists_one(b, b.name == a.name))";
     /// Message of [`UNIQUE_ACTION_NAMES`].
     pub const UNIQUE_ACTION_NAMES_MSG: &str = "action names must be unique within a Template";
+    /// On `Template.spec`: `actions` and `v1alpha1Data` are mutually exclusive.
+    pub const ACTIONS_OR_DATA: &str = "!(has(self.actions) && has(self.v1alpha1Data))";
+    /// Message of [`ACTIONS_OR_DATA`].
+    pub const ACTIONS_OR_DATA_MSG: &str =
+        "set either actions or v1alpha1Data (a converted Tinkerbell template), not both";
+    /// On `Workflow.spec`: `hardwareRef` cannot be added or removed after creation.
+    pub const HARDWARE_REF_PRESENCE: &str = "has(self.hardwareRef) == has(oldSelf.hardwareRef)";
+    /// Message of [`HARDWARE_REF_PRESENCE`].
+    pub const HARDWARE_REF_PRESENCE_MSG: &str =
+        "hardwareRef cannot be added or removed after the Workflow is created";
+    /// On `Workflow.spec`: `templateRef` cannot be added or removed after creation.
+    pub const TEMPLATE_REF_PRESENCE: &str = "has(self.templateRef) == has(oldSelf.templateRef)";
+    /// Message of [`TEMPLATE_REF_PRESENCE`].
+    pub const TEMPLATE_REF_PRESENCE_MSG: &str =
+        "templateRef cannot be added or removed after the Workflow is created";
     /// On `Workflow.spec.hardwareRef`, `templateRef` and `templateData`: immutable once set.
     pub const IMMUTABLE: &str = "self == oldSelf";
     /// Message of [`IMMUTABLE`] on `hardwareRef`.

@@ -71,10 +71,26 @@ pub struct TemplateSpec {
     /// same variable it takes precedence.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+
+    /// Addition, for Templates converted from v1alpha1: a whole Tinkerbell v1alpha1 template
+    /// document (`version`, `tasks[].actions[]`) whose structure depends on the data (actions
+    /// inside `{{ if }}` or `{{ range }}` blocks), or that does not parse before rendering. It is
+    /// rendered whole with the Workflow's data, as Tinkerbell renders it, and the actions of the
+    /// result run. Set instead of `actions`, never with it.
+    #[serde(
+        default,
+        rename = "v1alpha1Data",
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_as_none"
+    )]
+    pub v1alpha1_data: Option<String>,
 }
 
 fn template_spec_schema(schema: &mut schemars::Schema) {
-    super::require(schema, &["actions"]);
+    let rules = serde_json::json!([
+        {"rule": rules::ACTIONS_OR_DATA, "message": rules::ACTIONS_OR_DATA_MSG}
+    ]);
+    schema.insert("x-kubernetes-validations".into(), rules);
 }
 
 /// An individual action to be run on a target machine, as one container.
@@ -120,6 +136,16 @@ pub struct Action {
         deserialize_with = "empty_as_none"
     )]
     pub network_namespace: Option<String>,
+
+    /// Addition: the PID namespace to run the container in; `host` shares the host's process
+    /// namespace (Tinkerbell's `pid: host`, which kexec and waitdaemon actions need). Carried to
+    /// the agent as the protocol's `ns.pid`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_as_none"
+    )]
+    pub pid_namespace: Option<String>,
 
     /// Addition (seeds/004 "individual Workflow Actions execute within the configured
     /// timeout"): how long the action may run once started, in Go duration syntax (`10m`,

@@ -65,18 +65,26 @@ use crate::serde_util::{empty_as_none, is_zero_u32, null_as_default};
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": rules::TEMPLATE_DATA_PRESENCE, "message": rules::TEMPLATE_DATA_PRESENCE_MSG}
+    {"rule": rules::TEMPLATE_DATA_PRESENCE, "message": rules::TEMPLATE_DATA_PRESENCE_MSG},
+    {"rule": rules::HARDWARE_REF_PRESENCE, "message": rules::HARDWARE_REF_PRESENCE_MSG},
+    {"rule": rules::TEMPLATE_REF_PRESENCE, "message": rules::TEMPLATE_REF_PRESENCE_MSG}
 ]))]
 pub struct WorkflowSpec {
     /// HardwareRef is a reference to the Hardware this workflow executes on, in the
-    /// Workflow's namespace. Immutable.
+    /// Workflow's namespace. Immutable. Absent only on Workflows converted from a v1alpha1
+    /// Workflow that had none (older Tinkerbell releases named the machine by MAC in
+    /// `hardwareMap` only; `tinkctl migrate` resolves it); such a Workflow waits with reason
+    /// `HardwareNotFound`.
+    #[serde(default, skip_serializing_if = "LocalObjectReference::is_empty")]
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": rules::IMMUTABLE, "message": rules::HARDWARE_REF_IMMUTABLE_MSG}
     ]))]
     pub hardware_ref: LocalObjectReference,
 
     /// TemplateRef is a reference to the Template used to render workflow actions, in the
-    /// Workflow's namespace. Immutable.
+    /// Workflow's namespace. Immutable. Absent only on Workflows converted from a v1alpha1
+    /// Workflow that had none; such a Workflow waits with reason `TemplateNotFound`.
+    #[serde(default, skip_serializing_if = "LocalObjectReference::is_empty")]
     #[schemars(extend("x-kubernetes-validations" = [
         {"rule": rules::IMMUTABLE, "message": rules::TEMPLATE_REF_IMMUTABLE_MSG}
     ]))]
@@ -126,7 +134,12 @@ pub enum WorkflowState {
     Running,
     /// All actions succeeded. Terminal.
     Succeeded,
-    /// An action failed, a timeout tripped or rendering failed. Terminal.
+    /// An action failed, a timeout tripped, rendering failed or the agent was lost. Terminal. The
+    /// `Succeeded` condition's reason says which: the action's own reason (or `ActionFailed`),
+    /// `ScheduledTimeout`, `WorkflowTimeout`, `ActionTimeout`, `RenderFailed`, `NoActions`,
+    /// `AgentRestarted` (another instance of the agent connected while the workflow was active:
+    /// the machine rebooted or the agent restarted mid-workflow) or `AgentLost` (the agent was
+    /// disconnected longer than the controller's limit, 15 minutes by default).
     Failed,
     /// The workflow was deleted while Scheduled or Running; the agent is being told to stop.
     Cancelling,
@@ -273,6 +286,24 @@ pub struct WorkflowStatus {
         deserialize_with = "empty_as_none"
     )]
     pub dispatch_id: Option<String>,
+
+    /// Addition: when the agent confirmed it has the current dispatch (its delivery receipt,
+    /// or its first event about the dispatch). Until then the dispatch may still wait in the
+    /// agent's queue and `Scheduled` is bounded by the scheduled timeout; after it the agent is
+    /// supervised by the workflow timeout and the agent-loss rules (`AgentRestarted`,
+    /// `AgentLost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub received_at: Option<Time>,
+
+    /// Addition: the instance id of the agent process that received the current dispatch. An
+    /// agent that shows up with another instance id (it restarted) while the workflow is active
+    /// fails it with reason `AgentRestarted`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "empty_as_none"
+    )]
+    pub agent_instance: Option<String>,
 
     /// Addition: how many times the workflow has been dispatched (1 after the first dispatch).
     #[serde(default, skip_serializing_if = "is_zero_u32")]

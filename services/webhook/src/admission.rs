@@ -1,0 +1,352 @@
+//! `POST /validate`: AdmissionReview v1 in, AdmissionReview v1 out.
+//!
+//! A denial is `allowed: false` with `status.code` 422, `reason: Invalid`, a message listing
+//! every refused field (`field: what is wrong and what would be accepted`) and one
+//! `details.causes` entry per field. Warnings (unresolved Workflow references) go in
+//! `response.warnings`. A body that is not an AdmissionReview is answered with HTTP 400 and a
+//! `Status`, or, when it has a `request.uid`, with a refusal carrying that uid.
+
+use std::time::Instant;
+
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::index::Index;
+use crate::metrics::Metrics;
+use crate::validate::{self, Operation, Verdict};
+
+const API_VERSION: &str = "admission.k8s.io/v1";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Review {
+    api_version: String,
+    kind: String,
+    request: Request,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request {
+    uid: String,
+    kind: Gvk,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    operation: String,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    object: Option<Value>,
+    #[serde(default)]
+    old_object: Option<Value>,
+    #[serde(default)]
+    dry_run: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Gvk {
+    #[serde(default)]
+    group: String,
+    kind: String,
+}
+
+/// The kinds this webhook validates (the metric label of anything else is `unknown`).
+pub const KINDS: [&str; 4] = ["Hardware", "Template", "Workflow", "OSIE"];
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "code": code, "reason": reason, "message": message})
+}
+
+fn review(response: Value) -> Value {
+    json!({"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response})
+}
+
+fn refuse(uid: &str, code: u16, reason: &str, message: &str) -> Value {
+    review(json!({"uid": uid, "allowed": false,
+        "status": {"status": "Failure", "code": code, "reason": reason, "message": message}}))
+}
+
+/// Answers one `POST /validate` body.
+pub fn handle(body: &[u8], index: &Index, metrics: &Metrics) -> (StatusCode, Value) {
+    let started = Instant::now();
+    let (kind, verdict, answer) = answer(body, index);
+    metrics.admission(kind, verdict, started.elapsed().as_secs_f64());
+    answer
+}
+
+fn malformed(raw: &Value, message: String) -> (&'static str, &'static str, (StatusCode, Value)) {
+    let message = format!("malformed AdmissionReview: {message}");
+    tracing::warn!(%message, "refusing a malformed AdmissionReview");
+    let answer = match raw.pointer("/request/uid").and_then(Value::as_str) {
+        Some(uid) => (StatusCode::OK, refuse(uid, 400, "BadRequest", &message)),
+        None => (StatusCode::BAD_REQUEST, status(400, "BadRequest", &message)),
+    };
+    ("unknown", "error", answer)
+}
+
+fn answer(body: &[u8], index: &Index) -> (&'static str, &'static str, (StatusCode, Value)) {
+    let raw: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return malformed(&Value::Null, format!("the body is not JSON: {e}")),
+    };
+    let review: Review = match serde_json::from_value(raw.clone()) {
+        Ok(r) => r,
+        Err(e) => return malformed(&raw, e.to_string()),
+    };
+    if review.api_version != API_VERSION || review.kind != "AdmissionReview" {
+        return malformed(
+            &raw,
+            format!(
+                "expected apiVersion {API_VERSION} and kind AdmissionReview, got {:?} {:?}",
+                review.api_version, review.kind
+            ),
+        );
+    }
+    let req = review.request;
+    let kind: &'static str = match KINDS.iter().find(|k| **k == req.kind.kind) {
+        Some(k) if req.kind.group == tink_api::GROUP => k,
+        _ => {
+            // Not ours (a misconfigured rule): allow, as the webhook has nothing to say.
+            return (
+                "unknown",
+                "allowed",
+                (StatusCode::OK, review_allowed(&req.uid, &[])),
+            );
+        }
+    };
+    let operation = match req.operation.as_str() {
+        "CREATE" => Operation::Create,
+        "UPDATE" => Operation::Update,
+        "DELETE" | "CONNECT" => Operation::Other,
+        other => return malformed(&raw, format!("unknown request.operation {other:?}")),
+    };
+    if operation == Operation::Other || req.sub_resource.is_some() {
+        return (
+            kind,
+            "allowed",
+            (StatusCode::OK, review_allowed(&req.uid, &[])),
+        );
+    }
+    let Some(object) = req.object.as_ref().filter(|o| o.is_object()) else {
+        return malformed(
+            &raw,
+            format!("request.object is required for {}", req.operation),
+        );
+    };
+    let old = req.old_object.as_ref().filter(|o| o.is_object());
+    if operation == Operation::Update && old.is_none() {
+        return malformed(&raw, "request.oldObject is required for UPDATE".into());
+    }
+    let namespace = req
+        .namespace
+        .as_deref()
+        .or_else(|| {
+            object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+        })
+        .unwrap_or_default();
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .or(req.name.as_deref())
+        .unwrap_or_default();
+    let request = validate::Request {
+        operation,
+        namespace,
+        name,
+        object,
+        old,
+    };
+    let mut verdict = Verdict::default();
+    match kind {
+        "Hardware" => match validate::hardware::validate(&request, index, &mut verdict) {
+            Ok(claims) => {
+                if verdict.allowed() && !req.dry_run.unwrap_or(false) && !name.is_empty() {
+                    index.reserve(&request.key(), &claims.macs, &claims.ips);
+                }
+            }
+            Err(e) => {
+                return (
+                    kind,
+                    "error",
+                    (
+                        StatusCode::OK,
+                        refuse(&req.uid, 503, "ServiceUnavailable", &e.to_string()),
+                    ),
+                );
+            }
+        },
+        "Template" => validate::template::validate(&request, &mut verdict),
+        "Workflow" => validate::workflow::validate(&request, index, &mut verdict),
+        _ => validate::osie::validate(&request, &mut verdict),
+    }
+    if verdict.allowed() {
+        return (
+            kind,
+            "allowed",
+            (StatusCode::OK, review_allowed(&req.uid, &verdict.warnings)),
+        );
+    }
+    (
+        kind,
+        "denied",
+        (StatusCode::OK, denial(&req.uid, kind, name, &verdict)),
+    )
+}
+
+fn review_allowed(uid: &str, warnings: &[String]) -> Value {
+    let mut response = json!({"uid": uid, "allowed": true});
+    if !warnings.is_empty() {
+        response["warnings"] = json!(warnings);
+    }
+    review(response)
+}
+
+/// The most causes listed in one message (all are in `details.causes`).
+const MAX_IN_MESSAGE: usize = 10;
+
+fn denial(uid: &str, kind: &str, name: &str, verdict: &Verdict) -> Value {
+    let items: Vec<String> = verdict
+        .violations
+        .iter()
+        .take(MAX_IN_MESSAGE)
+        .map(|x| {
+            if x.field.is_empty() {
+                x.message.clone()
+            } else {
+                format!("{}: {}", x.field, x.message)
+            }
+        })
+        .collect();
+    let mut list = items.join("; ");
+    if verdict.violations.len() > MAX_IN_MESSAGE {
+        list.push_str(&format!(
+            "; and {} more",
+            verdict.violations.len() - MAX_IN_MESSAGE
+        ));
+    }
+    let message = format!("{kind}.{} {name:?} is invalid: {list}", tink_api::GROUP);
+    let causes: Vec<Value> = verdict
+        .violations
+        .iter()
+        .map(|x| json!({"reason": x.reason.as_str(), "field": x.field, "message": x.message}))
+        .collect();
+    let mut response = json!({"uid": uid, "allowed": false, "status": {
+        "status": "Failure", "code": 422, "reason": "Invalid", "message": message,
+        "details": {"name": name, "group": tink_api::GROUP, "kind": kind, "causes": causes},
+    }});
+    if !verdict.warnings.is_empty() {
+        response["warnings"] = json!(verdict.warnings);
+    }
+    review(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(body: &Value, index: &Index) -> (StatusCode, Value) {
+        handle(body.to_string().as_bytes(), index, &Metrics::default())
+    }
+
+    fn hw(name: &str, mac: &str) -> Value {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": format!("uid-{name}"),
+            "kind": {"group": "tinkerbell.org", "version": "v1alpha2", "kind": "Hardware"},
+            "resource": {"group": "tinkerbell.org", "version": "v1alpha2", "resource": "hardware"},
+            "namespace": "ns", "name": name, "operation": "CREATE",
+            "object": {"apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"networkInterfaces": {mac: {}}}},
+        }})
+    }
+
+    #[test]
+    fn allows_then_denies_a_duplicate_through_the_reservation() {
+        let index = Index::default();
+        index.mark_synced();
+        let (code, out) = call(&hw("a", "aa:bb:cc:dd:ee:01"), &index);
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(out["response"], json!({"uid": "uid-a", "allowed": true}));
+        // No watch event yet: the reservation refuses the second one.
+        let (_, out) = call(&hw("b", "aa:bb:cc:dd:ee:01"), &index);
+        let r = &out["response"];
+        assert_eq!(r["uid"], "uid-b");
+        assert_eq!(r["allowed"], false);
+        assert_eq!(r["status"]["code"], 422);
+        let msg = r["status"]["message"].as_str().unwrap();
+        assert!(msg.starts_with("Hardware.tinkerbell.org \"b\" is invalid: spec.networkInterfaces[aa:bb:cc:dd:ee:01]: MAC aa:bb:cc:dd:ee:01 is already used by Hardware ns/a"), "{msg}");
+        assert_eq!(
+            r["status"]["details"]["causes"][0]["reason"],
+            "FieldValueDuplicate"
+        );
+    }
+
+    #[test]
+    fn dry_runs_reserve_nothing() {
+        let index = Index::default();
+        index.mark_synced();
+        let mut dry = hw("a", "aa:bb:cc:dd:ee:01");
+        dry["request"]["dryRun"] = json!(true);
+        assert_eq!(call(&dry, &index).1["response"]["allowed"], true);
+        assert_eq!(
+            call(&hw("b", "aa:bb:cc:dd:ee:01"), &index).1["response"]["allowed"],
+            true
+        );
+    }
+
+    #[test]
+    fn malformed_reviews_get_an_error_answer() {
+        let index = Index::default();
+        let (code, out) = handle(b"not json", &index, &Metrics::default());
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        assert!(out["message"].as_str().unwrap().contains("not JSON"));
+        let (code, out) = call(&json!({"request": {"uid": "u1"}}), &index);
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(out["response"]["uid"], "u1");
+        assert_eq!(out["response"]["allowed"], false);
+        assert_eq!(out["response"]["status"]["code"], 400);
+        let mut no_object = hw("a", "aa:bb:cc:dd:ee:01");
+        no_object["request"]["object"] = Value::Null;
+        let (_, out) = call(&no_object, &index);
+        assert!(
+            out["response"]["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("request.object is required")
+        );
+        let mut wrong_version = hw("a", "aa:bb:cc:dd:ee:01");
+        wrong_version["apiVersion"] = json!("admission.k8s.io/v1beta1");
+        assert_eq!(
+            call(&wrong_version, &index).1["response"]["status"]["code"],
+            400
+        );
+    }
+
+    #[test]
+    fn not_synced_is_a_retryable_refusal() {
+        let index = Index::default();
+        let (_, out) = call(&hw("a", "aa:bb:cc:dd:ee:01"), &index);
+        assert_eq!(out["response"]["allowed"], false);
+        assert_eq!(out["response"]["status"]["code"], 503);
+    }
+
+    #[test]
+    fn other_kinds_deletes_and_subresources_pass() {
+        let index = Index::default();
+        let mut other = hw("a", "x");
+        other["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "ConfigMap"});
+        assert_eq!(call(&other, &index).1["response"]["allowed"], true);
+        let mut del = hw("a", "x");
+        del["request"]["operation"] = json!("DELETE");
+        assert_eq!(call(&del, &index).1["response"]["allowed"], true);
+        let mut status = hw("a", "x");
+        status["request"]["subResource"] = json!("status");
+        assert_eq!(call(&status, &index).1["response"]["allowed"], true);
+    }
+}

@@ -1,0 +1,372 @@
+//! A kube-lite API server with the tinkerbell CRDs and the webhook configuration from deploy/,
+//! calling an in-process webhook over HTTPS (the Services `tink-system/tink-webhook` and
+//! `tink-system/tink-webhook-conversion` mapped to it, the dev CA as `caBundle`), plus kubectl.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use tink_webhook::{DevCertificates, Metrics, WebhookConfig, dev_certificates};
+use tokio_rustls::rustls;
+use tokio_util::sync::CancellationToken;
+
+pub const SERVICE_DNS: &str = "tink-webhook.tink-system.svc";
+pub const CONVERSION_DNS: &str = "tink-webhook-conversion.tink-system.svc";
+
+pub fn certificates() -> DevCertificates {
+    dev_certificates(
+        &[SERVICE_DNS.to_string(), CONVERSION_DNS.to_string()],
+        &["127.0.0.1".parse().expect("ip")],
+    )
+    .expect("dev certificates")
+}
+
+pub async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+/// The deploy/ manifests as kustomize builds them: the CRDs with the crd-conversion component,
+/// and the webhook's own objects.
+pub fn deploy_manifests() -> Vec<Value> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let deploy = dir.path().join("deploy");
+    copy_dir(&root.join("crds"), &deploy.join("crds"));
+    copy_dir(&root.join("webhook"), &deploy.join("webhook"));
+    std::fs::write(
+        deploy.join("kustomization.yaml"),
+        "resources:\n- crds/hardware.tinkerbell.org.yaml\n- crds/osies.tinkerbell.org.yaml\n- crds/templates.tinkerbell.org.yaml\n- crds/workflows.tinkerbell.org.yaml\n- webhook\ncomponents:\n- webhook/crd-conversion\n",
+    )
+    .expect("kustomization");
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&deploy)
+        .output()
+        .expect("running kubectl kustomize");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    text.split("\n---\n")
+        .map(|doc| serde_yaml::from_str::<Value>(doc).expect("manifest YAML"))
+        .collect()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let path = entry.path();
+        if path.is_dir() {
+            copy_dir(&path, &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(&path, to.join(entry.file_name())).expect("copy");
+        }
+    }
+}
+
+/// A webhook running in this process.
+pub struct Webhook {
+    pub addr: std::net::SocketAddr,
+    pub metrics: Metrics,
+    pub health: tink_runtime::Health,
+    pub shutdown: CancellationToken,
+    pub task: tokio::task::JoinHandle<Result<(), tink_webhook::Error>>,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+pub struct Env {
+    pub server: kube_lite::RunningServer,
+    pub client: kube::Client,
+    pub kubeconfig: PathBuf,
+    pub ns: String,
+    pub certs: DevCertificates,
+    pub webhook: Webhook,
+    pub manifests: Vec<Value>,
+    dir: tempfile::TempDir,
+}
+
+pub fn ca_bundle(ca_pem: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(ca_pem)
+}
+
+impl Env {
+    /// kube-lite with the CRDs (webhook conversion), the webhook running and ready, and a
+    /// fresh namespace. The admission configuration is installed when `admission` is set.
+    pub async fn new(ns: &str, admission: bool) -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = kube_lite::Server::start(kube_lite::Config::default())
+            .await
+            .expect("kube-lite");
+        let kubeconfig = dir.path().join("kubeconfig");
+        server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+        let client = server.client().expect("client");
+        let certs = certificates();
+        let cert = dir.path().join("tls.crt");
+        let key = dir.path().join("tls.key");
+        std::fs::write(&cert, &certs.cert_pem).expect("cert");
+        std::fs::write(&key, &certs.key_pem).expect("key");
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let base = format!("https://127.0.0.1:{}", addr.port());
+        server.map_service("tink-system/tink-webhook", base.clone());
+        server.map_service("tink-system/tink-webhook-conversion", base);
+
+        let manifests = deploy_manifests();
+        let env_ca = ca_bundle(&certs.ca_pem);
+        for m in manifests
+            .iter()
+            .filter(|m| m["kind"] == "CustomResourceDefinition")
+        {
+            let mut crd = m.clone();
+            if crd
+                .pointer("/spec/conversion/webhook/clientConfig")
+                .is_some()
+            {
+                crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"] =
+                    json!(env_ca.clone());
+            }
+            create(&client, &crd).await;
+        }
+
+        let mut config = WebhookConfig::new(addr, &cert, &key);
+        config.tls.reload_interval = Duration::from_millis(100);
+        let shutdown = CancellationToken::new();
+        let health = tink_runtime::Health::new();
+        let metrics = Metrics::default();
+        let task = tokio::spawn(tink_webhook::run_on(
+            listener,
+            config,
+            client.clone(),
+            health.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        within("the webhook to be ready", async {
+            while !health.is_ready() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns"),
+            )
+            .await
+            .expect("namespace");
+        let env = Env {
+            server,
+            client,
+            kubeconfig,
+            ns: ns.to_string(),
+            certs,
+            webhook: Webhook {
+                addr,
+                metrics,
+                health,
+                shutdown,
+                task,
+                cert,
+                key,
+            },
+            manifests,
+            dir,
+        };
+        if admission {
+            env.install_admission(&env.certs.ca_pem).await;
+        }
+        env
+    }
+
+    /// Creates (or replaces the caBundle of) the ValidatingWebhookConfiguration from deploy/.
+    pub async fn install_admission(&self, ca_pem: &str) {
+        let mut vwc = self
+            .manifests
+            .iter()
+            .find(|m| m["kind"] == "ValidatingWebhookConfiguration")
+            .cloned()
+            .expect("deploy/webhook has a ValidatingWebhookConfiguration");
+        for wh in vwc["webhooks"].as_array_mut().expect("webhooks") {
+            wh["clientConfig"]["caBundle"] = json!(ca_bundle(ca_pem));
+        }
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingWebhookConfiguration",
+            ),
+            "validatingwebhookconfigurations",
+        );
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let obj: DynamicObject = serde_json::from_value(vwc).expect("vwc");
+        let name = obj.metadata.name.clone().expect("name");
+        if let Ok(mut live) = api.get(&name).await {
+            live.data["webhooks"] = obj.data["webhooks"].clone();
+            api.replace(&name, &PostParams::default(), &live)
+                .await
+                .expect("replace vwc");
+        } else {
+            api.create(&PostParams::default(), &obj)
+                .await
+                .expect("create vwc");
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `value` as a JSON manifest file and returns its path.
+    pub fn write(&self, name: &str, value: &Value) -> String {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, serde_json::to_vec_pretty(value).expect("json")).expect("write");
+        path.to_string_lossy().into_owned()
+    }
+
+    /// Runs kubectl: (success, stdout, stderr).
+    pub async fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        let mut cmd = tokio::process::Command::new("kubectl");
+        cmd.args(args).env("KUBECONFIG", &self.kubeconfig);
+        if !args
+            .iter()
+            .any(|a| *a == "-n" || a.starts_with("--namespace"))
+        {
+            cmd.arg("--namespace").arg(&self.ns);
+        }
+        let out = cmd.output().await.expect("running kubectl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    pub async fn kubectl_ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.kubectl(args).await;
+        assert!(ok, "kubectl {args:?} failed: {err}");
+        out
+    }
+
+    pub fn api(&self, kind: &str, version: &str) -> Api<DynamicObject> {
+        let plural = match kind {
+            "Hardware" => "hardware",
+            "Template" => "templates",
+            "Workflow" => "workflows",
+            _ => "osies",
+        };
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("tinkerbell.org", version, kind),
+            plural,
+        );
+        Api::namespaced_with(self.client.clone(), &self.ns, &ar)
+    }
+
+    /// POSTs `body` to the webhook over HTTPS, trusting `ca_pem`.
+    pub async fn post(&self, path: &str, body: Vec<u8>) -> (u16, Value) {
+        post(self.webhook.addr, &self.certs.ca_pem, path, body)
+            .await
+            .expect("webhook call")
+    }
+
+    pub async fn stop(self) {
+        self.webhook.shutdown.cancel();
+        let result = within("the webhook to stop", self.webhook.task)
+            .await
+            .expect("webhook task");
+        result.expect("webhook ended cleanly");
+        self.server.shutdown().await;
+    }
+}
+
+async fn create(client: &kube::Client, manifest: &Value) {
+    let api_version = manifest["apiVersion"].as_str().expect("apiVersion");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = manifest["kind"].as_str().expect("kind");
+    let plural = format!("{}s", kind.to_lowercase());
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let obj: DynamicObject = serde_json::from_value(manifest.clone()).expect("object");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("creating {kind}: {e}"));
+}
+
+/// A TLS client trusting only `ca_pem`, checking the name `tink-webhook.tink-system.svc`.
+pub fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.expect("CA PEM")).expect("CA");
+    }
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
+}
+
+/// One HTTPS POST on a new connection: the status and the JSON answer; `Err` when TLS or
+/// HTTP fails.
+pub async fn post(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<(u16, Value), String> {
+    let connector = tokio_rustls::TlsConnector::from(client_config(ca_pem));
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from(SERVICE_DNS).map_err(|e| e.to_string())?;
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let req = http::Request::post(path)
+        .header("host", SERVICE_DNS)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    // A body that is not JSON comes back as a string (the test decides whether that is wrong).
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    Ok((status, value))
+}
