@@ -5,6 +5,7 @@
 #   busybox-static  the static busybox the test kit packs into local action images
 #   openssl         certificates for the webhook tests (HTTPS admission and conversion calls)
 #   curl            readiness probes in scripts/demo.sh
+#   kubernetes-validate (PyPI, in a venv at /opt/kubernetes-validate) upstream schemas for the deploy/ test
 # Docker must already be installed and running; tests that need it fail when it does not answer,
 # unless TINK_SKIP_DOCKER_TESTS=1 is set.
 set -euo pipefail
@@ -25,3 +26,5 @@ if ! command -v kubectl >/dev/null 2>&1; then
   apt-get install -y -qq kubectl >/dev/null 2>&1 || apt-get install -y -qq kubernetes-client >/dev/null 2>&1 \
     || echo "warning: kubectl not found and not installable; the kubectl-driven tests will fail" >&2
 fi
+# kubernetes-validate (PyPI): the deploy/ manifests against the upstream Kubernetes schemas (cli/tinkctl/tests/deploy.rs)
+command -v kubernetes-validate >/dev/null 2>&1 || { python3 -c 'import venv, ensurepip' 2>/dev/null || apt-get install -y -qq python3-venv >/dev/null; python3 -m venv /opt/kubernetes-validate && /opt/kubernetes-validate/bin/pip install -q kubernetes-validate && ln -sf /opt/kubernetes-validate/bin/kubernetes-validate /usr/local/bin/kubernetes-validate; }

@@ -30,23 +30,69 @@ pub struct CrdsArgs {
     /// Port of the conversion webhook Service.
     #[arg(long, env = "TINK_WEBHOOK_PORT", default_value_t = 443)]
     pub webhook_port: i32,
+
+    /// PEM CA bundle to inject as the conversion webhook's caBundle.
+    #[arg(long, env = "TINK_WEBHOOK_CA")]
+    pub webhook_ca: Option<PathBuf>,
+
+    /// Apply them to the cluster (server-side apply) instead of printing them, waiting up to
+    /// `--wait-seconds` for the API server to answer (a compose or init job).
+    #[arg(long)]
+    pub apply: bool,
+
+    /// With --apply: how long to wait for the API server.
+    #[arg(long, default_value_t = 60)]
+    pub wait_seconds: u64,
+
+    #[command(flatten)]
+    pub kube: crate::kubeconfig::KubeArgs,
 }
 
 impl CrdsArgs {
-    fn webhook(&self) -> ConversionWebhook {
-        ConversionWebhook {
+    fn webhook(&self) -> anyhow::Result<ConversionWebhook> {
+        let ca_bundle = match &self.webhook_ca {
+            Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
+            None => None,
+        };
+        Ok(ConversionWebhook {
             namespace: self.webhook_namespace.clone(),
             name: self.webhook_service.clone(),
             path: self.webhook_path.clone(),
             port: self.webhook_port,
-            ca_bundle: None,
-        }
+            ca_bundle,
+        })
     }
 }
 
-/// Prints the CRDs to `stdout`, or writes them into `--out`.
+/// Applies the CRDs (and the webhook's namespace) once the API server answers.
+async fn apply(args: &CrdsArgs, yaml: &str, stdout: &mut impl Write) -> anyhow::Result<()> {
+    let client = args.kube.client().await?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(args.wait_seconds);
+    while let Err(e) = client.apiserver_version().await {
+        if std::time::Instant::now() > deadline {
+            return Err(anyhow::Error::new(e).context("the API server does not answer"));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let ns = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {}\n---\n",
+        args.webhook_namespace
+    );
+    let objects = crate::apply::documents(&format!("{ns}{yaml}"))?;
+    for applied in crate::apply::apply_all(&client, &objects).await? {
+        writeln!(stdout, "applied {applied}")?;
+    }
+    Ok(())
+}
+
+/// Prints the CRDs to `stdout`, writes them into `--out`, or applies them (`--apply`).
 pub fn run(args: &CrdsArgs, stdout: &mut impl Write) -> anyhow::Result<()> {
-    let files = tink_api::render_crds(&args.webhook())?;
+    let files = tink_api::render_crds(&args.webhook()?)?;
+    if args.apply {
+        let yaml: Vec<&str> = files.iter().map(|(_, y)| y.as_str()).collect();
+        let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+        return rt.block_on(apply(args, &yaml.join("---\n"), stdout));
+    }
     match &args.out {
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

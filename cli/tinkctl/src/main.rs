@@ -1,26 +1,62 @@
 //! tinkctl: operator command line for tinkerbell-rs.
 #![forbid(unsafe_code)]
 
+mod agent;
+mod apply;
+mod completions;
 mod crds;
+mod demo;
+mod dev;
+mod kubeconfig;
+mod migrate;
+mod render;
+mod watch;
 
 use clap::{Parser, Subcommand};
 
 /// Operator command line for tinkerbell-rs.
 #[derive(Parser, Debug)]
 #[command(name = "tinkctl", version, about)]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
+// One variant and one dispatch line per subcommand, in the same order, so branches that add a
+// subcommand merge line by line.
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Print (or write) the tinkerbell.org CustomResourceDefinitions generated from the API types.
     Crds(crds::CrdsArgs),
+    /// The local development stack: every service as its own process on loopback.
+    #[command(subcommand)]
+    Dev(dev::DevCommand),
+    /// Apply a sample Hardware, OSIE, Template and Workflow and follow the Workflow to its end.
+    Demo(demo::DemoArgs),
+    /// Workflow commands.
+    #[command(subcommand)]
+    Workflow(watch::WorkflowCommand),
+    /// Template commands.
+    #[command(subcommand)]
+    Template(render::TemplateCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsArgs),
+    /// Migrate v1alpha1 objects to v1alpha2: YAML files offline, or every stored object in-cluster.
+    Migrate(migrate::MigrateArgs),
+    /// Agent commands (`agent reset` lets a re-installed machine's agent in).
+    #[command(subcommand)]
+    Agent(agent::AgentCommand),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crds(args) => crds::run(&args, &mut std::io::stdout().lock()),
+        Command::Dev(cmd) => dev::run(cmd),
+        Command::Demo(args) => demo::run(args),
+        Command::Workflow(cmd) => watch::run(cmd),
+        Command::Template(cmd) => render::run(cmd),
+        Command::Completions(args) => completions::run(&args, &mut std::io::stdout().lock()),
+        Command::Migrate(args) => migrate::run(&args),
+        Command::Agent(cmd) => agent::run(cmd),
     }
 }

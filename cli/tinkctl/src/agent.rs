@@ -1,0 +1,62 @@
+//! `tinkctl agent reset <agent id>`: ends an agent's session, so a re-installed machine (whose
+//! new agent does not have the old session token) is admitted by the servers again.
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+
+/// Agent commands.
+#[derive(Subcommand, Debug)]
+pub enum AgentCommand {
+    /// End an agent's session: its presence entry (holding the session token's hash) is
+    /// deleted, and the next stream of that agent id gets a new token. The stream the old
+    /// session holds keeps running until it ends; its events are refused from then on.
+    Reset(ResetArgs),
+}
+
+/// Arguments of `agent reset`.
+#[derive(Args, Debug)]
+pub struct ResetArgs {
+    /// The agent id (the machine's MAC address as its agent presents it).
+    pub agent_id: String,
+    /// NATS server URL(s).
+    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+}
+
+/// Runs an agent command.
+pub fn run(cmd: AgentCommand) -> anyhow::Result<()> {
+    let AgentCommand::Reset(args) = cmd;
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(reset(&args))
+}
+
+async fn reset(args: &ResetArgs) -> anyhow::Result<()> {
+    let key = tink_bus::agent_token(&args.agent_id)
+        .with_context(|| format!("agent id {:?}", args.agent_id))?;
+    let client = async_nats::connect(&args.nats_url)
+        .await
+        .with_context(|| format!("cannot connect to NATS at {}", args.nats_url))?;
+    let js = async_nats::jetstream::new(client);
+    let bucket = js
+        .get_key_value(tink_bus::PRESENCE_BUCKET)
+        .await
+        .context("cannot open the presence bucket (is the stack running against this NATS?)")?;
+    let existed = bucket
+        .entry(&key)
+        .await
+        .context("cannot read the agent's presence")?
+        .is_some_and(|e| e.operation == async_nats::jetstream::kv::Operation::Put);
+    bucket
+        .purge(&key)
+        .await
+        .context("cannot delete the agent's presence")?;
+    if existed {
+        println!(
+            "agent {}: session reset; its next stream gets a new token",
+            args.agent_id
+        );
+    } else {
+        println!("agent {}: had no live session", args.agent_id);
+    }
+    Ok(())
+}

@@ -1,0 +1,774 @@
+//! `tinkctl dev up|down|status`: the local development stack, every service its own process on
+//! loopback: kube-lite (persistent), `nats-server -js`, the webhook (HTTPS with a generated
+//! certificate), two controllers, two servers, Hegel and one agent on the local Docker engine.
+//!
+//! Everything lives under the data directory:
+//!
+//! | path | what |
+//! |---|---|
+//! | `state.json` | the running components (pid, executable, readiness URL, log) for `down` and `status` |
+//! | `env` | shell assignments: `KUBECONFIG`, `NATS_URL`, `TINK_SERVER`, `HEGEL_URL`, `TINK_DEV_AGENT_ID` |
+//! | `kubeconfig` | for kubectl and the services |
+//! | `logs/<component>.log` | one log per component |
+//! | `pki/` | the development CA and the webhook's serving certificate |
+//! | `kube-lite/`, `nats/`, `agent/` | the components' data |
+
+mod pki;
+pub mod process;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use base64::Engine as _;
+use clap::{Args, Subcommand};
+use serde::{Deserialize, Serialize};
+
+use process::{Component, Started};
+
+/// The agent id (a MAC) of the development agent; the demo Hardware targets it.
+pub const DEV_AGENT_ID: &str = "02:00:00:00:00:01";
+
+/// Exit status of a service binary that is not implemented in this build.
+const NOT_IMPLEMENTED: i32 = 2;
+
+/// `tinkctl dev ...`.
+#[derive(Subcommand, Debug)]
+pub enum DevCommand {
+    /// Start the stack (fails when one is already running in the data directory).
+    Up(UpArgs),
+    /// Stop the stack (SIGTERM, then SIGKILL after the grace period); data stays.
+    Down(DataDirArgs),
+    /// Show each component's process and readiness.
+    Status(DataDirArgs),
+    /// Write a development CA and the webhook's serving certificate into a directory
+    /// (`ca.crt`, `webhook.crt`, `webhook.key`; kept when present), as `dev up` does.
+    Certs(CertsArgs),
+}
+
+/// Arguments of `tinkctl dev certs`.
+#[derive(Args, Debug, Clone)]
+pub struct CertsArgs {
+    /// The directory.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// The stack's data directory.
+#[derive(Args, Debug, Clone)]
+pub struct DataDirArgs {
+    /// Where the stack keeps its state, logs, kubeconfig and data
+    /// (default: $XDG_STATE_HOME/tinkctl/dev or ~/.local/state/tinkctl/dev).
+    #[arg(long, env = "TINK_DEV_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl DataDirArgs {
+    fn resolve(&self) -> anyhow::Result<PathBuf> {
+        if let Some(d) = &self.data_dir {
+            return Ok(d.clone());
+        }
+        let state = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+            .context("neither XDG_STATE_HOME nor HOME is set: pass --data-dir")?;
+        Ok(state.join("tinkctl/dev"))
+    }
+}
+
+/// Arguments of `tinkctl dev up`.
+#[derive(Args, Debug, Clone)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub dir: DataDirArgs,
+    /// Directory holding kube-lite, tink-webhook, tink-controller, tink-server, hegel and
+    /// tink-agent (default: the directory of this tinkctl, e.g. target/debug).
+    #[arg(long, env = "TINK_DEV_BIN_DIR")]
+    pub bin_dir: Option<PathBuf>,
+    /// The nats-server executable.
+    #[arg(long, env = "TINK_DEV_NATS_SERVER", default_value = "nats-server")]
+    pub nats_server: PathBuf,
+    /// Run actions privileged, as real provisioning actions need (some sandboxes, CI among
+    /// them, cannot start privileged containers; the demo's actions do not need it).
+    #[arg(long, env = "TINK_DEV_PRIVILEGED_ACTIONS")]
+    pub privileged_actions: bool,
+    /// Seconds each component may take to become ready.
+    #[arg(long, default_value_t = 30)]
+    pub ready_timeout_seconds: u64,
+    /// The API server URL the services use instead of kube-lite's own (e.g. an auditing proxy
+    /// in front of it, as the RBAC test does). Each service authenticates with its own token,
+    /// its ServiceAccount's name in deploy/ (`tink-controller`, `tink-webhook`, `hegel`).
+    #[arg(long, env = "TINK_DEV_SERVICES_API_SERVER")]
+    pub services_api_server: Option<String>,
+}
+
+/// What `state.json` holds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct State {
+    /// Components in start order.
+    pub components: Vec<Component>,
+    /// Components that are not part of this build (their binary says "not implemented").
+    #[serde(default)]
+    pub missing: Vec<String>,
+}
+
+impl State {
+    fn path(dir: &Path) -> PathBuf {
+        dir.join("state.json")
+    }
+
+    /// Reads the state file (empty when absent).
+    pub fn load(dir: &Path) -> anyhow::Result<Self> {
+        let p = Self::path(dir);
+        match std::fs::read(&p) {
+            Ok(b) => serde_json::from_slice(&b)
+                .with_context(|| format!("{} is not a tinkctl state file", p.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
+        }
+    }
+
+    fn save(&self, dir: &Path) -> anyhow::Result<()> {
+        let p = Self::path(dir);
+        let tmp = dir.join("state.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &p).with_context(|| format!("writing {}", p.display()))
+    }
+
+    fn running(&self) -> Vec<&Component> {
+        self.components
+            .iter()
+            .filter(|c| process::is_alive(c.pid) && process::is_ours(c.pid, &c.exe))
+            .collect()
+    }
+}
+
+/// Runs a `dev` subcommand.
+pub fn run(cmd: DevCommand) -> anyhow::Result<()> {
+    match cmd {
+        DevCommand::Up(args) => up(&args),
+        DevCommand::Down(args) => down(&args.resolve()?),
+        DevCommand::Certs(args) => {
+            let pki = pki::write(&args.out)?;
+            println!(
+                "{}\n{}\n{}",
+                pki.ca_cert.display(),
+                pki.webhook_cert.display(),
+                pki.webhook_key.display()
+            );
+            Ok(())
+        }
+        DevCommand::Status(args) => {
+            let ok = status(&args.resolve()?, &mut std::io::stdout().lock())?;
+            if ok {
+                Ok(())
+            } else {
+                bail!("some components are not ready")
+            }
+        }
+    }
+}
+
+fn find_nats(exe: &Path) -> anyhow::Result<PathBuf> {
+    let found = if exe.components().count() > 1 {
+        exe.is_file().then(|| exe.to_path_buf())
+    } else {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(exe))
+                .find(|p| p.is_file())
+        })
+    };
+    found.with_context(|| {
+        format!(
+            "{} not found. Install NATS: `sudo apt-get install nats-server` on Debian or Ubuntu, \
+             or a release binary from https://github.com/nats-io/nats-server/releases into your PATH \
+             (or pass --nats-server PATH)",
+            exe.display()
+        )
+    })
+}
+
+fn bin_dir(args: &UpArgs) -> anyhow::Result<PathBuf> {
+    match &args.bin_dir {
+        Some(d) => Ok(d.clone()),
+        None => {
+            let exe = std::env::current_exe().context("locating tinkctl")?;
+            Ok(exe
+                .parent()
+                .context("tinkctl has no directory")?
+                .to_path_buf())
+        }
+    }
+}
+
+/// Starts the stack.
+fn up(args: &UpArgs) -> anyhow::Result<()> {
+    let dir = args.dir.resolve()?;
+    std::fs::create_dir_all(dir.join("logs"))
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let dir = std::fs::canonicalize(&dir)?;
+    let previous = State::load(&dir)?;
+    if !previous.running().is_empty() {
+        bail!(
+            "a stack is already running in {} (tinkctl dev status --data-dir {0}; stop it with tinkctl dev down --data-dir {0})",
+            dir.display()
+        );
+    }
+    let nats = find_nats(&args.nats_server)?;
+    let bins = bin_dir(args)?;
+    let bin = |name: &str| -> anyhow::Result<PathBuf> {
+        let p = bins.join(name);
+        let p = std::fs::canonicalize(&p).with_context(|| {
+            format!("{} not found: build the stack first (cargo build -p kube-lite -p tink-webhook -p tink-controller -p tink-server -p hegel -p tink-agent -p tinkctl) or pass --bin-dir", p.display())
+        })?;
+        Ok(p)
+    };
+    let exes = Exes {
+        kube_lite: bin("kube-lite")?,
+        webhook: bin("tink-webhook")?,
+        controller: bin("tink-controller")?,
+        server: bin("tink-server")?,
+        hegel: bin("hegel")?,
+        agent: bin("tink-agent")?,
+        nats,
+    };
+    let mut stack = Stack {
+        dir: dir.clone(),
+        state: State::default(),
+        timeout: Duration::from_secs(args.ready_timeout_seconds),
+        children: Vec::new(),
+    };
+    match stack.start(&exes, args) {
+        Ok(env) => {
+            stack.state.save(&dir)?;
+            // The children keep running: tinkctl does not wait for them.
+            drop(std::mem::take(&mut stack.children));
+            print_summary(&dir, &env, &stack.state);
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("dev up failed; stopping what was started");
+            for c in stack.state.components.iter().rev() {
+                let _ = process::stop(c, Duration::from_secs(10));
+            }
+            for c in &mut stack.children {
+                let _ = c.wait();
+            }
+            let _ = std::fs::remove_file(State::path(&dir));
+            Err(e)
+        }
+    }
+}
+
+struct Exes {
+    kube_lite: PathBuf,
+    webhook: PathBuf,
+    controller: PathBuf,
+    server: PathBuf,
+    hegel: PathBuf,
+    agent: PathBuf,
+    nats: PathBuf,
+}
+
+/// What `D/env` holds.
+struct Env {
+    kubeconfig: PathBuf,
+    nats_url: String,
+    tink_server: String,
+    hegel_url: String,
+}
+
+struct Stack {
+    dir: PathBuf,
+    state: State,
+    timeout: Duration,
+    children: Vec<std::process::Child>,
+}
+
+impl Stack {
+    fn log(&self, name: &str) -> PathBuf {
+        self.dir.join("logs").join(format!("{name}.log"))
+    }
+
+    /// Starts one component and waits until it is ready. `Ok(false)`: its binary is not
+    /// implemented in this build (exit status 2), recorded as missing.
+    fn launch(
+        &mut self,
+        name: &str,
+        exe: &Path,
+        args: Vec<String>,
+        env: &[(&str, String)],
+        ready_url: String,
+    ) -> anyhow::Result<bool> {
+        let log = self.log(name);
+        let mut child = process::spawn(exe, &args, env, &log)?;
+        let component = Component {
+            name: name.to_string(),
+            pid: child.id() as i32,
+            exe: exe.to_path_buf(),
+            ready_url: ready_url.clone(),
+            log: log.clone(),
+        };
+        self.state.components.push(component);
+        self.state.save(&self.dir)?;
+        let started = process::wait_ready(&mut child, name, &ready_url, self.timeout);
+        match started {
+            Ok(Started::Ready) => {
+                println!("  {name:<14} ready    {ready_url}");
+                self.children.push(child);
+                Ok(true)
+            }
+            Ok(Started::Exited(Some(NOT_IMPLEMENTED))) => {
+                self.state.components.pop();
+                self.state.missing.push(name.to_string());
+                self.state.save(&self.dir)?;
+                println!(
+                    "  {name:<14} skipped: not implemented in this build ({})",
+                    process::tail(&log, 1)
+                );
+                Ok(false)
+            }
+            Ok(Started::Exited(code)) => bail!(
+                "{name} exited (status {code:?}) before it was ready; last lines of {}:\n{}",
+                log.display(),
+                process::tail(&log, 20)
+            ),
+            Err(e) => {
+                self.children.push(child);
+                Err(e.context(format!(
+                    "last lines of {}:\n{}",
+                    log.display(),
+                    process::tail(&log, 20)
+                )))
+            }
+        }
+    }
+
+    fn start(&mut self, exes: &Exes, args: &UpArgs) -> anyhow::Result<Env> {
+        let dir = self.dir.clone();
+        let loopback = |p: u16| format!("127.0.0.1:{p}");
+        let kubeconfig = dir.join("kubeconfig");
+        let _ = std::fs::remove_file(&kubeconfig);
+        let pki = pki::write(&dir.join("pki"))?;
+
+        let (nats_port, nats_mon) = (process::free_port()?, process::free_port()?);
+        let nats_url = format!("nats://{}", loopback(nats_port));
+        self.launch(
+            "nats",
+            &exes.nats,
+            vec![
+                "-js".into(),
+                "-a".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                nats_port.to_string(),
+                "-m".into(),
+                nats_mon.to_string(),
+                "-sd".into(),
+                dir.join("nats").display().to_string(),
+            ],
+            &[],
+            format!("http://{}/healthz", loopback(nats_mon)),
+        )?;
+
+        let api_port = process::free_port()?;
+        let webhook_port = process::free_port()?;
+        self.launch(
+            "kube-lite",
+            &exes.kube_lite,
+            vec![
+                "--listen".into(),
+                loopback(api_port),
+                "--kubeconfig".into(),
+                kubeconfig.display().to_string(),
+                "--data-dir".into(),
+                dir.join("kube-lite").display().to_string(),
+                "--service".into(),
+                format!(
+                    "tink-system/tink-webhook=https://{}",
+                    loopback(webhook_port)
+                ),
+            ],
+            &[],
+            format!("http://{}/readyz", loopback(api_port)),
+        )?;
+        for _ in 0..50 {
+            if kubeconfig.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+
+        let common: Vec<(&'static str, String)> = vec![
+            ("KUBECONFIG", kubeconfig.display().to_string()),
+            ("NATS_URL", nats_url.clone()),
+            (
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            ),
+        ];
+
+        let api_server = args
+            .services_api_server
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", loopback(api_port)));
+        let identity = |sa: &str| -> anyhow::Result<Vec<(&'static str, String)>> {
+            let path = service_kubeconfig(&dir, sa, &api_server)?;
+            let mut env = common.clone();
+            env.retain(|(k, _)| *k != "KUBECONFIG");
+            env.push(("KUBECONFIG", path.display().to_string()));
+            Ok(env)
+        };
+        let ca = std::fs::read(&pki.ca_cert)
+            .with_context(|| format!("reading {}", pki.ca_cert.display()))?;
+        let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+        // The CRDs first: the webhook's read caches list them before it turns ready.
+        rt.block_on(apply_cluster_objects(&kubeconfig, &ca, false))?;
+        let admin = process::free_port()?;
+        let webhook = self.launch(
+            "webhook",
+            &exes.webhook,
+            vec![
+                "--listen".into(),
+                loopback(webhook_port),
+                "--tls-cert".into(),
+                pki.webhook_cert.display().to_string(),
+                "--tls-key".into(),
+                pki.webhook_key.display().to_string(),
+                "--admin-addr".into(),
+                loopback(admin),
+            ],
+            &identity("tink-webhook")?,
+            format!("http://{}/readyz", loopback(admin)),
+        )?;
+
+        if webhook {
+            rt.block_on(apply_cluster_objects(&kubeconfig, &ca, true))?;
+        }
+
+        let mut grpc = Vec::new();
+        for i in 0..2 {
+            let (port, admin) = (process::free_port()?, process::free_port()?);
+            self.launch(
+                &format!("server-{i}"),
+                &exes.server,
+                vec![
+                    "--listen".into(),
+                    loopback(port),
+                    "--admin-addr".into(),
+                    loopback(admin),
+                    "--replica-id".into(),
+                    format!("server-{i}"),
+                    // TLS with the dev CA's loopback certificate (the webhook's: it names
+                    // 127.0.0.1 and localhost); agents trust the dev CA.
+                    "--tls-cert".into(),
+                    pki.webhook_cert.display().to_string(),
+                    "--tls-key".into(),
+                    pki.webhook_key.display().to_string(),
+                ],
+                &common,
+                format!("http://{}/readyz", loopback(admin)),
+            )?;
+            grpc.push(loopback(port));
+        }
+        for i in 0..2 {
+            let admin = process::free_port()?;
+            // A standby is ready too once it can read the Lease.
+            self.launch(
+                &format!("controller-{i}"),
+                &exes.controller,
+                vec![
+                    "--admin-addr".into(),
+                    loopback(admin),
+                    "--replica-id".into(),
+                    format!("controller-{i}"),
+                ],
+                &identity("tink-controller")?,
+                format!("http://{}/readyz", loopback(admin)),
+            )?;
+        }
+        let (hegel_port, admin) = (process::free_port()?, process::free_port()?);
+        let hegel_url = format!("http://{}", loopback(hegel_port));
+        self.launch(
+            "hegel",
+            &exes.hegel,
+            vec![
+                "--listen".into(),
+                loopback(hegel_port),
+                "--grpc-authority".into(),
+                grpc[0].clone(),
+                "--admin-addr".into(),
+                loopback(admin),
+            ],
+            &identity("hegel")?,
+            format!("http://{}/readyz", loopback(admin)),
+        )?;
+        let admin = process::free_port()?;
+        let work = dir.join("agent");
+        std::fs::create_dir_all(&work)?;
+        self.launch(
+            "agent",
+            &exes.agent,
+            vec![
+                "--agent-id".into(),
+                DEV_AGENT_ID.into(),
+                "--server".into(),
+                grpc.join(","),
+                "--tls-ca".into(),
+                pki.ca_cert.display().to_string(),
+                "--admin-addr".into(),
+                loopback(admin),
+                "--work-dir".into(),
+                work.display().to_string(),
+                "--privileged".into(),
+                args.privileged_actions.to_string(),
+            ],
+            &common,
+            format!("http://{}/readyz", loopback(admin)),
+        )?;
+        let env = Env {
+            kubeconfig,
+            nats_url,
+            tink_server: grpc.join(","),
+            hegel_url,
+        };
+        write_env(&dir, &env)?;
+        Ok(env)
+    }
+}
+
+/// The namespace the services run in (Lease, webhook Service).
+const SYSTEM_NAMESPACE: &str = "tink-system";
+
+/// Applies the system namespace and the CRDs (with the dev CA as the conversion webhook's
+/// caBundle) or, with `webhook`, the webhook's ValidatingWebhookConfiguration.
+async fn apply_cluster_objects(kubeconfig: &Path, ca: &[u8], webhook: bool) -> anyhow::Result<()> {
+    let client = crate::kubeconfig::client_from(kubeconfig).await?;
+    let hook = tink_api::ConversionWebhook {
+        namespace: SYSTEM_NAMESPACE.into(),
+        name: "tink-webhook".into(),
+        path: "/convert".into(),
+        port: 443,
+        ca_bundle: Some(ca.to_vec()),
+    };
+    let yaml = if webhook {
+        validating_webhook_configuration(ca)
+    } else {
+        let mut yaml =
+            format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {SYSTEM_NAMESPACE}\n");
+        for (_, crd) in tink_api::render_crds(&hook)? {
+            yaml.push_str("---\n");
+            yaml.push_str(&crd);
+        }
+        yaml
+    };
+    let objects = crate::apply::documents(&yaml)?;
+    crate::apply::apply_all(&client, &objects).await?;
+    println!(
+        "  applied {}",
+        if webhook {
+            "the ValidatingWebhookConfiguration"
+        } else {
+            "the CRDs (conversion caBundle: the development CA)"
+        }
+    );
+    Ok(())
+}
+
+/// The admission webhook registration for every tinkerbell.org kind.
+pub fn validating_webhook_configuration(ca: &[u8]) -> String {
+    let bundle = base64::engine::general_purpose::STANDARD.encode(ca);
+    format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: tink-webhook
+webhooks:
+  - name: validate.tinkerbell.org
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    failurePolicy: Fail
+    timeoutSeconds: 10
+    clientConfig:
+      caBundle: {bundle}
+      service:
+        namespace: {SYSTEM_NAMESPACE}
+        name: tink-webhook
+        path: /validate
+        port: 443
+    rules:
+      - apiGroups: [tinkerbell.org]
+        apiVersions: ["*"]
+        operations: [CREATE, UPDATE]
+        resources: ["*"]
+        scope: "*"
+"#
+    )
+}
+
+/// A kubeconfig for one service under `D/kubeconfig.d/`, authenticating with a token named after
+/// its ServiceAccount (kube-lite accepts any token; a proxy in front of it can tell the
+/// services apart by it).
+fn service_kubeconfig(dir: &Path, service_account: &str, server: &str) -> anyhow::Result<PathBuf> {
+    let d = dir.join("kubeconfig.d");
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    let path = d.join(format!("{service_account}.yaml"));
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: dev\n  cluster:\n    server: {server}\ncontexts:\n- name: {service_account}\n  context:\n    cluster: dev\n    user: {service_account}\ncurrent-context: {service_account}\nusers:\n- name: {service_account}\n  user:\n    token: {service_account}\n"
+    );
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+fn write_env(dir: &Path, env: &Env) -> anyhow::Result<()> {
+    let text = format!(
+        "# Written by `tinkctl dev up`; source it: . {}\nKUBECONFIG={}\nNATS_URL={}\nTINK_SERVER={}\nHEGEL_URL={}\nTINK_DEV_AGENT_ID={}\nTINK_AGENT_TLS_CA={}\nexport KUBECONFIG NATS_URL TINK_SERVER HEGEL_URL TINK_DEV_AGENT_ID TINK_AGENT_TLS_CA\n",
+        dir.join("env").display(),
+        shell_quote(&env.kubeconfig.display().to_string()),
+        shell_quote(&env.nats_url),
+        shell_quote(&env.tink_server),
+        shell_quote(&env.hegel_url),
+        shell_quote(DEV_AGENT_ID),
+        shell_quote(&dir.join("pki").join("ca.crt").display().to_string()),
+    );
+    let p = dir.join("env");
+    std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))
+}
+
+fn print_summary(dir: &Path, env: &Env, state: &State) {
+    println!(
+        "\nThe development stack runs ({} processes); logs in {}",
+        state.components.len(),
+        dir.join("logs").display()
+    );
+    if !state.missing.is_empty() {
+        println!("Not part of this build: {}", state.missing.join(", "));
+    }
+    println!("Use it:");
+    println!(
+        "  . {}                # KUBECONFIG, NATS_URL, TINK_SERVER, HEGEL_URL, TINK_DEV_AGENT_ID",
+        dir.join("env").display()
+    );
+    println!(
+        "  kubectl --kubeconfig {} get workflows -A",
+        env.kubeconfig.display()
+    );
+    println!("  tinkctl demo --kubeconfig {}", env.kubeconfig.display());
+    println!("  tinkctl dev status --data-dir {}", dir.display());
+    println!("  tinkctl dev down --data-dir {}", dir.display());
+}
+
+/// Stops every recorded component, last started first.
+fn down(dir: &Path) -> anyhow::Result<()> {
+    let state = State::load(dir)?;
+    if state.components.is_empty() {
+        println!("no stack recorded in {}", dir.display());
+        return Ok(());
+    }
+    for c in state.components.iter().rev() {
+        match process::stop(c, Duration::from_secs(15))? {
+            true => println!("  {:<14} killed after 15s", c.name),
+            false => println!("  {:<14} stopped", c.name),
+        }
+    }
+    std::fs::remove_file(State::path(dir))
+        .with_context(|| format!("removing {}", State::path(dir).display()))?;
+    println!("stopped; data kept in {}", dir.display());
+    Ok(())
+}
+
+/// Prints one line per component; whether all are running and ready.
+pub fn status(dir: &Path, out: &mut impl std::io::Write) -> anyhow::Result<bool> {
+    let state = State::load(dir)?;
+    if state.components.is_empty() {
+        writeln!(out, "no stack recorded in {}", dir.display())?;
+        return Ok(false);
+    }
+    let mut all = true;
+    writeln!(
+        out,
+        "{:<14} {:<8} {:<10} PROBE",
+        "COMPONENT", "PID", "STATE"
+    )?;
+    for c in &state.components {
+        let alive = process::is_alive(c.pid) && process::is_ours(c.pid, &c.exe);
+        let st = if !alive {
+            "exited"
+        } else {
+            match process::http_status(&c.ready_url, Duration::from_secs(1)) {
+                Ok(200) => "ready",
+                Ok(_) => "not-ready",
+                Err(_) => "no-answer",
+            }
+        };
+        all &= st == "ready";
+        writeln!(
+            out,
+            "{:<14} {:<8} {:<10} {}",
+            c.name, c.pid, st, c.ready_url
+        )?;
+    }
+    for m in &state.missing {
+        writeln!(
+            out,
+            "{m:<14} {:<8} {:<10} not implemented in this build",
+            "-", "-"
+        )?;
+    }
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_values_are_shell_quoted() {
+        assert_eq!(shell_quote("a b'c"), r"'a b'\''c'");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = Env {
+            kubeconfig: dir.path().join("kube config"),
+            nats_url: "nats://127.0.0.1:1".into(),
+            tink_server: "127.0.0.1:2,127.0.0.1:3".into(),
+            hegel_url: "http://127.0.0.1:4".into(),
+        };
+        write_env(dir.path(), &env).expect("env");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                ". '{}/env' && echo \"$KUBECONFIG|$TINK_SERVER|$TINK_DEV_AGENT_ID\"",
+                dir.path().display()
+            ))
+            .output()
+            .expect("sh");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!(
+                "{}|127.0.0.1:2,127.0.0.1:3|{DEV_AGENT_ID}",
+                dir.path().join("kube config").display()
+            )
+        );
+    }
+
+    #[test]
+    fn the_webhook_configuration_parses_and_carries_the_ca() {
+        let yaml = validating_webhook_configuration(b"CA");
+        let docs = crate::apply::documents(&yaml).expect("yaml");
+        assert_eq!(docs.len(), 1);
+        assert!(yaml.contains("caBundle: Q0E="));
+    }
+
+    #[test]
+    fn status_without_a_stack_says_so() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut out = Vec::new();
+        assert!(!status(dir.path(), &mut out).expect("status"));
+        assert!(String::from_utf8_lossy(&out).starts_with("no stack recorded"));
+    }
+}

@@ -1,0 +1,363 @@
+//! `tinkctl workflow watch NAME`: a Workflow's progress, one line per action with its state and
+//! duration, live (indicatif) on a terminal and as plain transition lines otherwise.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use futures::StreamExt;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use jiff::Timestamp;
+use kube::api::Api;
+use kube::runtime::watcher;
+use tink_api::v1alpha2::{ActionState, Workflow, WorkflowState};
+
+use crate::kubeconfig::KubeArgs;
+
+/// The annotation in which the controller records the Workflow's trace id.
+pub const TRACE_ID_ANNOTATION: &str = "tinkerbell.org/trace-id";
+
+/// `tinkctl workflow ...`.
+#[derive(Subcommand, Debug)]
+pub enum WorkflowCommand {
+    /// Follow a Workflow until it ends (exit status 0 only when it Succeeded).
+    Watch(WatchArgs),
+}
+
+/// Arguments of `tinkctl workflow watch`.
+#[derive(Args, Debug, Clone)]
+pub struct WatchArgs {
+    /// The Workflow's name.
+    pub name: String,
+    /// The Workflow's namespace.
+    #[arg(short, long, env = "TINK_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_seconds: u64,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// Runs a `workflow` subcommand.
+pub fn run(cmd: WorkflowCommand) -> anyhow::Result<()> {
+    let WorkflowCommand::Watch(args) = cmd;
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async {
+        let client = args.kube.client().await?;
+        let api: Api<Workflow> = Api::namespaced(client, &args.namespace);
+        let wf = follow(&api, &args.name, Duration::from_secs(args.timeout_seconds)).await?;
+        finish(&wf)
+    })
+}
+
+/// Prints the end of a followed Workflow and turns anything but `Succeeded` into an error.
+pub fn finish(wf: &Workflow) -> anyhow::Result<()> {
+    let name = wf.metadata.name.clone().unwrap_or_default();
+    let state = wf.status.as_ref().map(|s| s.state).unwrap_or_default();
+    if let Some(trace) = trace_id(wf) {
+        println!(
+            "trace id {trace}: open it in your tracing UI (with the compose stack's Jaeger: http://localhost:16686/trace/{trace})"
+        );
+    }
+    if state == WorkflowState::Succeeded {
+        println!("workflow {name} Succeeded");
+        Ok(())
+    } else {
+        anyhow::bail!("workflow {name} ended {}{}", state.as_str(), failure(wf))
+    }
+}
+
+/// The Workflow's trace id, when the controller recorded one.
+pub fn trace_id(wf: &Workflow) -> Option<&str> {
+    wf.metadata
+        .annotations
+        .as_ref()?
+        .get(TRACE_ID_ANNOTATION)
+        .map(String::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+fn failure(wf: &Workflow) -> String {
+    let Some(status) = &wf.status else {
+        return String::new();
+    };
+    for a in &status.actions {
+        if a.state == ActionState::Failed {
+            return format!(
+                ": action {} failed: {} {}",
+                a.rendered.name,
+                a.failure_reason.as_deref().unwrap_or("Unknown"),
+                a.failure_message.as_deref().unwrap_or("")
+            );
+        }
+    }
+    status
+        .conditions
+        .iter()
+        .find(|c| c.reason.is_some() && c.status == tink_api::v1alpha2::ConditionStatus::False)
+        .map(|c| {
+            format!(
+                ": {} {}",
+                c.reason.as_deref().unwrap_or_default(),
+                c.message.as_deref().unwrap_or_default()
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// One displayed line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    /// The action's name (the Workflow's own line has its name).
+    pub name: String,
+    /// The state as the API spells it.
+    pub state: &'static str,
+    /// Time spent so far (running) or in all (ended); `None` before it started.
+    pub duration: Option<Duration>,
+    /// Whether it ended.
+    pub done: bool,
+    /// Failure reason and message, when it failed.
+    pub detail: Option<String>,
+}
+
+/// The lines for a Workflow at `now`: first the Workflow itself, then one per action.
+pub fn lines(wf: &Workflow, now: Timestamp) -> Vec<Line> {
+    let status = wf.status.clone().unwrap_or_default();
+    let span = |start: Option<&Timestamp>, end: Option<&Timestamp>, done: bool| {
+        let start = start?;
+        let end = if done {
+            end.copied().unwrap_or(now)
+        } else {
+            now
+        };
+        let d = end.duration_since(*start);
+        Some(Duration::try_from(d).unwrap_or_default())
+    };
+    let wf_done = status.state.is_terminal();
+    let mut out = vec![Line {
+        name: wf.metadata.name.clone().unwrap_or_default(),
+        state: status.state.as_str(),
+        duration: span(
+            status.started_at.as_ref().map(|t| &t.0),
+            status.last_transition.as_ref().map(|t| &t.0),
+            wf_done,
+        ),
+        done: wf_done,
+        detail: None,
+    }];
+    for a in &status.actions {
+        let done = a.state.is_terminal();
+        out.push(Line {
+            name: a.rendered.name.clone(),
+            state: a.state.as_str(),
+            duration: span(
+                a.started_at.as_ref().map(|t| &t.0),
+                a.last_transition.as_ref().map(|t| &t.0),
+                done,
+            ),
+            done,
+            detail: a
+                .failure_reason
+                .as_ref()
+                .map(|r| format!("{r}: {}", a.failure_message.as_deref().unwrap_or_default())),
+        });
+    }
+    out
+}
+
+fn format_line(l: &Line, width: usize) -> String {
+    let d = l
+        .duration
+        .map(|d| format!("{:.1}s", d.as_secs_f64()))
+        .unwrap_or_default();
+    let detail = l
+        .detail
+        .as_deref()
+        .map(|d| format!("  {d}"))
+        .unwrap_or_default();
+    format!("{:<width$}  {:<10} {:>7}{detail}", l.name, l.state, d)
+}
+
+/// A display: live bars on a terminal, transition lines otherwise.
+struct Display {
+    live: Option<(MultiProgress, Vec<ProgressBar>)>,
+    printed: BTreeMap<String, &'static str>,
+}
+
+impl Display {
+    fn new() -> Self {
+        let live = std::io::stderr().is_terminal().then(|| {
+            (
+                MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
+                Vec::new(),
+            )
+        });
+        Self {
+            live,
+            printed: BTreeMap::new(),
+        }
+    }
+
+    fn show(&mut self, lines: &[Line]) {
+        let width = lines.iter().map(|l| l.name.len()).max().unwrap_or(8).max(8);
+        match &mut self.live {
+            Some((multi, bars)) => {
+                while bars.len() < lines.len() {
+                    let bar = multi.add(ProgressBar::new_spinner());
+                    bar.set_style(
+                        ProgressStyle::with_template("{spinner:.cyan} {msg}")
+                            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                    );
+                    bar.enable_steady_tick(Duration::from_millis(120));
+                    bars.push(bar);
+                }
+                for (i, (l, bar)) in lines.iter().zip(bars.iter()).enumerate() {
+                    let indent = if i == 0 { "" } else { "  " };
+                    let mark = match l.state {
+                        "Succeeded" => "✔",
+                        "Failed" | "Canceled" => "✘",
+                        _ => "",
+                    };
+                    let text = format!("{indent}{}", format_line(l, width));
+                    if l.done && !bar.is_finished() {
+                        bar.finish_with_message(format!("{mark} {text}"));
+                    } else if !l.done {
+                        bar.set_message(text);
+                    }
+                }
+            }
+            None => {
+                for (i, l) in lines.iter().enumerate() {
+                    let key = if i == 0 {
+                        String::new()
+                    } else {
+                        l.name.clone()
+                    };
+                    if self.printed.get(&key) != Some(&l.state) {
+                        self.printed.insert(key, l.state);
+                        let kind = if i == 0 { "workflow" } else { "  action" };
+                        println!("{kind} {}", format_line(l, width));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Follows a Workflow until it ends or `timeout` passes, displaying it; returns its last state.
+pub async fn follow(
+    api: &Api<Workflow>,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<Workflow> {
+    let mut display = Display::new();
+    let mut stream = watcher::watch_object(api.clone(), name).boxed();
+    let mut last: Option<Workflow> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            ev = stream.next() => match ev {
+                Some(Ok(Some(wf))) => {
+                    display.show(&lines(&wf, Timestamp::now()));
+                    let ended = wf.status.as_ref().is_some_and(|s| s.state.is_terminal());
+                    last = Some(wf);
+                    if ended {
+                        break;
+                    }
+                }
+                Some(Ok(None)) => {
+                    if last.is_some() {
+                        anyhow::bail!("workflow {name} was deleted");
+                    }
+                }
+                Some(Err(e)) => tracing_free_warn(&format!("watch: {e} (retrying)")),
+                None => anyhow::bail!("the watch of workflow {name} ended"),
+            },
+            _ = tick.tick() => {
+                if let Some(wf) = &last {
+                    display.show(&lines(wf, Timestamp::now()));
+                }
+            }
+            _ = &mut deadline => anyhow::bail!("workflow {name} did not end within {}s", timeout.as_secs()),
+        }
+    }
+    last.with_context(|| format!("workflow {name} not found"))
+}
+
+fn tracing_free_warn(msg: &str) {
+    eprintln!("warning: {msg}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wf(yaml: &str) -> Workflow {
+        serde_yaml::from_str(yaml).expect("workflow")
+    }
+
+    const RUNNING: &str = r#"
+apiVersion: tinkerbell.org/v1alpha2
+kind: Workflow
+metadata: {name: w, namespace: n, annotations: {"tinkerbell.org/trace-id": "4bf92f3577b34da6a3ce929d0e0e4736"}}
+spec: {hardwareRef: {name: h}, templateRef: {name: t}}
+status:
+  state: Running
+  startedAt: "2025-01-01T00:00:00Z"
+  actions:
+    - id: a1
+      rendered: {name: fetch, image: x}
+      state: Succeeded
+      startedAt: "2025-01-01T00:00:00Z"
+      lastTransitioned: "2025-01-01T00:00:02Z"
+    - id: a2
+      rendered: {name: write, image: x}
+      state: Running
+      startedAt: "2025-01-01T00:00:02Z"
+    - id: a3
+      rendered: {name: verify, image: x}
+      state: Pending
+"#;
+
+    #[test]
+    fn one_line_per_action_with_state_and_duration() {
+        let now: Timestamp = "2025-01-01T00:00:05Z".parse().expect("ts");
+        let l = lines(&wf(RUNNING), now);
+        assert_eq!(l.len(), 4);
+        assert_eq!(
+            (l[0].name.as_str(), l[0].state, l[0].duration),
+            ("w", "Running", Some(Duration::from_secs(5)))
+        );
+        assert_eq!(
+            (l[1].state, l[1].duration, l[1].done),
+            ("Succeeded", Some(Duration::from_secs(2)), true)
+        );
+        assert_eq!(
+            (l[2].state, l[2].duration, l[2].done),
+            ("Running", Some(Duration::from_secs(3)), false)
+        );
+        assert_eq!((l[3].state, l[3].duration), ("Pending", None));
+        assert_eq!(format_line(&l[1], 8), "fetch     Succeeded     2.0s");
+    }
+
+    #[test]
+    fn a_failed_workflow_is_an_error_naming_the_action_and_reason() {
+        let text = RUNNING
+            .replace("state: Running\n  startedAt", "state: Failed\n  startedAt")
+            .replace("      state: Running\n", "      state: Failed\n      failureReason: Exit1\n      failureMessage: exit status 1\n");
+        let w = wf(&text);
+        assert_eq!(trace_id(&w), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+        let err = finish(&w).expect_err("failed");
+        assert_eq!(
+            err.to_string(),
+            "workflow w ended Failed: action write failed: Exit1 exit status 1"
+        );
+        let l = lines(&w, Timestamp::now());
+        assert_eq!(l[2].detail.as_deref(), Some("Exit1: exit status 1"));
+    }
+}

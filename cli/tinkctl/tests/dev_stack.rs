@@ -1,0 +1,545 @@
+//! End to end through `tinkctl dev up`: every service its own process (kube-lite, nats-server,
+//! two controllers, two servers, the agent on the machine's Docker engine; the webhook and Hegel
+//! when this build has them), driven with tinkctl and kubectl as a user would:
+//! - `kubectl explain workflow.spec` answers from kube-lite's OpenAPI;
+//! - `tinkctl demo` runs the sample workflow to Succeeded;
+//! - a failing action fails the workflow with its reason (and `tinkctl workflow watch` says so);
+//! - a workflow deleted while running is canceled and its container stopped;
+//! - a server replica killed mid-workflow changes nothing visible (the agent moves to the other);
+//! - `tinkctl dev status` notices the dead replica, `tinkctl dev down` stops everything;
+//! - every Kubernetes API call each service made (recorded by an auditing proxy the services
+//!   reach kube-lite through, each with its own token) is allowed by its RBAC in deploy/.
+//!
+//! The binaries come from the same target directory as tinkctl (`cargo test --workspace` builds
+//! them all; with `-p tinkctl` alone, build them first: see scripts/demo.sh).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::query_parameters::ListContainersOptionsBuilder;
+use kube::api::{Api, DeleteParams};
+use tink_api::v1alpha2::{ActionState, Workflow, WorkflowState};
+
+const NS: &str = "tink-demo";
+const BINARIES: [&str; 6] = [
+    "kube-lite",
+    "tink-webhook",
+    "tink-controller",
+    "tink-server",
+    "hegel",
+    "tink-agent",
+];
+
+fn tinkctl() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tinkctl"))
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("command runs");
+    eprintln!(
+        "$ {cmd:?}\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+struct Stack {
+    dir: tempfile::TempDir,
+}
+
+impl Stack {
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = run(Command::new(tinkctl())
+            .args(["dev", "down", "--data-dir"])
+            .arg(self.dir.path()));
+        if std::thread::panicking() {
+            for entry in std::fs::read_dir(self.dir.path().join("logs"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                eprintln!(
+                    "--- {}\n{}",
+                    entry.path().display(),
+                    lines[lines.len().saturating_sub(25)..].join("\n")
+                );
+            }
+        }
+    }
+}
+
+fn template(name: &str, script: &str) -> String {
+    format!(
+        r#"apiVersion: tinkerbell.org/v1alpha2
+kind: Template
+metadata: {{name: {name}, namespace: {NS}}}
+spec:
+  actions:
+    - name: first
+      image: tink-demo/actions:latest
+      cmd: /bin/sh
+      args: ["-c", "echo first"]
+    - name: second
+      image: tink-demo/actions:latest
+      cmd: /bin/sh
+      args: ["-c", {script:?}]
+    - name: third
+      image: tink-demo/actions:latest
+      cmd: /bin/sh
+      args: ["-c", "echo third"]
+---
+apiVersion: tinkerbell.org/v1alpha2
+kind: Workflow
+metadata: {{name: {name}, namespace: {NS}}}
+spec:
+  hardwareRef: {{name: machine-1}}
+  templateRef: {{name: {name}}}
+"#
+    )
+}
+
+fn kubectl_apply(stack: &Stack, yaml: &str) {
+    let file = stack.dir.path().join("apply.yaml");
+    std::fs::write(&file, yaml).expect("write");
+    let out = run(Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(stack.kubeconfig())
+        .args(["apply", "-f"])
+        .arg(&file));
+    assert!(out.status.success(), "kubectl apply failed");
+}
+
+async fn wait_for(
+    api: &Api<Workflow>,
+    name: &str,
+    what: &str,
+    done: impl Fn(&Workflow) -> bool,
+) -> Workflow {
+    for _ in 0..600 {
+        if let Some(w) = api.get_opt(name).await.expect("get workflow")
+            && done(&w)
+        {
+            return w;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let w = api.get_opt(name).await.expect("get workflow");
+    panic!(
+        "workflow {name}: {what} did not happen within 60s; last: {:?}",
+        w.and_then(|w| w.status)
+    );
+}
+
+fn state(w: &Workflow) -> WorkflowState {
+    w.status.as_ref().map(|s| s.state).unwrap_or_default()
+}
+
+fn action_state(w: &Workflow, i: usize) -> Option<ActionState> {
+    w.status
+        .as_ref()
+        .and_then(|s| s.actions.get(i))
+        .map(|a| a.state)
+}
+
+/// Running containers of workflows in the test namespace.
+async fn running_containers(docker: &Docker, workflow: &str) -> Vec<String> {
+    let options = ListContainersOptionsBuilder::default()
+        .filters(&std::collections::HashMap::from([(
+            "label",
+            vec!["org.tinkerbell.workflow"],
+        )]))
+        .build();
+    docker
+        .list_containers(Some(options))
+        .await
+        .expect("docker ps")
+        .into_iter()
+        .filter(|c| {
+            c.labels
+                .as_ref()
+                .and_then(|l| l.get("org.tinkerbell.workflow"))
+                .is_some_and(|w| w.starts_with(&format!("{NS}/{workflow}/")))
+        })
+        .filter_map(|c| c.id)
+        .collect()
+}
+
+fn component_pid(dir: &Path, name: &str) -> i32 {
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).expect("state.json"))
+            .expect("json");
+    state["components"]
+        .as_array()
+        .expect("components")
+        .iter()
+        .find(|c| c["name"] == name)
+        .and_then(|c| c["pid"].as_i64())
+        .expect("component recorded") as i32
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dev_stack_runs_workflows_end_to_end() {
+    let bin_dir = tinkctl().parent().expect("bin dir").to_path_buf();
+    for b in BINARIES {
+        assert!(
+            bin_dir.join(b).exists(),
+            "{} missing: build the stack (cargo build -p kube-lite -p tink-webhook -p tink-controller -p tink-server -p hegel -p tink-agent)",
+            bin_dir.join(b).display()
+        );
+    }
+    let docker = Docker::connect_with_local_defaults().expect("docker client");
+    docker.ping().await.expect("the Docker engine answers");
+
+    let stack = Stack {
+        dir: tempfile::tempdir().expect("tempdir"),
+    };
+    let audit = common::Audit::default();
+    let proxy = common::start_proxy(stack.kubeconfig(), audit.clone()).await;
+    // Debug logs of our services: the secrets check below reads them.
+    let up = run(Command::new(tinkctl())
+        .env(
+            "RUST_LOG",
+            "info,tink_agent=debug,tink_server=debug,tink_controller=debug,tink_webhook=debug",
+        )
+        .args(["dev", "up", "--data-dir"])
+        .arg(stack.dir.path())
+        .arg("--bin-dir")
+        .arg(&bin_dir)
+        .args(["--services-api-server", &proxy]));
+    assert!(up.status.success(), "dev up failed");
+    let env = std::fs::read_to_string(stack.dir.path().join("env")).expect("env file");
+    for key in [
+        "KUBECONFIG=",
+        "NATS_URL=",
+        "TINK_SERVER=",
+        "HEGEL_URL=",
+        "TINK_DEV_AGENT_ID='02:00:00:00:00:01'",
+    ] {
+        assert!(env.contains(key), "{key} missing from the env file:\n{env}");
+    }
+    let status = run(Command::new(tinkctl())
+        .args(["dev", "status", "--data-dir"])
+        .arg(stack.dir.path()));
+    assert!(status.status.success(), "every started component is ready");
+
+    // kubectl explain works as on a real cluster.
+    let explain = run(Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(stack.kubeconfig())
+        .args(["explain", "workflow.spec"]));
+    assert!(explain.status.success());
+    assert!(String::from_utf8_lossy(&explain.stdout).contains("hardwareRef"));
+
+    // The demo.
+    let demo = run(Command::new(tinkctl())
+        .arg("demo")
+        .arg("--kubeconfig")
+        .arg(stack.kubeconfig()));
+    assert!(demo.status.success(), "tinkctl demo failed");
+    let text = String::from_utf8_lossy(&demo.stdout);
+    assert!(
+        text.contains("workflow provision-machine-1 Succeeded"),
+        "{text}"
+    );
+    for action in ["stream-image", "write-disk", "verify", "configure"] {
+        assert!(text.contains(action), "{action} not shown");
+    }
+
+    let client = tinkctl_client(&stack.kubeconfig()).await;
+    let api: Api<Workflow> = Api::namespaced(client, NS);
+
+    // A failing action fails the workflow with its reason; the third action never runs.
+    kubectl_apply(&stack, &template("fails", "echo broken >&2; exit 3"));
+    let w = wait_for(&api, "fails", "Failed", |w| {
+        state(w) == WorkflowState::Failed
+    })
+    .await;
+    let failed = &w.status.as_ref().expect("status").actions[1];
+    assert_eq!(failed.state, ActionState::Failed);
+    assert!(failed.failure_reason.is_some(), "a reason: {failed:?}");
+    assert_eq!(action_state(&w, 0), Some(ActionState::Succeeded));
+    assert_ne!(action_state(&w, 2), Some(ActionState::Succeeded));
+    let watch = run(Command::new(tinkctl())
+        .args(["workflow", "watch", "fails", "-n", NS, "--kubeconfig"])
+        .arg(stack.kubeconfig()));
+    assert!(
+        !watch.status.success(),
+        "watch of a failed workflow exits non-zero"
+    );
+    let err = String::from_utf8_lossy(&watch.stderr);
+    assert!(err.contains("ended Failed: action second failed"), "{err}");
+
+    // A workflow deleted while its action runs is canceled and the container stopped.
+    kubectl_apply(&stack, &template("deleted", "sleep 300"));
+    wait_for(&api, "deleted", "second action Running", |w| {
+        action_state(w, 1) == Some(ActionState::Running)
+    })
+    .await;
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        seen = running_containers(&docker, "deleted").await;
+        if !seen.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen.len(), 1, "one running container for the second action");
+    api.delete("deleted", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let mut gone = false;
+    for _ in 0..600 {
+        if api.get_opt("deleted").await.expect("get").is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        gone,
+        "the finalizer is removed once the workflow is Canceled"
+    );
+    assert!(
+        running_containers(&docker, "deleted").await.is_empty(),
+        "the action's container was stopped"
+    );
+
+    // A server replica killed mid-workflow: the agent moves to the other one, nothing shows.
+    let before = status_of(&stack);
+    assert!(before.contains("server-0") && before.contains("ready"));
+    kubectl_apply(&stack, &template("survives", "sleep 4; echo second"));
+    wait_for(&api, "survives", "second action Running", |w| {
+        action_state(w, 1) == Some(ActionState::Running)
+    })
+    .await;
+    let server0 = component_pid(stack.dir.path(), "server-0");
+    let killed = Command::new("kill")
+        .args(["-KILL", &server0.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let w = wait_for(&api, "survives", "an end state", |w| state(w).is_terminal()).await;
+    assert_eq!(state(&w), WorkflowState::Succeeded, "{:?}", w.status);
+    let actions = &w.status.as_ref().expect("status").actions;
+    assert!(
+        actions
+            .iter()
+            .all(|a| a.state == ActionState::Succeeded && a.failure_reason.is_none())
+    );
+    let after = status_of(&stack);
+    assert!(
+        after
+            .lines()
+            .any(|l| l.starts_with("server-0") && l.contains("exited")),
+        "{after}"
+    );
+
+    // Secrets: an action's env value reaches the machine and no log of any component.
+    let secret = format!(
+        "s3cr3t-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    );
+    kubectl_apply(
+        &stack,
+        &format!(
+            r#"apiVersion: tinkerbell.org/v1alpha2
+kind: Template
+metadata: {{name: secretive, namespace: {NS}}}
+spec:
+  env: {{REGISTRY_TOKEN: "{secret}"}}
+  actions:
+    - name: uses-the-token
+      image: tink-demo/actions:latest
+      cmd: /bin/sh
+      args: ["-c", "test -n \"$REGISTRY_TOKEN\" && echo token present"]
+---
+apiVersion: tinkerbell.org/v1alpha2
+kind: Workflow
+metadata: {{name: secretive, namespace: {NS}}}
+spec:
+  hardwareRef: {{name: machine-1}}
+  templateRef: {{name: secretive}}
+"#
+        ),
+    );
+    let w = wait_for(&api, "secretive", "an end state", |w| {
+        state(w).is_terminal()
+    })
+    .await;
+    assert_eq!(state(&w), WorkflowState::Succeeded, "{:?}", w.status);
+    let mut read = 0;
+    for entry in std::fs::read_dir(stack.dir.path().join("logs"))
+        .expect("logs")
+        .flatten()
+    {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        read += text.len();
+        assert!(
+            !text.contains(&secret),
+            "{} holds the action's secret env value",
+            entry.path().display()
+        );
+    }
+    assert!(read > 0, "no logs were read");
+
+    // RBAC: every call each service made is allowed by its Role in deploy/.
+    let calls = audit.calls();
+    let controller: Vec<_> = calls
+        .iter()
+        .filter(|c| c.user == "tink-controller")
+        .collect();
+    for (verb, resource, sub) in [
+        ("watch", "workflows", ""),
+        ("update", "workflows", "status"),
+        ("patch", "workflows", ""),
+        ("get", "leases", ""),
+        ("create", "events", ""),
+    ] {
+        assert!(
+            controller
+                .iter()
+                .any(|c| c.verb == verb && c.resource == resource && c.subresource == sub),
+            "the controller was expected to {verb} {resource}/{sub}; recorded: {controller:#?}"
+        );
+    }
+    let docs = deploy_docs();
+    let denied: Vec<_> = calls
+        .iter()
+        .filter(|c| !common::allowed(&docs, &c.user, "tink-system", c))
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "calls deploy/'s RBAC does not allow: {denied:#?}"
+    );
+}
+
+fn deploy_docs() -> Vec<serde_json::Value> {
+    use serde::Deserialize;
+    let out = Command::new("kubectl")
+        .args(["kustomize", "deploy/"])
+        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .output()
+        .expect("kubectl kustomize");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).expect("utf8");
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde_json::Value::deserialize(d).expect("yaml"))
+        .collect()
+}
+
+#[test]
+fn the_rbac_check_fails_when_a_role_lacks_a_verb() {
+    let docs = deploy_docs();
+    let status = common::classify(
+        "tink-controller",
+        "PUT",
+        "/apis/tinkerbell.org/v1alpha2/namespaces/a/workflows/w/status",
+    )
+    .expect("resource request");
+    assert_eq!(
+        (status.verb.as_str(), status.subresource.as_str()),
+        ("update", "status")
+    );
+    assert!(common::allowed(
+        &docs,
+        "tink-controller",
+        "tink-system",
+        &status
+    ));
+    // The same call from a service whose Role does not grant it.
+    assert!(!common::allowed(&docs, "hegel", "tink-system", &status));
+    // Without the verb in the controller's ClusterRole, the call is denied.
+    let mut stripped = docs.clone();
+    for d in &mut stripped {
+        if d["kind"] == "ClusterRole" && d["metadata"]["name"] == "tink-controller" {
+            for rule in d["rules"].as_array_mut().expect("rules") {
+                if let Some(verbs) = rule["verbs"].as_array_mut() {
+                    verbs.retain(|v| v != "update");
+                }
+            }
+        }
+    }
+    assert!(!common::allowed(
+        &stripped,
+        "tink-controller",
+        "tink-system",
+        &status
+    ));
+    // The Lease Role is namespaced and limited to its name.
+    let lease = common::classify(
+        "tink-controller",
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/tink-system/leases/tink-controller",
+    )
+    .expect("lease");
+    assert!(common::allowed(
+        &docs,
+        "tink-controller",
+        "tink-system",
+        &lease
+    ));
+    let other = common::classify(
+        "tink-controller",
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/tink-system/leases/other",
+    )
+    .expect("lease");
+    assert!(!common::allowed(
+        &docs,
+        "tink-controller",
+        "tink-system",
+        &other
+    ));
+    let elsewhere = common::classify(
+        "tink-controller",
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases/tink-controller",
+    )
+    .expect("lease");
+    assert!(!common::allowed(
+        &docs,
+        "tink-controller",
+        "tink-system",
+        &elsewhere
+    ));
+    // Discovery is not a resource request.
+    assert!(common::classify("x", "GET", "/apis/tinkerbell.org/v1alpha2").is_none());
+    let watch = common::classify(
+        "x",
+        "GET",
+        "/apis/tinkerbell.org/v1alpha2/workflows?watch=true&resourceVersion=1",
+    )
+    .expect("watch");
+    assert_eq!(watch.verb, "watch");
+}
+
+fn status_of(stack: &Stack) -> String {
+    let out = run(Command::new(tinkctl())
+        .args(["dev", "status", "--data-dir"])
+        .arg(stack.dir.path()));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn tinkctl_client(kubeconfig: &Path) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}

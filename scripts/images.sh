@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds the tinkerbell-rs image where no image can be pulled (CI):
+#   1. debian:bookworm-slim, unless the engine has it: made with debootstrap (minbase) from the
+#      machine's Debian mirror and `docker import`ed under that name, so the Dockerfile is the
+#      one users build unchanged. The root file system tarball is cached in
+#      ${TINK_IMAGE_CACHE:-/var/cache/tinkerbell-rs} for 7 days (debootstrap checked the
+#      archive signatures when it was made; a stale or partial tarball is rebuilt).
+#   2. the binaries, built on this host (Debian 12, the base's glibc), copied to
+#      target/docker-bin, and `docker build --target prebuilt` (no Rust image needed).
+# The image is tagged ${TINK_IMAGE:-tinkerbell-rs/tinkerbell:0.1.0}.
+#   PROFILE=release bash scripts/images.sh   for release binaries (default: the debug build the
+#                                            tests already made, which keeps CI short)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+image="${TINK_IMAGE:-tinkerbell-rs/tinkerbell:0.1.0}"
+base="debian:bookworm-slim"
+cache="${TINK_IMAGE_CACHE:-/var/cache/tinkerbell-rs}"
+profile="${PROFILE:-debug}"
+
+if ! docker image inspect "$base" >/dev/null 2>&1; then
+  tarball="$cache/debian-bookworm-minbase.tar"
+  if [ ! -s "$tarball" ] || [ -n "$(find "$tarball" -mtime +7 2>/dev/null)" ]; then
+    command -v debootstrap >/dev/null 2>&1 || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+    mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n1)
+    mirror="${mirror:-http://deb.debian.org/debian}"
+    echo "== debootstrap bookworm (minbase) from $mirror"
+    root=$(mktemp -d /tmp/tink-rootfs.XXXXXX)
+    trap 'rm -rf "$root"' EXIT
+    debootstrap --variant=minbase bookworm "$root" "$mirror" >/dev/null
+    # What the slim image leaves out: apt lists, caches, docs.
+    rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/usr/share/doc/* "$root"/usr/share/man/*
+    mkdir -p "$cache"
+    tar -C "$root" --numeric-owner -cf "$tarball.tmp" .
+    mv "$tarball.tmp" "$tarball"
+  fi
+  echo "== docker import $tarball as $base"
+  docker import --change 'CMD ["bash"]' "$tarball" "$base" >/dev/null
+fi
+
+echo "== binaries ($profile)"
+flag=(); [ "$profile" = release ] && flag=(--release)
+cargo build -q "${flag[@]}" -p tink-controller -p tink-server -p tink-webhook -p hegel -p tink-agent -p tinkctl -p kube-lite
+target="$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/$profile"
+rm -rf target/docker-bin && mkdir -p target/docker-bin
+for b in tink-controller tink-server tink-webhook hegel tink-agent tinkctl kube-lite; do
+  cp "$target/$b" target/docker-bin/
+done
+strip --strip-debug target/docker-bin/* 2>/dev/null || true
+
+echo "== docker build --target prebuilt -t $image"
+docker build -q --target prebuilt --build-arg BIN_DIR=target/docker-bin -t "$image" . >/dev/null
+rm -rf target/docker-bin
+docker run --rm "$image" /usr/local/bin/tinkctl --version
