@@ -26,7 +26,8 @@ use serde_json::json;
 use tink_api::v1alpha2::{ConditionType, Workflow, WorkflowState};
 use tink_bus::proto::workflow_service_client::WorkflowServiceClient;
 use tink_bus::proto::{
-    Event, GetWorkflowsRequest, PublishEventRequest, event, get_workflows_response,
+    Event, GetWorkflowsRequest, GetWorkflowsResponse, PublishEventRequest, event,
+    get_workflows_response,
 };
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -170,6 +171,10 @@ struct SimAgent {
     action_time: Duration,
     /// The session token the server issued to this process's stream.
     token: Arc<Mutex<Option<String>>>,
+    /// A command stream opened while a workflow runs (its session had ended, so events were
+    /// refused); the command loop takes it over. The real agent's stream task is independent
+    /// of its executor and reconnects on its own; this keeps the simulation honest about it.
+    parked: Arc<Mutex<Option<tonic::Streaming<GetWorkflowsResponse>>>>,
 }
 
 impl SimAgent {
@@ -213,12 +218,46 @@ impl SimAgent {
                     Ok(Err(status)) if status.code() == tonic::Code::InvalidArgument => {
                         panic!("the server refused an event: {status:?}")
                     }
+                    // The session ended (its replica died and its presence expired): a new
+                    // stream gets a new token, as the real agent's stream task would.
+                    Ok(Err(status)) if status.code() == tonic::Code::PermissionDenied => {
+                        if let Some(stream) = self.open_stream(*n).await {
+                            *self.parked.lock().unwrap() = Some(stream);
+                        }
+                    }
                     _ => {}
                 }
             }
             *n += 1;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Opens a command stream (presenting the session token, keeping a newly issued one).
+    async fn open_stream(&self, n: usize) -> Option<tonic::Streaming<GetWorkflowsResponse>> {
+        let mut client = self.connect(n).await?;
+        let mut request = tonic::Request::new(GetWorkflowsRequest {
+            agent_id: self.mac.clone(),
+            instance_id: self.instance.clone(),
+        });
+        if let Some(token) = self.token.lock().unwrap().clone() {
+            request.metadata_mut().insert(
+                tink_server::identity::TOKEN_HEADER,
+                token.parse().expect("ascii"),
+            );
+        }
+        let response = tokio::time::timeout(Duration::from_secs(3), client.get_workflows(request))
+            .await
+            .ok()?
+            .ok()?;
+        if let Some(issued) = response
+            .metadata()
+            .get(tink_server::identity::TOKEN_HEADER)
+            .and_then(|v| v.to_str().ok())
+        {
+            *self.token.lock().unwrap() = Some(issued.to_string());
+        }
+        Some(response.into_inner())
     }
 
     async fn receipt(&self, workflow_id: &str, stop: bool, n: &mut usize) {
@@ -237,34 +276,17 @@ impl SimAgent {
         let mut n = self.mac.bytes().map(usize::from).sum::<usize>();
         loop {
             n += 1;
-            let Some(mut client) = self.connect(n).await else {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
+            let parked = self.parked.lock().unwrap().take();
+            let mut commands = match parked {
+                Some(stream) => stream,
+                None => match self.open_stream(n).await {
+                    Some(stream) => stream,
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                },
             };
-            let mut request = tonic::Request::new(GetWorkflowsRequest {
-                agent_id: self.mac.clone(),
-                instance_id: self.instance.clone(),
-            });
-            if let Some(token) = self.token.lock().unwrap().clone() {
-                request.metadata_mut().insert(
-                    tink_server::identity::TOKEN_HEADER,
-                    token.parse().expect("ascii"),
-                );
-            }
-            let Ok(Ok(response)) =
-                tokio::time::timeout(Duration::from_secs(3), client.get_workflows(request)).await
-            else {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            };
-            if let Some(issued) = response
-                .metadata()
-                .get(tink_server::identity::TOKEN_HEADER)
-                .and_then(|v| v.to_str().ok())
-            {
-                *self.token.lock().unwrap() = Some(issued.to_string());
-            }
-            let mut commands = response.into_inner();
             while let Ok(Some(command)) = commands.message().await {
                 match command.cmd {
                     Some(get_workflows_response::Cmd::StartWorkflow(start)) => {
@@ -429,6 +451,7 @@ async fn chaos_every_workflow_ends_right_and_no_dispatch_runs_twice() {
             running: r,
             action_time: ACTION_TIME,
             token: Arc::default(),
+            parked: Arc::default(),
         };
         agent_tasks.push(tokio::spawn(agent.run()));
     }
@@ -506,6 +529,7 @@ async fn chaos_every_workflow_ends_right_and_no_dispatch_runs_twice() {
                 running: running[victim].clone(),
                 action_time: ACTION_TIME,
                 token: Arc::default(),
+                parked: Arc::default(),
             };
             *running[victim].lock().unwrap() = None;
             agent_tasks[victim] = tokio::spawn(agent.run());

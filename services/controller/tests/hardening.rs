@@ -163,9 +163,9 @@ async fn an_agent_restarted_mid_action_fails_the_workflow() {
     agent.received(&id).await;
     agent.started(&id, &actions[0]).await;
     stack.wait_state("wf1", WorkflowState::Running).await;
-    // The machine reboots mid-action: a new agent process connects.
-    drop(agent);
-    let mut agent = stack.agent_instance(MAC, "i-2").await;
+    // The machine reboots mid-action: a new agent process connects (with the session token
+    // the old one kept on disk, as the real agent does).
+    let mut agent = stack.agent_restarted(agent, "i-2").await;
     let w = stack
         .wait_for("wf1", "Failed", |w| state_of(w) == WorkflowState::Failed)
         .await;
@@ -224,8 +224,7 @@ async fn a_reconnect_of_the_same_agent_process_changes_nothing() {
     agent.started(&id, &actions[0]).await;
     stack.wait_state("wf1", WorkflowState::Running).await;
     // A network blip: the same process opens a new stream.
-    drop(agent);
-    let mut agent = stack.agent_instance(MAC, "i-1").await;
+    let mut agent = stack.agent_restarted(agent, "i-1").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     agent.succeeded(&id, &actions[0]).await;
     for a in &actions[1..] {

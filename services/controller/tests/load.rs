@@ -23,7 +23,9 @@ fn env_usize(key: &str, default: usize) -> usize {
 async fn thousands_offered_at_once_all_succeed_without_the_resync() {
     let workflows = env_usize("TINK_LOAD_WORKFLOWS", 2000);
     let agents = env_usize("TINK_LOAD_AGENTS", 400);
-    let stack = Stack::start().await;
+    // Production stream timeouts: this test is about lost wake-ups, and the tests' 2-second
+    // receipt and 3-second presence bounds would end sessions on a machine this load saturates.
+    let stack = Stack::start_with(tink_bus::BusConfig::default()).await;
     let mut config = stack.config("c0");
     // The safety net is off: a lost wake-up would leave a workflow Pending for good.
     config.resync_period = Duration::ZERO;

@@ -56,10 +56,18 @@ pub struct Stack {
     pub nats: NatsServer,
     pub server_addr: SocketAddr,
     server_shutdown: CancellationToken,
+    /// The stream settings of the server and of every controller [`Stack::config`] makes.
+    pub bus: tink_bus::BusConfig,
 }
 
 impl Stack {
     pub async fn start() -> Stack {
+        Stack::start_with(bus_config()).await
+    }
+
+    /// A stack whose server and controllers use `bus` (e.g. production timeouts for a test
+    /// whose point is not timing).
+    pub async fn start_with(bus: tink_bus::BusConfig) -> Stack {
         // What tink_telemetry::init installs in the binaries: W3C trace-context propagation.
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
@@ -85,7 +93,7 @@ impl Stack {
             .expect("bind");
         let server_addr = listener.local_addr().expect("addr");
         let mut config = tink_server::ServerConfig::new(nats.url(), "server-0");
-        config.bus = bus_config();
+        config.bus = bus.clone();
         let server_shutdown = CancellationToken::new();
         let health = tink_runtime::Health::new();
         tokio::spawn(tink_server::serve(
@@ -107,6 +115,7 @@ impl Stack {
             nats,
             server_addr,
             server_shutdown,
+            bus,
         }
     }
 
@@ -114,7 +123,7 @@ impl Stack {
     /// one shorten it), a short rejection back-off and a quick Lease.
     pub fn config(&self, replica: &str) -> ControllerConfig {
         let mut c = ControllerConfig::new(self.nats.url(), replica);
-        c.bus = bus_config();
+        c.bus = self.bus.clone();
         c.namespace = Some(NS.into());
         c.events_ack_wait = Duration::from_secs(2);
         c.workflow.backoff_base = Duration::from_millis(300);
@@ -174,6 +183,14 @@ impl Stack {
     /// every event.
     pub async fn agent_instance(&self, agent_id: &str, instance: &str) -> Agent {
         Agent::connect_instance(self.server_addr, agent_id, instance).await
+    }
+
+    /// A new process of an agent on the same machine: like the real agent, it presents the
+    /// session token the previous process kept in its work directory.
+    pub async fn agent_restarted(&self, previous: Agent, instance: &str) -> Agent {
+        let (id, token) = (previous.id.clone(), previous.token.clone());
+        drop(previous);
+        Agent::connect_with(self.server_addr, &id, instance, token).await
     }
 
     pub fn workflows(&self) -> Api<Workflow> {
@@ -405,25 +422,40 @@ impl Agent {
     }
 
     pub async fn connect_instance(addr: SocketAddr, id: &str, instance: &str) -> Agent {
+        Agent::connect_with(addr, id, instance, None).await
+    }
+
+    /// Opens the stream presenting `token` (a restarted agent process keeps its session's).
+    pub async fn connect_with(
+        addr: SocketAddr,
+        id: &str,
+        instance: &str,
+        token: Option<String>,
+    ) -> Agent {
         let channel = Channel::from_shared(format!("http://{addr}"))
             .expect("uri")
             .connect()
             .await
             .expect("connects");
         let mut client = WorkflowServiceClient::new(channel);
-        let response = client
-            .get_workflows(GetWorkflowsRequest {
-                agent_id: id.to_string(),
-                instance_id: instance.to_string(),
-            })
-            .await
-            .expect("GetWorkflows");
+        let mut request = tonic::Request::new(GetWorkflowsRequest {
+            agent_id: id.to_string(),
+            instance_id: instance.to_string(),
+        });
+        if let Some(t) = &token {
+            request.metadata_mut().insert(
+                tink_server::identity::TOKEN_HEADER,
+                t.parse().expect("token metadata"),
+            );
+        }
+        let response = client.get_workflows(request).await.expect("GetWorkflows");
         // The session token the server issued (absent when it kept the session's token).
         let token = response
             .metadata()
             .get(tink_server::identity::TOKEN_HEADER)
             .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+            .map(str::to_string)
+            .or(token);
         Agent {
             id: id.to_string(),
             instance: instance.to_string(),
