@@ -98,7 +98,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         let wf = crate::watch::follow(&workflows, WORKFLOW, Duration::from_secs(args.timeout_seconds)).await?;
         crate::watch::finish(&wf)?;
         if crate::watch::trace_id(&wf).is_none() {
-            println!("(no trace id recorded on the Workflow: the controller records one in the {} annotation when tracing is on)", crate::watch::TRACE_ID_ANNOTATION);
+            println!("(no trace id recorded on the Workflow: the controller writes it in the {} annotation when it first takes a Workflow)", crate::watch::TRACE_ID_ANNOTATION);
         }
         std::io::stdout().flush()?;
         Ok(())

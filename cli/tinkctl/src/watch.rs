@@ -17,7 +17,7 @@ use tink_api::v1alpha2::{ActionState, Workflow, WorkflowState};
 use crate::kubeconfig::KubeArgs;
 
 /// The annotation in which the controller records the Workflow's trace id.
-pub const TRACE_ID_ANNOTATION: &str = "tinkerbell.org/trace-id";
+pub use tink_api::TRACE_ID_ANNOTATION;
 
 /// `tinkctl workflow ...`.
 #[derive(Subcommand, Debug)]

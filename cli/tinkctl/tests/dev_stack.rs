@@ -111,6 +111,39 @@ spec:
     )
 }
 
+/// A Template and Workflow as Tinkerbell users write them (v1alpha1: the template text in
+/// `spec.data`, the worker from the Workflow's `hardwareMap`).
+const V1ALPHA1_WORKFLOW: &str = r#"apiVersion: tinkerbell.org/v1alpha1
+kind: Template
+metadata: {name: v1-hello, namespace: tink-demo}
+spec:
+  data: |
+    version: "0.1"
+    name: v1-hello
+    global_timeout: 600
+    tasks:
+      - name: "os-installation"
+        worker: "{{.device_1}}"
+        actions:
+          - name: "say-hello"
+            image: tink-demo/actions:latest
+            timeout: 60
+            command: ["/bin/sh", "-c", "echo hello from {{.device_1}}"]
+          - name: "say-bye"
+            image: tink-demo/actions:latest
+            timeout: 60
+            command: ["/bin/sh", "-c", "echo bye"]
+---
+apiVersion: tinkerbell.org/v1alpha1
+kind: Workflow
+metadata: {name: v1-hello, namespace: tink-demo}
+spec:
+  templateRef: v1-hello
+  hardwareRef: machine-1
+  hardwareMap:
+    device_1: "02:00:00:00:00:01"
+"#;
+
 fn kubectl_apply(stack: &Stack, yaml: &str) {
     let file = stack.dir.path().join("apply.yaml");
     std::fs::write(&file, yaml).expect("write");
@@ -208,8 +241,13 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
     };
     let audit = common::Audit::default();
     let proxy = common::start_proxy(stack.kubeconfig(), audit.clone()).await;
+    // Every service exports its spans here (the standard OTEL_* variable, inherited).
+    let otlp = tink_testkit::otlp::OtlpReceiver::start()
+        .await
+        .expect("OTLP receiver");
     // Debug logs of our services: the secrets check below reads them.
     let up = run(Command::new(tinkctl())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint())
         .env(
             "RUST_LOG",
             "info,tink_agent=debug,tink_server=debug,tink_controller=debug,tink_webhook=debug",
@@ -260,6 +298,70 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
 
     let client = tinkctl_client(&stack.kubeconfig()).await;
     let api: Api<Workflow> = Api::namespaced(client, NS);
+
+    // One trace for the workflow: its id is on the Workflow, the demo prints it, and the
+    // controller's, the server's and the agent's spans all arrive under it.
+    let demo_wf = api.get("provision-machine-1").await.expect("demo workflow");
+    let trace = demo_wf
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(tink_api::TRACE_ID_ANNOTATION))
+        .cloned()
+        .expect("the controller records the trace id on the Workflow");
+    assert_eq!(trace.len(), 32, "{trace}");
+    assert!(text.contains(&format!("trace id {trace}")), "{text}");
+    let services = ["tink-controller", "tink-server", "tink-agent"];
+    let spans = otlp
+        .wait_for(|spans| {
+            services.iter().all(|svc| {
+                spans
+                    .iter()
+                    .any(|s| s.trace_id == trace && s.service_name.as_deref() == Some(svc))
+            })
+        })
+        .await
+        .unwrap_or_else(|e| {
+            panic!("spans of controller, server and agent in trace {trace}: {e:?}")
+        });
+    let in_trace: Vec<_> = spans.iter().filter(|s| s.trace_id == trace).collect();
+    // Each action on the agent is a span of that trace.
+    let agent_spans: Vec<&str> = in_trace
+        .iter()
+        .filter(|s| s.service_name.as_deref() == Some("tink-agent"))
+        .map(|s| s.name.as_str())
+        .collect();
+    assert!(
+        agent_spans.iter().filter(|n| **n == "action").count() >= 4,
+        "one action span per demo action; agent spans: {agent_spans:?}"
+    );
+
+    // A Tinkerbell v1alpha1 Template and Workflow, applied unchanged with kubectl (the webhook
+    // converts them), run to Succeeded, and read back in v1alpha1 show Tinkerbell's state.
+    kubectl_apply(&stack, V1ALPHA1_WORKFLOW);
+    let v1 = wait_for(&api, "v1-hello", "Succeeded", |w| {
+        state(w) == WorkflowState::Succeeded
+    })
+    .await;
+    assert_eq!(
+        v1.status.as_ref().map(|s| s.actions.len()),
+        Some(2),
+        "both v1alpha1 actions ran"
+    );
+    let back = run(Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(stack.kubeconfig())
+        .args([
+            "get",
+            "workflows.v1alpha1.tinkerbell.org",
+            "v1-hello",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.status.state}",
+        ]));
+    assert!(back.status.success());
+    assert_eq!(String::from_utf8_lossy(&back.stdout), "STATE_SUCCESS");
 
     // A failing action fails the workflow with its reason; the third action never runs.
     kubectl_apply(&stack, &template("fails", "echo broken >&2; exit 3"));

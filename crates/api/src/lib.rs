@@ -30,6 +30,10 @@ pub const GROUP: &str = "tinkerbell.org";
 /// but came from (and are restored into) the other version.
 pub const CONVERSION_DATA_ANNOTATION: &str = "tinkerbell.org/conversion-data";
 
+/// The annotation the controller writes on a Workflow when it first takes it: the id of the
+/// Workflow's trace (32 hex digits), under which every service records its spans.
+pub const TRACE_ID_ANNOTATION: &str = "tinkerbell.org/trace-id";
+
 /// A document that did not deserialize; the message names the field path.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {message}")]

@@ -123,6 +123,9 @@ pub enum EventReason {
     EventsDropped,
     /// An event from another agent than the Workflow's (or naming none) was refused.
     ForeignEvent,
+    /// On a Hardware, not a Workflow: the operator's `tinkerbell.org/agent-reset` annotation
+    /// ended its agents' sessions (a re-installed machine gets a new token).
+    AgentSessionReset,
 }
 
 impl EventReason {
@@ -149,6 +152,7 @@ impl EventReason {
             Self::CancelTimeout => "CancelTimeout",
             Self::EventsDropped => "EventsDropped",
             Self::ForeignEvent => "ForeignEvent",
+            Self::AgentSessionReset => "AgentSessionReset",
         }
     }
 }

@@ -103,7 +103,9 @@ pub(crate) async fn lead(
     };
     let by_hardware = {
         let workflows = workflows.clone();
+        let shared = shared.clone();
         move |h: Hardware| {
+            crate::agent_reset::observe(&shared, &h);
             waiting_for(&workflows, &h.namespace().unwrap_or_default(), |w| {
                 w.spec.hardware_ref.name == h.name_any()
             })

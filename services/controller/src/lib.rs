@@ -31,6 +31,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod agent_reset;
 mod config;
 mod engine;
 mod events;

@@ -117,6 +117,8 @@ pub(crate) struct Shared {
     resynced: Mutex<HashSet<WorkflowKey>>,
     triggers: mpsc::Sender<ObjectRef<Workflow>>,
     kube_events: mpsc::Sender<KubeEvent>,
+    /// Agent session resets asked for by Hardware annotations, in flight.
+    pub resets: crate::agent_reset::InFlight,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -238,6 +240,7 @@ impl Shared {
             resynced: Mutex::new(HashSet::new()),
             triggers,
             kube_events,
+            resets: Default::default(),
         }
     }
 
@@ -544,11 +547,24 @@ impl Shared {
         let current = w.metadata.finalizers.clone().filter(|f| !f.is_empty());
         let mut finalizers = current.clone().unwrap_or_default();
         finalizers.push(FINALIZER.to_string());
-        let patch = json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": current},
-            {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
-        ]);
-        self.patch_meta(w, patch).await
+        let mut patch = vec![
+            json!({"op": "test", "path": "/metadata/finalizers", "value": current}),
+            json!({"op": "add", "path": "/metadata/finalizers", "value": finalizers}),
+        ];
+        // The trace id goes in with the finalizer (one write): operators find the Workflow's
+        // trace from the object itself (`tinkctl workflow watch` prints it).
+        let trace_id = crate::trace::trace_id(&w.uid().unwrap_or_default());
+        if w.annotations().get(tink_api::TRACE_ID_ANNOTATION) != Some(&trace_id) {
+            patch.push(if w.metadata.annotations.is_none() {
+                json!({"op": "add", "path": "/metadata/annotations",
+                       "value": {tink_api::TRACE_ID_ANNOTATION: trace_id}})
+            } else {
+                // RFC 6901: `/` in a key is written `~1`.
+                let key = tink_api::TRACE_ID_ANNOTATION.replace('~', "~0").replace('/', "~1");
+                json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": trace_id})
+            });
+        }
+        self.patch_meta(w, serde_json::Value::Array(patch)).await
     }
 
     async fn remove_finalizer(&self, w: &Workflow) -> Result<(), Error> {
@@ -829,15 +845,19 @@ impl Shared {
     }
 
     fn kube_event(&self, w: &Workflow, type_: EventType, reason: EventReason, message: &str) {
-        if !self.config.kube_events {
-            return;
-        }
-        let event = KubeEvent {
+        self.kube_event_raw(KubeEvent {
             regarding: w.object_ref(&()),
             type_,
             reason,
             message: message.to_string(),
-        };
+        });
+    }
+
+    /// Queues a Kubernetes Event about any object (dropped, and counted, when the queue is full).
+    pub fn kube_event_raw(&self, event: KubeEvent) {
+        if !self.config.kube_events {
+            return;
+        }
         if self.kube_events.try_send(event).is_err() {
             self.metrics.error("kube_event_dropped");
             debug!("the Kubernetes Event queue is full; an Event is dropped");

@@ -41,6 +41,16 @@ pub fn workflow_context(uid: &str) -> Context {
     Context::new().with_remote_span_context(sc)
 }
 
+/// The trace id of the Workflow with this uid, as 32 hex digits (the value of the
+/// `tinkerbell.org/trace-id` annotation).
+pub fn trace_id(uid: &str) -> String {
+    workflow_context(uid)
+        .span()
+        .span_context()
+        .trace_id()
+        .to_string()
+}
+
 /// The context to send with a command: the current span's when tracing is exported, otherwise
 /// the Workflow's own context, so the agent's spans still land in the Workflow's trace.
 pub fn command_context(uid: &str) -> Context {
