@@ -281,6 +281,16 @@ async fn call_admission(
             resp.get("uid")
         ));
     }
+    // As kube-apiserver: the webhook's warnings reach the client whether it allowed or not.
+    for w in resp
+        .get("warnings")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        crate::warnings::add(w);
+    }
     if resp.get("allowed").and_then(Value::as_bool) != Some(true) {
         let status = resp.get("status").cloned().unwrap_or(Value::Null);
         let code = status

@@ -58,10 +58,13 @@ async fn handle(
     axum::extract::State(core): axum::extract::State<Arc<Core>>,
     req: http::Request<Body>,
 ) -> Response {
-    match route(core, req).await {
+    let (result, warnings) = crate::warnings::collect(route(core, req)).await;
+    let mut response = match result {
         Ok(r) => r,
         Err(e) => e.into_response(),
-    }
+    };
+    crate::warnings::write(response.headers_mut(), &warnings);
+    response
 }
 
 /// Parsed query string.

@@ -80,7 +80,12 @@
 //!   `namespaceSelector` and `objectSelector`, called with an AdmissionReview v1 over HTTPS with
 //!   the `caBundle` as the only trust anchor, `timeoutSeconds` (default 10) and `failurePolicy`.
 //!   `matchConditions`, `matchPolicy: Equivalent` and `reinvocationPolicy` are not implemented.
-//!   Webhooks see the object in the version the client used.
+//!   Webhooks see the object in the version the client used (a real API server does too when
+//!   the rules list that version; with `matchPolicy: Equivalent` and only another version
+//!   listed it would convert the object first). The webhooks' `response.warnings` (allowed or
+//!   denied) go back to the client as `Warning: 299 - "<text>"` headers, deduplicated and
+//!   limited to 4096 characters per request (each cut to 256 when they are more), as
+//!   kube-apiserver writes them; kubectl prints them as `Warning: <text>` on stderr.
 //! - CRD conversion: `strategy: Webhook` sends a ConversionReview v1 whenever an object is read
 //!   or written in a version other than the storage version; `None` rewrites `apiVersion`.
 //!   A `clientConfig.service` is resolved through [`Config::services`] and its certificate is
@@ -146,6 +151,7 @@ mod server;
 mod smp;
 mod store;
 mod table;
+mod warnings;
 mod watch;
 mod webhook;
 

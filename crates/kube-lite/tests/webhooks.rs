@@ -92,6 +92,11 @@ async fn answer(path: &str, review: Value, calls: &Calls) -> Value {
             let req = &review["request"];
             let deny = req["object"]["data"]["deny"] == json!("yes");
             let mut resp = json!({"uid": req["uid"], "allowed": !deny});
+            if let Some(w) = req["object"]["data"]["warn"].as_str() {
+                // Twice: the API server writes each text once.
+                let text = format!("data.warn: {w:?} is deprecated; use data.note");
+                resp["warnings"] = json!([text, text, "a second warning"]);
+            }
             if deny {
                 resp["status"] =
                     json!({"code": 403, "message": "configmaps with deny=yes are refused"});
@@ -338,6 +343,109 @@ async fn validating_webhook_honours_ca_failure_policy_and_timeout() {
     };
     assert_eq!(e.code, 500);
     assert!(e.message.contains("deadline exceeded"), "{}", e.message);
+    server.shutdown().await;
+}
+
+/// POSTs a ConfigMap to kube-lite over plain HTTP: the status and the `Warning` headers.
+async fn post_configmap(
+    server: &kube_lite::RunningServer,
+    ns: &str,
+    cm: &ConfigMap,
+) -> (u16, Vec<String>) {
+    let tcp = tokio::net::TcpStream::connect(server.addr())
+        .await
+        .expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let req = http::Request::post(format!("/api/v1/namespaces/{ns}/configmaps"))
+        .header("host", "kube-lite")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(
+            serde_json::to_vec(cm).expect("json"),
+        )))
+        .expect("request");
+    let resp = sender.send_request(req).await.expect("response");
+    let warnings = resp
+        .headers()
+        .get_all(http::header::WARNING)
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .collect();
+    (resp.status().as_u16(), warnings)
+}
+
+fn warned_cm(name: &str, deny: bool) -> ConfigMap {
+    let mut c = cm(name, deny);
+    c.data
+        .get_or_insert_with(Default::default)
+        .insert("warn".into(), "old".into());
+    c
+}
+
+#[tokio::test]
+async fn admission_warnings_reach_the_client_as_warning_headers() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cert = make_cert(dir.path(), "webhook", "localhost");
+    let calls = Arc::new(Calls::default());
+    let addr = webhook_server(&cert, calls.clone()).await;
+    let server = kube_lite::Server::start(kube_lite::Config::default())
+        .await
+        .expect("kube-lite");
+    let client = server.client().expect("client");
+    create_ns(&client, "warned").await;
+    apply(&client, json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "warn"}, "webhooks": [{"name": "warn.lite.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "clientConfig": {"url": format!("https://127.0.0.1:{}/validate", addr.port()), "caBundle": ca(&cert)},
+            "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]}]}))
+    .await;
+    let expected = vec![
+        r#"299 - "data.warn: \"old\" is deprecated; use data.note""#.to_string(),
+        r#"299 - "a second warning""#.to_string(),
+    ];
+    // Allowed: the warnings, once each, in order.
+    let (code, warnings) = post_configmap(&server, "warned", &warned_cm("w1", false)).await;
+    assert_eq!(code, 201);
+    assert_eq!(warnings, expected);
+    // Denied: the warnings still come back with the 403.
+    let (code, warnings) = post_configmap(&server, "warned", &warned_cm("w2", true)).await;
+    assert_eq!(code, 403);
+    assert_eq!(warnings, expected);
+    // No warnings from the webhook, no header.
+    let (code, warnings) = post_configmap(&server, "warned", &cm("quiet", false)).await;
+    assert_eq!(code, 201);
+    assert!(warnings.is_empty(), "{warnings:?}");
+
+    // kubectl (client-go) parses the headers and prints them on stderr.
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let manifest = dir.path().join("cm.json");
+    let mut with_kind = serde_json::to_value(warned_cm("w3", false)).expect("json");
+    with_kind["apiVersion"] = json!("v1");
+    with_kind["kind"] = json!("ConfigMap");
+    std::fs::write(&manifest, with_kind.to_string()).expect("manifest");
+    let out = tokio::process::Command::new("kubectl")
+        .arg("apply")
+        .arg("-n")
+        .arg("warned")
+        .arg("-f")
+        .arg(&manifest)
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .await
+        .expect("running kubectl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Warning: data.warn: \"old\" is deprecated; use data.note\n"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("Warning: a second warning").count(),
+        1,
+        "{stderr}"
+    );
     server.shutdown().await;
 }
 

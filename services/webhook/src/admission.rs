@@ -2,8 +2,10 @@
 //!
 //! A denial is `allowed: false` with `status.code` 422, `reason: Invalid`, a message listing
 //! every refused field (`field: what is wrong and what would be accepted`) and one
-//! `details.causes` entry per field. Warnings (unresolved Workflow references) go in
-//! `response.warnings`. A body that is not an AdmissionReview is answered with HTTP 400 and a
+//! `details.causes` entry per field. Warnings go in `response.warnings` (the API server sends
+//! each to the client as a `Warning` header; kubectl prints them): unresolved Workflow
+//! references, and what converting a v1alpha1 object to v1alpha2 (the storage version) had to
+//! change, such as a `lease_time` clamped to int32; a ConversionReview cannot carry warnings. A body that is not an AdmissionReview is answered with HTTP 400 and a
 //! `Status`, or, when it has a `request.uid`, with a refusal carrying that uid.
 
 use std::time::Instant;
@@ -31,6 +33,9 @@ struct Review {
 struct Request {
     uid: String,
     kind: Gvk,
+    /// The kind the client used (`kind` is what the object was converted to, if it was).
+    #[serde(default)]
+    request_kind: Option<Gvk>,
     #[serde(default)]
     namespace: Option<String>,
     #[serde(default)]
@@ -50,6 +55,8 @@ struct Request {
 struct Gvk {
     #[serde(default)]
     group: String,
+    #[serde(default)]
+    version: String,
     kind: String,
 }
 
@@ -185,6 +192,7 @@ fn answer(body: &[u8], index: &Index) -> (&'static str, &'static str, (StatusCod
         "Workflow" => validate::workflow::validate(&request, index, &mut verdict),
         _ => validate::osie::validate(&request, &mut verdict),
     }
+    conversion_warnings(&req, object, old, &mut verdict);
     if verdict.allowed() {
         return (
             kind,
@@ -197,6 +205,31 @@ fn answer(body: &[u8], index: &Index) -> (&'static str, &'static str, (StatusCod
         "denied",
         (StatusCode::OK, denial(&req.uid, kind, name, &verdict)),
     )
+}
+
+/// Adds what converting the object to v1alpha2 had to change (a clamped `lease_time`, ...).
+/// On UPDATE only what the update introduces: a warning the stored object gives too was given
+/// when it was written (Kubernetes' guidance for warnings).
+fn conversion_warnings(req: &Request, object: &Value, old: Option<&Value>, verdict: &mut Verdict) {
+    let requested_v1alpha1 = req
+        .request_kind
+        .as_ref()
+        .unwrap_or(&req.kind)
+        .version
+        .eq("v1alpha1");
+    let mut warnings = validate::conversion_warnings(object, requested_v1alpha1);
+    if warnings.is_empty() {
+        return;
+    }
+    if let Some(old) = old {
+        let before = validate::conversion_warnings(old, requested_v1alpha1);
+        warnings.retain(|w| !before.contains(w));
+    }
+    for w in warnings {
+        if !verdict.warnings.contains(&w) {
+            verdict.warn(w);
+        }
+    }
 }
 
 fn review_allowed(uid: &str, warnings: &[String]) -> Value {
@@ -285,6 +318,96 @@ mod tests {
             r["status"]["details"]["causes"][0]["reason"],
             "FieldValueDuplicate"
         );
+    }
+
+    fn hw_v1alpha1(name: &str, lease_time: i64) -> Value {
+        json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Hardware",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"interfaces": [{"dhcp": {"mac": "aa:bb:cc:dd:ee:10", "lease_time": lease_time,
+                "ip": {"address": "10.9.0.1", "netmask": "255.255.255.0"}}}]}})
+    }
+
+    fn review_of(op: &str, version: &str, object: &Value, old: Option<&Value>) -> Value {
+        let gvk = json!({"group": "tinkerbell.org", "version": version, "kind": "Hardware"});
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u", "kind": gvk, "requestKind": gvk,
+            "resource": {"group": "tinkerbell.org", "version": version, "resource": "hardware"},
+            "namespace": "ns", "name": object["metadata"]["name"], "operation": op,
+            "object": object, "oldObject": old}})
+    }
+
+    fn warnings_of(out: &Value) -> Vec<String> {
+        assert_eq!(out["response"]["allowed"], true, "{out}");
+        serde_json::from_value(out["response"]["warnings"].clone()).unwrap_or_default()
+    }
+
+    const CLAMPED: &str = "spec.interfaces[0].dhcp.lease_time: 9999999999 is above the v1alpha2 maximum 2147483647 (int32 seconds); clamped to it";
+
+    #[test]
+    fn conversion_warnings_name_the_v1alpha1_field() {
+        let index = Index::default();
+        index.mark_synced();
+        let big = hw_v1alpha1("big", 9_999_999_999);
+        let (_, out) = call(&review_of("CREATE", "v1alpha1", &big, None), &index);
+        assert_eq!(warnings_of(&out), vec![CLAMPED.to_string()]);
+        // A value v1alpha2 holds: nothing to say.
+        let fine = hw_v1alpha1("fine", 3600);
+        let (_, out) = call(&review_of("CREATE", "v1alpha1", &fine, None), &index);
+        assert_eq!(out["response"].get("warnings"), None, "{out}");
+        // A denied request carries its warnings too (the API server passes them on).
+        let mut dup = hw_v1alpha1("dup", 9_999_999_999);
+        let first = dup["spec"]["interfaces"][0].clone();
+        if let Some(list) = dup["spec"]["interfaces"].as_array_mut() {
+            list.push(first);
+        }
+        let (_, out) = call(&review_of("CREATE", "v1alpha1", &dup, None), &index);
+        assert_eq!(out["response"]["allowed"], false, "{out}");
+        assert!(
+            out["response"]["warnings"]
+                .as_array()
+                .is_some_and(|w| w.iter().any(|w| w.as_str() == Some(CLAMPED))),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn updates_warn_only_about_what_they_introduce() {
+        let index = Index::default();
+        index.mark_synced();
+        let small = hw_v1alpha1("m", 3600);
+        let big = hw_v1alpha1("m", 9_999_999_999);
+        let (_, out) = call(&review_of("UPDATE", "v1alpha1", &big, Some(&small)), &index);
+        assert_eq!(warnings_of(&out), vec![CLAMPED.to_string()]);
+        let mut labelled = big.clone();
+        labelled["metadata"]["labels"] = json!({"rack": "r1"});
+        let (_, out) = call(
+            &review_of("UPDATE", "v1alpha1", &labelled, Some(&big)),
+            &index,
+        );
+        assert!(warnings_of(&out).is_empty(), "{out}");
+        let mut other = big.clone();
+        other["spec"]["interfaces"][0]["dhcp"]["lease_time"] = json!(8_888_888_888i64);
+        let (_, out) = call(&review_of("UPDATE", "v1alpha1", &other, Some(&big)), &index);
+        assert_eq!(warnings_of(&out).len(), 1, "{out}");
+        assert!(warnings_of(&out)[0].contains("8888888888"), "{out}");
+    }
+
+    #[test]
+    fn a_request_converted_by_the_api_server_still_warns() {
+        // matchPolicy Equivalent with only v1alpha2 in the rules: the API server converts the
+        // v1alpha1 object (through our conversion) and says so in requestKind.
+        let index = Index::default();
+        index.mark_synced();
+        let big = hw_v1alpha1("big", 9_999_999_999);
+        let converted =
+            tink_api::conversion::convert(big, tink_api::v1alpha2::API_VERSION).expect("convert");
+        let mut review = review_of("CREATE", "v1alpha2", &converted, None);
+        review["request"]["requestKind"]["version"] = json!("v1alpha1");
+        let (_, out) = call(&review, &index);
+        assert_eq!(warnings_of(&out), vec![CLAMPED.to_string()]);
+        // The same object written in v1alpha2 by the client: its own value, no warning.
+        let (_, out) = call(&review_of("CREATE", "v1alpha2", &converted, None), &index);
+        assert!(warnings_of(&out).is_empty(), "{out}");
     }
 
     #[test]

@@ -3,64 +3,10 @@
 
 mod common;
 
-use common::Env;
+use common::{Env, v1alpha1_objects, v1alpha2_objects};
 use serde_json::{Value, json};
 
 const ANNOTATION: &str = "tinkerbell.org/conversion-data";
-
-fn v1alpha1_objects(ns: &str) -> Vec<Value> {
-    vec![
-        json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Hardware",
-        "metadata": {"name": "sm01", "namespace": ns, "labels": {"rack": "r12"}},
-        "spec": {
-            "disks": [{"device": "/dev/nvme0n1"}],
-            "userData": "#cloud-config\nhostname: sm01\n",
-            "metadata": {"state": "provisioning", "instance": {"id": "3c:ec:ef:4c:4f:54", "hostname": "sm01"}},
-            "interfaces": [{
-                "dhcp": {"arch": "x86_64", "hostname": "sm01", "mac": "3c:ec:ef:4c:4f:54",
-                    "ip": {"address": "192.168.2.148", "gateway": "192.168.2.1", "netmask": "255.255.255.0"},
-                    "lease_time": 86400, "name_servers": ["1.1.1.1"], "uefi": true, "vlan_id": "10"},
-                "netboot": {"allowPXE": true, "allowWorkflow": true,
-                    "osie": {"baseURL": "http://192.168.2.1:8080/hook"}}
-            }]
-        }}),
-        json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Template",
-            "metadata": {"name": "ubuntu", "namespace": ns},
-            "spec": {"data": "version: \"0.1\"\nname: ubuntu\nglobal_timeout: 1800\ntasks:\n  - name: \"os installation\"\n    worker: \"{{.device_1}}\"\n    volumes:\n      - /dev:/dev\n    actions:\n      - name: \"stream image\"\n        image: quay.io/tinkerbell/actions/image2disk:v1.0.0\n        timeout: 600\n        environment:\n          DEST_DISK: {{ index .Hardware.Disks 0 }}\n          IMG_URL: http://192.168.2.1:8080/jammy.raw.gz\n      - name: \"kexec\"\n        image: quay.io/tinkerbell/actions/kexec:v1.0.0\n        timeout: 90\n        pid: host\n"}}),
-        json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Workflow",
-            "metadata": {"name": "sm01-ubuntu", "namespace": ns},
-            "spec": {"templateRef": "ubuntu", "hardwareRef": "sm01",
-                "hardwareMap": {"device_1": "3c:ec:ef:4c:4f:54"}}}),
-    ]
-}
-
-fn v1alpha2_objects(ns: &str) -> Vec<Value> {
-    vec![
-        // `disableDhcp: false` is written out: the CRD schema defaults it, so the stored object has it.
-        json!({"apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
-        "metadata": {"name": "sm02", "namespace": ns},
-        "spec": {
-            "networkInterfaces": {"3c:ec:ef:4c:4f:55": {"dhcp": {"ip": "192.168.2.149",
-                "netmask": "255.255.255.0", "gateway": "192.168.2.1", "hostname": "sm02",
-                "nameservers": ["1.1.1.1"], "leaseTime": 3600}, "disableDhcp": false, "disableNetboot": true}},
-            "storageDevices": ["/dev/sda"],
-            "instance": {"userdata": "#cloud-config\n"},
-            "osie": {"osieRef": {"name": "hook"}, "kernelParams": ["console=ttyS0"]},
-        }}),
-        json!({"apiVersion": "tinkerbell.org/v1alpha2", "kind": "Template",
-            "metadata": {"name": "debian", "namespace": ns},
-            "spec": {"actions": [
-                {"name": "stream", "image": "quay.io/tinkerbell/actions/image2disk:v1.0.0",
-                    "env": {"DEST_DISK": "{{ index .Hardware.Disks 0 }}"}, "timeout": "600s"},
-                {"name": "reboot", "image": "busybox", "cmd": "/bin/sh", "args": ["-c", "reboot"],
-                    "networkNamespace": "host"},
-            ], "volumes": ["/dev:/dev"], "env": {"PROXY": "http://proxy:3128"}}}),
-        json!({"apiVersion": "tinkerbell.org/v1alpha2", "kind": "Workflow",
-            "metadata": {"name": "sm02-debian", "namespace": ns},
-            "spec": {"hardwareRef": {"name": "sm02"}, "templateRef": {"name": "debian"},
-                "templateData": {"device_1": "3c:ec:ef:4c:4f:55"}, "timeout": "1h"}}),
-    ]
-}
 
 fn resource(kind: &str, version: &str) -> String {
     let plural = match kind {

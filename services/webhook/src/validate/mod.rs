@@ -128,6 +128,33 @@ pub fn as_v1alpha2(obj: &Value) -> Result<Value, tink_api::conversion::Conversio
     }
 }
 
+/// The warnings converting a v1alpha1 object to v1alpha2 gives (a `lease_time` clamped to
+/// int32, ...), each naming the field in the v1alpha1 object: the client wrote a value that
+/// storage (v1alpha2) cannot hold as it is, and a ConversionReview has no way to say so.
+///
+/// `requested_v1alpha1` is whether the client used v1alpha1 (`request.requestKind.version`).
+/// When an API server converted the object to v1alpha2 before calling (`matchPolicy:
+/// Equivalent` with only v1alpha2 in the rules), the client's object is recovered by converting
+/// back (the conversion annotation restores what v1alpha2 cannot hold) and converted again.
+/// Nothing to say for v1alpha2 objects of a v1alpha2 request, or objects that do not convert
+/// (the checks of their kind deny those).
+pub fn conversion_warnings(obj: &Value, requested_v1alpha1: bool) -> Vec<String> {
+    use tink_api::conversion::{convert, convert_with_warnings};
+    let original = if is_v1alpha1(obj) {
+        obj.clone()
+    } else if requested_v1alpha1 {
+        match convert(obj.clone(), tink_api::v1alpha1::API_VERSION) {
+            Ok(o) => o,
+            Err(_) => return Vec::new(),
+        }
+    } else {
+        return Vec::new();
+    };
+    convert_with_warnings(original, tink_api::v1alpha2::API_VERSION)
+        .map(|c| c.warnings)
+        .unwrap_or_default()
+}
+
 /// Records a typed-parse failure (the path names the field) as a violation.
 pub(crate) fn deny_parse(v: &mut Verdict, kind: &str, e: &tink_api::ParseError) {
     let field = if e.path == "." {
