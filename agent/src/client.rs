@@ -34,6 +34,9 @@ pub enum ClientError {
         /// Why.
         source: tonic::transport::Error,
     },
+    /// The agent secret cannot be sent as gRPC metadata.
+    #[error("agent secret: must be printable ASCII (it is sent as gRPC metadata)")]
+    Secret,
 }
 
 /// The trace context keys carried in gRPC metadata.
@@ -41,6 +44,8 @@ const TRACE_KEYS: [&str; 2] = ["traceparent", "tracestate"];
 
 /// The metadata key of the session token the servers issue (see tink-server's identity docs).
 pub const TOKEN_HEADER: &str = "x-tink-agent-token";
+/// The metadata key of the machine's pre-shared secret (see tink-server's secrets docs).
+pub const SECRET_HEADER: &str = "x-tink-agent-secret";
 
 /// Lazily connected channels to every server replica, and which one currently serves the
 /// command stream (events go there first).
@@ -52,6 +57,8 @@ pub struct ServerPool {
     token: Arc<Mutex<Option<String>>>,
     /// Where the token is kept across restarts of the agent process.
     token_file: Option<std::path::PathBuf>,
+    /// The machine's pre-shared secret, as metadata (checked once at start).
+    secret: Option<MetadataValue<tonic::metadata::Ascii>>,
 }
 
 impl ServerPool {
@@ -99,6 +106,12 @@ impl ServerPool {
             preferred: Arc::new(AtomicUsize::new(0)),
             token: Arc::new(Mutex::new(token)),
             token_file: config.token_file.clone(),
+            secret: match config.agent_secret.as_deref().map(str::trim) {
+                Some(s) if !s.is_empty() => {
+                    Some(MetadataValue::try_from(s).map_err(|_| ClientError::Secret)?)
+                }
+                _ => None,
+            },
         })
     }
 
@@ -109,6 +122,11 @@ impl ServerPool {
             request
                 .metadata_mut()
                 .insert(MetadataKey::from_static(TOKEN_HEADER), value);
+        }
+        if let Some(secret) = &self.secret {
+            request
+                .metadata_mut()
+                .insert(MetadataKey::from_static(SECRET_HEADER), secret.clone());
         }
     }
 

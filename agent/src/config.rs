@@ -105,6 +105,10 @@ pub struct AgentConfig {
     /// Where the session token the servers issue is kept across restarts of the agent process
     /// (`None`: in memory only).
     pub token_file: Option<std::path::PathBuf>,
+    /// The machine's pre-shared secret (`tinkerbell.org/agent-secret` on its Hardware; Hegel
+    /// passes it as the `tink_agent_secret` boot parameter), presented on every call. Only
+    /// machines whose Hardware references one need it.
+    pub agent_secret: Option<String>,
     /// The most dispatch ids remembered as run (a redelivered one is refused `AlreadyRun`).
     pub remembered_dispatches: usize,
     /// Commands for the power contract (`/tinkerbell/power`), split on whitespace, run without
@@ -148,6 +152,7 @@ impl AgentConfig {
             flush_timeout: Duration::from_secs(10),
             instance_id: uuid::Uuid::new_v4().to_string(),
             token_file: None,
+            agent_secret: None,
             remembered_dispatches: 4096,
             power_commands: PowerCommands::default(),
         }

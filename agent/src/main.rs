@@ -40,6 +40,18 @@ struct Args {
     /// Name to verify in the servers' certificates, when it differs from the address.
     #[arg(long, env = "TINK_AGENT_TLS_DOMAIN", requires = "tls_ca")]
     tls_domain: Option<String>,
+    /// The machine's pre-shared secret, for Hardware that reference one
+    /// (`tinkerbell.org/agent-secret`); Hegel's boot script passes it as `tink_agent_secret`.
+    #[arg(
+        long,
+        env = "TINK_AGENT_SECRET",
+        hide_env_values = true,
+        conflicts_with = "agent_secret_file"
+    )]
+    agent_secret: Option<String>,
+    /// A file holding the machine's pre-shared secret (instead of `--agent-secret`).
+    #[arg(long, env = "TINK_AGENT_SECRET_FILE")]
+    agent_secret_file: Option<PathBuf>,
     /// Docker engine address (`unix:///var/run/docker.sock`, `tcp://host:2375`); default: the
     /// local socket.
     #[arg(long, env = "DOCKER_HOST")]
@@ -112,6 +124,14 @@ async fn main() -> anyhow::Result<()> {
     let mut config = AgentConfig::new(agent_id.clone(), args.servers);
     config.backoff_max = Duration::from_secs(args.backoff_max_seconds.max(1));
     config.token_file = Some(args.work_dir.join("session-token"));
+    config.agent_secret = match (&args.agent_secret, &args.agent_secret_file) {
+        (Some(s), _) => Some(s.clone()),
+        (None, Some(path)) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("--agent-secret-file {}", path.display()))?,
+        ),
+        (None, None) => None,
+    };
     let split = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_owned).collect() };
     config.power_commands = tink_agent::config::PowerCommands {
         reboot: split(&args.reboot_command),

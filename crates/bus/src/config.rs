@@ -15,6 +15,15 @@ pub const EVENTS_STREAM: &str = "TINK_EVENTS";
 pub const PRESENCE_BUCKET: &str = "tink_presence";
 /// The stream backing [`PRESENCE_BUCKET`].
 pub const PRESENCE_STREAM: &str = "KV_tink_presence";
+/// The KV bucket of per-machine pre-shared secrets: agent token -> hex SHA-256 of the secret
+/// (or [`AGENT_SECRET_MISSING`]). Written by the controller from the Secrets Hardware reference;
+/// read by the servers, which then require that secret from the agent.
+pub const AGENT_SECRETS_BUCKET: &str = "tink_agent_secrets";
+/// The stream backing [`AGENT_SECRETS_BUCKET`].
+pub const AGENT_SECRETS_STREAM: &str = "KV_tink_agent_secrets";
+/// The value of an [`AGENT_SECRETS_BUCKET`] entry whose Secret cannot be read: no presented
+/// secret matches it, so the machine is refused until the Secret exists (fail closed).
+pub const AGENT_SECRET_MISSING: &str = "missing";
 
 /// Settings of the bus; the defaults suit production and tests alike. Every service gets the
 /// same value (flags of the binaries), so streams are created identically by whoever comes first.
@@ -93,7 +102,7 @@ pub enum BusError {
         source: jetstream::context::GetStreamError,
     },
     /// The presence bucket could not be created or updated.
-    #[error("cannot open KV bucket {PRESENCE_BUCKET}: {0}")]
+    #[error("cannot open a KV bucket ({PRESENCE_BUCKET} or {AGENT_SECRETS_BUCKET}): {0}")]
     Bucket(#[source] jetstream::context::KeyValueError),
     /// An id cannot be used on the bus.
     #[error(transparent)]
@@ -122,6 +131,8 @@ pub struct Bus {
     pub events: stream::Stream,
     /// The presence bucket.
     pub presence: kv::Store,
+    /// The per-machine agent secrets bucket.
+    pub agent_secrets: kv::Store,
     /// The configuration they were made with.
     pub config: BusConfig,
 }
@@ -178,6 +189,28 @@ pub fn presence_stream_config(config: &BusConfig) -> stream::Config {
         max_messages_per_subject: 1,
         max_age: config.presence_ttl,
         storage: stream::StorageType::Memory,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
+/// The stream backing the agent secrets bucket (`KV_tink_agent_secrets`), configured as a NATS
+/// KV bucket with file storage (the controller writes an entry only when it changes), one
+/// revision per key and no expiry.
+pub fn agent_secrets_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        name: AGENT_SECRETS_STREAM.to_string(),
+        description: Some(
+            "tinkerbell per-machine agent secrets: agent token -> SHA-256 of the secret"
+                .to_string(),
+        ),
+        subjects: vec![format!("$KV.{AGENT_SECRETS_BUCKET}.>")],
+        max_messages_per_subject: 1,
+        storage: stream::StorageType::File,
         allow_rollup: true,
         deny_delete: true,
         allow_direct: true,
@@ -262,11 +295,22 @@ pub async fn ensure_streams(
         .get_key_value(PRESENCE_BUCKET)
         .await
         .map_err(BusError::Bucket)?;
+    ensure_stream(
+        jetstream,
+        agent_secrets_stream_config(config),
+        AGENT_SECRETS_STREAM,
+    )
+    .await?;
+    let agent_secrets = jetstream
+        .get_key_value(AGENT_SECRETS_BUCKET)
+        .await
+        .map_err(BusError::Bucket)?;
     Ok(Bus {
         jetstream: jetstream.clone(),
         dispatch,
         events,
         presence,
+        agent_secrets,
         config: config.clone(),
     })
 }

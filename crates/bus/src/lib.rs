@@ -11,6 +11,7 @@
 //! | dispatch stream | [`DISPATCH_STREAM`] | work queue: a command is removed once the agent's consumer acknowledged it |
 //! | events stream | [`EVENTS_STREAM`] | limits retention, read durably by the controller |
 //! | presence bucket | [`PRESENCE_BUCKET`] | KV: agent token -> [`Presence`] (JSON); entries expire after [`BusConfig::presence_ttl`] |
+//! | agent secrets bucket | [`AGENT_SECRETS_BUCKET`] | KV: agent token -> hex SHA-256 of the machine's pre-shared secret (controller writes, servers read) |
 //! | takeover subject | `tink.presence.takeover.<agent token>` | core NATS: "a newer stream for this agent exists", session id |
 //!
 //! Tokens: agent ids (MAC addresses) and workflow ids (`namespace/name`) contain characters a
@@ -35,10 +36,11 @@ pub use codec::{
     publish_command, publish_event, publish_event_with_headers, validate_command, validate_event,
 };
 pub use config::{
-    Bus, BusConfig, BusError, CONTROLLER_EVENTS_CONSUMER, DISPATCH_STREAM, EVENTS_STREAM,
-    PRESENCE_BUCKET, PRESENCE_STREAM, agent_consumer_config, agent_consumer_name,
-    agent_pull_subject, dispatch_stream_config, ensure_streams, events_consumer_config,
-    events_stream_config, presence_stream_config,
+    AGENT_SECRET_MISSING, AGENT_SECRETS_BUCKET, AGENT_SECRETS_STREAM, Bus, BusConfig, BusError,
+    CONTROLLER_EVENTS_CONSUMER, DISPATCH_STREAM, EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM,
+    agent_consumer_config, agent_consumer_name, agent_pull_subject, agent_secrets_stream_config,
+    dispatch_stream_config, ensure_streams, events_consumer_config, events_stream_config,
+    presence_stream_config,
 };
 pub use delivery::{
     DeliveryError, Withdrawal, dispatch_received, queued_command, withdraw_command,

@@ -126,6 +126,9 @@ pub enum EventReason {
     /// On a Hardware, not a Workflow: the operator's `tinkerbell.org/agent-reset` annotation
     /// ended its agents' sessions (a re-installed machine gets a new token).
     AgentSessionReset,
+    /// On a Hardware: the Secret its `tinkerbell.org/agent-secret` annotation names is missing
+    /// or unusable; its agent is refused until it is fixed.
+    AgentSecretUnusable,
 }
 
 impl EventReason {
@@ -153,6 +156,7 @@ impl EventReason {
             Self::EventsDropped => "EventsDropped",
             Self::ForeignEvent => "ForeignEvent",
             Self::AgentSessionReset => "AgentSessionReset",
+            Self::AgentSecretUnusable => "AgentSecretUnusable",
         }
     }
 }

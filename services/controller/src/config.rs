@@ -91,6 +91,9 @@ pub struct ControllerConfig {
     /// Presence entries (and the other per-agent and per-Workflow memories) of agents not seen
     /// for this long are forgotten. Default 1 h.
     pub forget_after: Duration,
+    /// How often the agent secrets bucket is reconciled with every Hardware (rotated Secrets,
+    /// removed annotations, deleted Hardware). Default 30 s.
+    pub agent_secrets_sweep: Duration,
 }
 
 impl ControllerConfig {
@@ -114,6 +117,7 @@ impl ControllerConfig {
             resync_period: Duration::from_secs(60),
             trigger_queue: 16_384,
             forget_after: Duration::from_secs(3600),
+            agent_secrets_sweep: Duration::from_secs(30),
         }
     }
 }

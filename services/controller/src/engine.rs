@@ -106,6 +106,7 @@ pub(crate) async fn lead(
         let shared = shared.clone();
         move |h: Hardware| {
             crate::agent_reset::observe(&shared, &h);
+            crate::agent_secrets::observe(&shared, &h);
             waiting_for(&workflows, &h.namespace().unwrap_or_default(), |w| {
                 w.spec.hardware_ref.name == h.name_any()
             })
@@ -172,6 +173,13 @@ pub(crate) async fn lead(
                 count_states(&shared);
             }
             "housekeeping"
+        });
+    }
+    {
+        let (shared, term) = (shared.clone(), term.clone());
+        tasks.spawn(async move {
+            crate::agent_secrets::sweep(shared, term).await;
+            "agent secrets sweep"
         });
     }
     if !config.resync_period.is_zero() {

@@ -32,6 +32,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent_reset;
+pub mod agent_secrets;
 mod config;
 mod engine;
 mod events;

@@ -58,6 +58,10 @@ struct Args {
     /// Seconds after which the controller forgets an agent it has not seen.
     #[arg(long, env = "TINK_FORGET_AFTER_SECONDS", default_value_t = 3600)]
     forget_after_seconds: u64,
+    /// Seconds between reconciliations of the agent secrets bucket with every Hardware
+    /// (rotated Secrets, removed annotations, deleted Hardware).
+    #[arg(long, env = "TINK_AGENT_SECRETS_SWEEP_SECONDS", default_value_t = 30)]
+    agent_secrets_sweep_seconds: u64,
     /// The most reconciles at once.
     #[arg(long, env = "TINK_CONTROLLER_CONCURRENCY", default_value_t = 64)]
     concurrency: u16,
@@ -91,6 +95,7 @@ async fn main() -> anyhow::Result<()> {
         agent_lost_after: Duration::from_secs(args.agent_lost_after_seconds.max(1)),
     };
     config.resync_period = Duration::from_secs(args.resync_seconds);
+    config.agent_secrets_sweep = Duration::from_secs(args.agent_secrets_sweep_seconds.max(1));
     config.trigger_queue = args.trigger_queue.max(1);
     config.forget_after = Duration::from_secs(args.forget_after_seconds.max(60));
     let duration = Duration::from_secs(args.lease_duration_seconds.max(3));

@@ -26,6 +26,7 @@
 
 pub mod identity;
 mod metrics;
+pub mod secrets;
 mod service;
 mod session;
 
@@ -179,6 +180,12 @@ pub async fn serve(
         config.allow_unauthenticated_agents,
     ));
 
+    let secrets_task = {
+        let (secrets, bucket) = (shared.secrets.clone(), shared.bus.agent_secrets.clone());
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { secrets.watch(bucket, shutdown).await })
+    };
+
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let set_serving = {
         let reporter = reporter.clone();
@@ -196,6 +203,11 @@ pub async fn serve(
             }
         }
     };
+    // Ready once the agent secrets are loaded (an empty bucket loads at once).
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = shared.secrets.wait_loaded() => {}
+    }
     set_serving(true).await;
 
     // Readiness follows the NATS connection; after a reconnect the streams are ensured again
@@ -325,6 +337,7 @@ pub async fn serve(
     }
     watcher.abort();
     takeover_task.abort();
+    secrets_task.abort();
     router_task.abort();
     if let Err(e) = client.flush().await {
         warn!(error = %e, "cannot flush NATS on shutdown");

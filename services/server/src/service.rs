@@ -141,6 +141,7 @@ fn authentication<T>(request: &Request<T>) -> session::Auth {
     session::Auth {
         certificate,
         token: crate::identity::presented_token(request.metadata()),
+        secret: crate::secrets::AgentSecrets::presented(request.metadata()),
     }
 }
 

@@ -76,6 +76,8 @@ pub(crate) struct Shared {
     /// Token hashes of sessions held by other replicas, read from presence (agent token ->
     /// hash, when read); bounded, entries reused for [`TOKEN_CACHE_TTL`].
     token_cache: Mutex<HashMap<String, (String, Instant)>>,
+    /// Per-machine pre-shared secrets (a mirror of the bucket).
+    pub secrets: Arc<crate::secrets::AgentSecrets>,
 }
 
 /// How long a session token hash read from presence is reused.
@@ -90,6 +92,8 @@ pub(crate) struct Auth {
     pub certificate: Option<String>,
     /// The session token it presented.
     pub token: Option<String>,
+    /// The machine's pre-shared secret it presented (required only for agents that have one).
+    pub secret: Option<String>,
 }
 
 /// How the replica reaches a session: supersede it, hand it pulled messages.
@@ -132,6 +136,7 @@ impl Shared {
             sessions: Mutex::new(HashMap::new()),
             allow_unauthenticated,
             token_cache: Mutex::new(HashMap::new()),
+            secrets: Arc::new(crate::secrets::AgentSecrets::default()),
         }
     }
 
@@ -158,6 +163,16 @@ impl Shared {
         auth: &Auth,
         claimed: &str,
     ) -> Result<String, Status> {
+        let agent = self.authenticate_identity(auth, claimed).await?;
+        if let Ok(token) = tink_bus::agent_token(&agent) {
+            self.secrets
+                .check(&token, &agent, auth.secret.as_deref())
+                .inspect_err(|_| self.metrics.error("agent_secret_refused"))?;
+        }
+        Ok(agent)
+    }
+
+    async fn authenticate_identity(&self, auth: &Auth, claimed: &str) -> Result<String, Status> {
         if let Some(agent) = &auth.certificate {
             if !claimed.is_empty() && !crate::identity::same_agent(agent, claimed) {
                 self.metrics.error("forged_event");
@@ -344,6 +359,14 @@ pub(crate) async fn open(
             "agent_id: the client certificate names agent {named}, not {agent_id}"
         )));
     }
+    // A machine with a pre-shared secret: nothing without it, not even a first session.
+    shared
+        .secrets
+        .check(&token, &agent_id, auth.secret.as_deref())
+        .inspect_err(|_| {
+            shared.metrics.error("agent_secret_refused");
+            warn!(agent_id = %agent_id, "refusing a stream without the machine's pre-shared secret");
+        })?;
     let live = shared.live_presence(&token).await?;
     let authorized = auth.certificate.is_some()
         || match &live {
