@@ -234,9 +234,16 @@ impl Env {
 
     /// Hegel on 127.0.0.1, ready (Hardware and OSIEs listed).
     pub async fn hegel(&self, configure: impl FnOnce(&mut hegel::HegelConfig)) -> Hegel {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        self.hegel_at("127.0.0.1:0", configure).await
+    }
+
+    /// Hegel listening on `bind`, ready.
+    pub async fn hegel_at(
+        &self,
+        bind: &str,
+        configure: impl FnOnce(&mut hegel::HegelConfig),
+    ) -> Hegel {
+        let listener = tokio::net::TcpListener::bind(bind).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let mut config = hegel::HegelConfig::new(addr, ipxe_config());
         configure(&mut config);
