@@ -5,6 +5,8 @@
 #   busybox-static  the static busybox the test kit packs into local action images
 #   openssl         certificates for the webhook tests (HTTPS admission and conversion calls)
 #   curl            readiness probes in scripts/demo.sh
+#   cloud-init      its own EC2 crawler runs against Hegel (services/hegel/tests/cloud_init.rs)
+#   (wrk and nginx-light only for Hegel's benchmark: apt-get install wrk nginx-light)
 #   kubernetes-validate (PyPI, in a venv at /opt/kubernetes-validate) upstream schemas for the deploy/ test
 # Docker must already be installed and running; tests that need it fail when it does not answer,
 # unless TINK_SKIP_DOCKER_TESTS=1 is set.
@@ -14,6 +16,7 @@ command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
 command -v mold >/dev/null 2>&1 || need+=(mold)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+/usr/bin/python3 -c 'import cloudinit.sources.helpers.ec2' >/dev/null 2>&1 || need+=(cloud-init)
 [ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"

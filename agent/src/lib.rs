@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod cmdline;
 pub mod config;
 pub mod convert;
 pub mod executor;

@@ -16,18 +16,31 @@ use tink_agent::{
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// This machine's id; defaults to the MAC address of the first non-loopback interface.
+    /// This machine's id; defaults to the kernel command line's `worker_id` (else `hw_addr`),
+    /// else the MAC address of the first non-loopback interface.
     #[arg(long, env = "TINK_AGENT_ID")]
     agent_id: Option<String>,
     /// Server replicas (`host:port` or `http(s)://host:port`), comma separated or repeated;
-    /// tried round robin.
-    #[arg(
-        long = "server",
-        env = "TINK_AGENT_SERVERS",
-        value_delimiter = ',',
-        required = true
-    )]
+    /// tried round robin. Defaults to the kernel command line's `grpc_authority`.
+    #[arg(long = "server", env = "TINK_AGENT_SERVERS", value_delimiter = ',')]
     servers: Vec<ServerAddress>,
+    /// The kernel command line read for the values the flags and environment do not give
+    /// (Smee's and Hegel's names: `worker_id`, `hw_addr`, `grpc_authority`, `tinkerbell_tls`,
+    /// ...); a missing file counts as empty.
+    #[arg(
+        long,
+        env = "TINK_AGENT_KERNEL_CMDLINE",
+        default_value = "/proc/cmdline"
+    )]
+    kernel_cmdline: PathBuf,
+    /// PEM CA bundle trusted when the kernel command line turns TLS on (`tinkerbell_tls=true`)
+    /// and no `--tls-ca` is given: the system's roots.
+    #[arg(
+        long,
+        env = "TINK_AGENT_SYSTEM_CA",
+        default_value = "/etc/ssl/certs/ca-certificates.crt"
+    )]
+    system_ca: PathBuf,
     /// PEM CA bundle that signed the servers' certificates; turns TLS on.
     #[arg(long, env = "TINK_AGENT_TLS_CA")]
     tls_ca: Option<PathBuf>,
@@ -115,13 +128,44 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = tink_telemetry::init("tink-agent", &args.telemetry)?;
 
+    let cmdline = match tink_agent::cmdline::KernelCmdline::read(&args.kernel_cmdline) {
+        Ok(c) => c,
+        Err(error) => {
+            tracing::warn!(path = %args.kernel_cmdline.display(), %error, "cannot read the kernel command line; ignoring it");
+            Default::default()
+        }
+    };
+    let from_cmdline = cmdline.settings()?;
     let agent_id = match args.agent_id {
         Some(id) if !id.trim().is_empty() => id,
-        _ => tink_agent::config::default_agent_id(Path::new("/sys/class/net")).context(
-            "no --agent-id given and no non-loopback interface with a MAC address was found",
-        )?,
+        _ => match &from_cmdline.agent_id {
+            Some(id) => {
+                tracing::info!(agent_id = %id, "agent id from the kernel command line");
+                id.clone()
+            }
+            None => tink_agent::config::default_agent_id(Path::new("/sys/class/net")).context(
+                "no --agent-id given, no worker_id or hw_addr on the kernel command line, and no non-loopback interface with a MAC address was found",
+            )?,
+        },
     };
-    let mut config = AgentConfig::new(agent_id.clone(), args.servers);
+    // The kernel command line's TLS settings go with its servers: flags keep their meaning.
+    let servers_from_cmdline = args.servers.is_empty();
+    let servers = if servers_from_cmdline {
+        if from_cmdline.servers.is_empty() {
+            anyhow::bail!(
+                "no --server (TINK_AGENT_SERVERS) given and no grpc_authority= on the kernel command line ({})",
+                args.kernel_cmdline.display()
+            );
+        }
+        tracing::info!(servers = ?from_cmdline.servers.iter().map(ToString::to_string).collect::<Vec<_>>(), tls = ?from_cmdline.tls, "servers from the kernel command line");
+        from_cmdline.servers.clone()
+    } else {
+        args.servers
+    };
+    if let Some(host) = &from_cmdline.syslog_host {
+        tracing::info!(syslog_host = %host, "syslog_host on the kernel command line is not used by tink-agent (logs go to standard error)");
+    }
+    let mut config = AgentConfig::new(agent_id.clone(), servers);
     config.backoff_max = Duration::from_secs(args.backoff_max_seconds.max(1));
     config.token_file = Some(args.work_dir.join("session-token"));
     config.agent_secret = match (&args.agent_secret, &args.agent_secret_file) {
@@ -147,6 +191,19 @@ async fn main() -> anyhow::Result<()> {
             },
             domain: args.tls_domain,
         });
+    } else if servers_from_cmdline && from_cmdline.tls == Some(true) {
+        config.tls = Some(ClientTls {
+            ca_pem: read(&args.system_ca).context(
+                "tinkerbell_tls=true on the kernel command line and no --tls-ca: the system CA bundle is needed",
+            )?,
+            identity: None,
+            domain: None,
+        });
+    }
+    if servers_from_cmdline && from_cmdline.insecure_tls == Some(true) {
+        tracing::warn!(
+            "tinkerbell_insecure_tls=true on the kernel command line: tink-agent always verifies the server certificate (give its CA with --tls-ca)"
+        );
     }
     let runner_config = RunnerConfig {
         agent_id,

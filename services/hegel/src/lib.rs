@@ -1,0 +1,162 @@
+//! Hegel: per-machine metadata for cloud-init (the EC2 instance metadata API) and the iPXE
+//! boot script, for any number of replicas behind one Service (DESIGN.md section 4).
+//!
+//! A request is answered from the caller's source IP ([`client_ip`]: `X-Forwarded-For` only
+//! from trusted proxies) looked up in an in-memory [`Index`] of Hardware fed by watches
+//! ([`index::feed`]); no request reaches the Kubernetes API. See services/hegel/README.md for
+//! the endpoints and where each value comes from.
+//!
+//! The binary and the tests start it the same way:
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) -> Result<(), hegel::Error> {
+//! let config = hegel::HegelConfig::new(
+//!     "0.0.0.0:50061".parse().unwrap(),
+//!     hegel::IpxeConfig::new("tink-server.tink-system.svc:42113"),
+//! );
+//! let shutdown = tokio_util::sync::CancellationToken::new();
+//! hegel::run(config, client, tink_runtime::Health::new(), Default::default(), shutdown).await
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod client_ip;
+pub mod http;
+pub mod index;
+pub mod ipxe;
+pub mod machine;
+mod metrics;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tink_runtime::Health;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use client_ip::{Cidr, TrustedProxies};
+pub use http::{AppState, RateLimit, router};
+pub use index::{Index, Lookup};
+pub use ipxe::IpxeConfig;
+pub use metrics::{Metrics, MissLabels, RequestLabels};
+
+/// How Hegel runs.
+#[derive(Clone, Debug)]
+pub struct HegelConfig {
+    /// Address of the HTTP listener.
+    pub listen: SocketAddr,
+    /// Peers whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<Cidr>,
+    /// The iPXE script values.
+    pub ipxe: IpxeConfig,
+    /// The per-client rate limit.
+    pub rate_limit: RateLimit,
+    /// Only serve Hardware of this namespace (all namespaces when `None`).
+    pub namespace: Option<String>,
+}
+
+impl HegelConfig {
+    /// No trusted proxies, the default rate limit, all namespaces.
+    pub fn new(listen: SocketAddr, ipxe: IpxeConfig) -> Self {
+        Self {
+            listen,
+            trusted_proxies: Vec::new(),
+            ipxe,
+            rate_limit: RateLimit::default(),
+            namespace: None,
+        }
+    }
+}
+
+/// Errors that stop Hegel.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server failed.
+    #[error("serving: {0}")]
+    Serve(std::io::Error),
+    /// A background task stopped on its own.
+    #[error("{0}")]
+    Stopped(String),
+}
+
+/// Binds `config.listen` and runs until `shutdown` (see [`run_on`]).
+pub async fn run(
+    config: HegelConfig,
+    client: kube::Client,
+    health: Health,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    run_on(listener, config, client, health, metrics, shutdown).await
+}
+
+/// Serves on `listener` until `shutdown`: feeds the index from the API server and turns
+/// `health` ready once Hardware and OSIEs have been listed. Requests before that get 503. The
+/// feed ending on its own ends Hegel (a dead watch must not leave a replica serving stale data
+/// while it looks healthy).
+pub async fn run_on(
+    listener: TcpListener,
+    config: HegelConfig,
+    client: kube::Client,
+    health: Health,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    health.set_ready(false);
+    let (osies, osie_writer) = kube::runtime::reflector::store();
+    let index = Arc::new(Index::new(osies));
+    let state = AppState::new(
+        index.clone(),
+        metrics.clone(),
+        TrustedProxies::new(config.trusted_proxies.clone()),
+        config.ipxe.clone(),
+        config.rate_limit,
+    );
+    let tasks = shutdown.child_token();
+    let feed = tokio::spawn(index::feed(
+        client,
+        config.namespace.clone(),
+        index,
+        osie_writer,
+        metrics,
+        health.clone(),
+        tasks.clone(),
+    ));
+    let mut server = tokio::spawn(http::serve(listener, state, tasks.clone()));
+    tokio::pin!(feed);
+    let mut server_done = false;
+    let result = tokio::select! {
+        r = &mut server => {
+            server_done = true;
+            match r {
+                Ok(r) => r.map_err(Error::Serve),
+                Err(e) => Err(Error::Stopped(format!("the HTTP server failed: {e}"))),
+            }
+        }
+        r = &mut feed => match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Error::Stopped(e.to_string())),
+            Err(e) => Err(Error::Stopped(format!("the index feed failed: {e}"))),
+        },
+    };
+    health.set_ready(false);
+    tasks.cancel();
+    if !server_done {
+        let _ = server.await;
+    }
+    result
+}

@@ -1,0 +1,164 @@
+//! iPXE scripts against kube-lite: the OSIE script with Smee's parameters, the inline and URL
+//! overrides, and no script for machines that may not netboot.
+
+mod common;
+
+use common::Env;
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_for_osie_inline_url_and_disabled_netboot() {
+    let env = Env::new().await;
+    env.create_osie(
+        "hook",
+        "http://127.0.0.1:8080/vmlinuz-x86_64",
+        "http://127.0.0.1:8080/initramfs-x86_64",
+    )
+    .await;
+    env.create_hardware(
+        "osie",
+        json!({"networkInterfaces": {"02:00:00:00:00:02": {"dhcp": {"ip": "127.0.0.2", "vlanId": "7"}}},
+               "osie": {"osieRef": {"name": "hook"}, "kernelParams": ["tinkerbell_tls=false", "quiet"]}}),
+    )
+    .await;
+    env.create_hardware(
+        "inline",
+        json!({"networkInterfaces": {"02:00:00:00:00:03": {"dhcp": {"ip": "127.0.0.3"}}},
+               "ipxe": {"inline": "#!ipxe\necho inline script\nshell\n"}}),
+    )
+    .await;
+    env.create_hardware(
+        "url",
+        json!({"networkInterfaces": {"02:00:00:00:00:04": {"dhcp": {"ip": "127.0.0.4"}}},
+               "ipxe": {"url": "http://boot.example:8080/custom.ipxe"}}),
+    )
+    .await;
+    env.create_hardware(
+        "off",
+        json!({"networkInterfaces": {"02:00:00:00:00:05": {"dhcp": {"ip": "127.0.0.5"}, "disableNetboot": true}},
+               "osie": {"osieRef": {"name": "hook"}}}),
+    )
+    .await;
+    env.create_hardware(
+        "nodhcp",
+        json!({"networkInterfaces": {"02:00:00:00:00:06": {"dhcp": {"ip": "127.0.0.6"}, "disableDhcp": true}},
+               "osie": {"osieRef": {"name": "hook"}}}),
+    )
+    .await;
+    env.create_hardware(
+        "lost",
+        json!({"networkInterfaces": {"02:00:00:00:00:07": {"dhcp": {"ip": "127.0.0.7"}}},
+               "osie": {"osieRef": {"name": "missing"}}}),
+    )
+    .await;
+    let hegel = env
+        .hegel(|c| c.ipxe.extra_kernel_params = vec!["sshd=1".into()])
+        .await;
+
+    // The OSIE script, by MAC (from a pool address no Hardware has) and by source IP.
+    let by_mac = hegel
+        .get("127.0.0.20", "/ipxe/script/02:00:00:00:00:02/auto.ipxe")
+        .await;
+    assert_eq!(by_mac.status, 200, "{}", by_mac.text());
+    let by_ip = hegel.get("127.0.0.2", "/ipxe/script/auto.ipxe").await;
+    assert_eq!(by_ip.text(), by_mac.text());
+    assert_eq!(
+        hegel.get("127.0.0.2", "/auto.ipxe").await.text(),
+        by_mac.text()
+    );
+    let script = by_mac.text();
+    assert!(script.starts_with("#!ipxe\n"), "{script}");
+    let kernel = script
+        .lines()
+        .find(|l| l.starts_with("kernel "))
+        .expect("a kernel line");
+    assert_eq!(
+        kernel,
+        "kernel http://127.0.0.1:8080/vmlinuz-x86_64 worker_id=02:00:00:00:00:02 hw_addr=02:00:00:00:00:02 \
+grpc_authority=127.0.0.1:42113 tinkerbell_tls=true tinkerbell_insecure_tls=false syslog_host=127.0.0.1 \
+vlan_id=7 console=tty0 console=ttyS1,115200 modules=loop,squashfs,sd-mod,usb-storage intel_iommu=on iommu=pt \
+initrd=initrd sshd=1 tinkerbell_tls=false quiet \
+&& goto download_initrd || iseq ${idx} ${retries} && goto kernel-error || inc idx && echo retry in ${retry_delay} seconds ; sleep ${retry_delay} ; goto retry_kernel"
+    );
+    assert!(script.contains(
+        "\ninitrd --name initrd http://127.0.0.1:8080/initramfs-x86_64 && goto boot || "
+    ));
+    assert!(script.contains("\nboot || iseq ${idx} ${retries} && goto boot-error"));
+    // Any MAC spelling.
+    let upper = hegel
+        .get("127.0.0.20", "/ipxe/script/02-00-00-00-00-02/auto.ipxe")
+        .await;
+    assert_eq!(upper.text(), script);
+
+    // Inline: as is.
+    let r = hegel.get("127.0.0.3", "/ipxe/script/auto.ipxe").await;
+    assert_eq!(
+        (r.status, r.text()),
+        (200, "#!ipxe\necho inline script\nshell\n".into())
+    );
+    // URL: chained.
+    let r = hegel
+        .get("127.0.0.20", "/ipxe/script/02:00:00:00:00:04/auto.ipxe")
+        .await;
+    assert_eq!(r.status, 200);
+    assert!(r.text().starts_with("#!ipxe\n"), "{}", r.text());
+    assert!(
+        r.text()
+            .contains("\nchain --autofree http://boot.example:8080/custom.ipxe || "),
+        "{}",
+        r.text()
+    );
+
+    // No netboot: 404 with the reason, by MAC and by IP.
+    let r = hegel
+        .get("127.0.0.20", "/ipxe/script/02:00:00:00:00:05/auto.ipxe")
+        .await;
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        r.text(),
+        "Hardware machines/off: interface 02:00:00:00:00:05 has disableNetboot: true; it gets no iPXE script\n"
+    );
+    let r = hegel.get("127.0.0.5", "/ipxe/script/auto.ipxe").await;
+    assert_eq!(r.status, 404);
+    let r = hegel.get("127.0.0.6", "/ipxe/script/auto.ipxe").await;
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("disableDhcp: true"), "{}", r.text());
+    // A missing OSIE, an unknown MAC, a malformed MAC.
+    let r = hegel.get("127.0.0.7", "/ipxe/script/auto.ipxe").await;
+    assert_eq!(
+        (r.status, r.text()),
+        (
+            404,
+            "Hardware machines/lost: spec.osie.osieRef names OSIE machines/missing, which does not exist\n"
+                .into()
+        )
+    );
+    let r = hegel
+        .get("127.0.0.20", "/ipxe/script/02:00:00:00:00:99/auto.ipxe")
+        .await;
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        r.text(),
+        "no Hardware has the MAC 02:00:00:00:00:99 (spec.networkInterfaces)\n"
+    );
+    let r = hegel
+        .get("127.0.0.20", "/ipxe/script/not-a-mac/auto.ipxe")
+        .await;
+    assert_eq!(r.status, 400);
+    // Another machine's address cannot read this machine's script by MAC.
+    let r = hegel
+        .get("127.0.0.3", "/ipxe/script/02:00:00:00:00:02/auto.ipxe")
+        .await;
+    assert_eq!(r.status, 403);
+    assert!(
+        r.text().contains("belongs to another Hardware"),
+        "{}",
+        r.text()
+    );
+
+    assert_eq!(hegel.metrics.requests_of("ipxe", 200), 6);
+    assert!(hegel.metrics.requests_of("ipxe", 404) >= 5);
+    hegel.stop().await;
+    env.stop().await;
+}
