@@ -39,6 +39,9 @@ pub struct CmdlineSettings {
     pub insecure_tls: Option<bool>,
     /// `syslog_host` (not used by the agent; reported).
     pub syslog_host: Option<String>,
+    /// `tink_agent_secret`: the machine's pre-shared secret, when its Hardware names one (never
+    /// logged).
+    pub agent_secret: Option<String>,
 }
 
 impl KernelCmdline {
@@ -137,6 +140,7 @@ impl KernelCmdline {
             tls: self.boolean("tinkerbell_tls")?,
             insecure_tls: self.boolean("tinkerbell_insecure_tls")?,
             syslog_host: self.non_empty("syslog_host").map(str::to_owned),
+            agent_secret: self.non_empty("tink_agent_secret").map(str::to_owned),
         })
     }
 }
@@ -158,7 +162,7 @@ mod tests {
             "BOOT_IMAGE=/vmlinuz worker_id=aa:bb:cc:00:00:01 hw_addr=aa:bb:cc:00:00:01 \
              grpc_authority=10.0.0.2:42113 tinkerbell_tls=false tinkerbell_insecure_tls=false \
              syslog_host=10.0.0.2 console=tty0 console=ttyS1,115200 quiet note=\"a b\" \
-             tinkerbell_tls=true\n",
+             tinkerbell_tls=true tink_agent_secret=s3cr3t\n",
         );
         assert_eq!(c.get("console"), Some("ttyS1,115200"));
         assert_eq!(c.get("note"), Some("a b"));
@@ -169,6 +173,7 @@ mod tests {
         // The last occurrence wins (the machine's kernelParams come last).
         assert_eq!(s.tls, Some(true));
         assert_eq!(s.insecure_tls, Some(false));
+        assert_eq!(s.agent_secret.as_deref(), Some("s3cr3t"));
         assert_eq!(s.syslog_host.as_deref(), Some("10.0.0.2"));
     }
 

@@ -174,7 +174,7 @@ async fn main() -> anyhow::Result<()> {
             std::fs::read_to_string(path)
                 .with_context(|| format!("--agent-secret-file {}", path.display()))?,
         ),
-        (None, None) => None,
+        (None, None) => from_cmdline.agent_secret.clone(),
     };
     let split = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_owned).collect() };
     config.power_commands = tink_agent::config::PowerCommands {

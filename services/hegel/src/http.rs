@@ -69,6 +69,9 @@ pub struct AppState {
     pub trusted: Arc<TrustedProxies>,
     /// Values of the iPXE scripts.
     pub ipxe: Arc<IpxeConfig>,
+    /// Reads the Secrets Hardware name in `tinkerbell.org/agent-secret` (None: such machines
+    /// get no script).
+    pub secrets: Option<kube::Client>,
     limiter: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
 }
 
@@ -92,8 +95,15 @@ impl AppState {
             metrics,
             trusted: Arc::new(trusted),
             ipxe: Arc::new(ipxe),
+            secrets: None,
             limiter,
         }
+    }
+
+    /// Reads agent secrets through `client`.
+    pub fn with_secrets(mut self, client: kube::Client) -> Self {
+        self.secrets = Some(client);
+        self
     }
 
     /// Forgets clients whose buckets are full again (bounds the limiter's memory); called
@@ -396,15 +406,59 @@ fn normalize_mac(s: &str) -> Option<String> {
     ok.then(|| parts.join(":").to_ascii_lowercase())
 }
 
-fn script_response(state: &AppState, m: &Machine, i: usize, via: &str) -> Response {
-    let result = ipxe::script(
+async fn script_response(
+    state: &AppState,
+    m: &Machine,
+    i: usize,
+    via: &str,
+    caller_is_machine: bool,
+) -> Response {
+    // A machine with a pre-shared agent secret: the script carries it, so only the machine
+    // itself (by its own address) gets it.
+    let secret = match &m.agent_secret {
+        None => None,
+        Some(_) if !caller_is_machine => {
+            state.metrics.miss("ipxe", "agent_secret_caller");
+            tracing::warn!(hardware = %m.key, via, "iPXE script with an agent secret refused to an address that is not the machine's");
+            return text(
+                StatusCode::FORBIDDEN,
+                "ipxe",
+                format!(
+                    "Hardware {} has an agent secret: its script is served only to the machine's own address\n",
+                    m.key
+                ),
+            );
+        }
+        Some(name) => match agent_secret(state, m, name).await {
+            Ok(v) => Some(v),
+            Err(why) => {
+                tracing::error!(hardware = %m.key, via, reason = %why, "cannot read the machine's agent secret; no iPXE script served");
+                return text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "ipxe",
+                    format!("Hardware {}: tinkerbell.org/agent-secret: {why}\n", m.key),
+                );
+            }
+        },
+    };
+    let result = ipxe::script_with_secret(
         m,
         i,
         |name| state.index.osie(&m.namespace, name),
         &state.ipxe,
+        secret.as_deref(),
     );
     match result {
-        Ok(s) => text(StatusCode::OK, "ipxe", s),
+        Ok(s) => {
+            let mut r = text(StatusCode::OK, "ipxe", s);
+            if secret.is_some() {
+                r.headers_mut().insert(
+                    axum::http::header::CACHE_CONTROL,
+                    axum::http::HeaderValue::from_static("no-store"),
+                );
+            }
+            r
+        }
         Err(e) if e.is_not_found() => {
             tracing::info!(hardware = %m.key, via, reason = %e, "no iPXE script served");
             text(StatusCode::NOT_FOUND, "ipxe", format!("{e}\n"))
@@ -414,6 +468,36 @@ fn script_response(state: &AppState, m: &Machine, i: usize, via: &str) -> Respon
             text(StatusCode::INTERNAL_SERVER_ERROR, "ipxe", format!("{e}\n"))
         }
     }
+}
+
+/// The `secret` value of the Secret `name` in the machine's namespace (read when a script is
+/// asked for: once per boot, so no cache of secret values is kept).
+async fn agent_secret(state: &AppState, m: &Machine, name: &str) -> Result<String, String> {
+    let Some(client) = &state.secrets else {
+        return Err("this Hegel reads no Secrets (started without an API client)".into());
+    };
+    let api: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), &m.namespace);
+    let secret = api
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("Secret {}/{name} cannot be read: {e}", m.namespace))?
+        .ok_or_else(|| format!("Secret {}/{name} does not exist", m.namespace))?;
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("secret"))
+        .ok_or_else(|| format!("Secret {}/{name} has no `secret` key", m.namespace))?;
+    let text = std::str::from_utf8(&value.0)
+        .map_err(|_| format!("Secret {}/{name}: data.secret is not UTF-8", m.namespace))?
+        .trim();
+    if text.is_empty() {
+        return Err(format!(
+            "Secret {}/{name}: data.secret is empty",
+            m.namespace
+        ));
+    }
+    Ok(text.to_string())
 }
 
 async fn ipxe_by_mac(
@@ -468,7 +552,9 @@ async fn ipxe_by_mac(
             ),
         );
     }
-    script_response(&state, &m, i, "mac")
+    let caller_is_machine =
+        matches!(state.index.by_ip(ip), Lookup::Found(owner, _) if owner.key == m.key);
+    script_response(&state, &m, i, "mac", caller_is_machine).await
 }
 
 async fn ipxe_by_ip(
@@ -479,7 +565,7 @@ async fn ipxe_by_ip(
         Ok(c) => c,
         Err(r) => return r,
     };
-    script_response(&state, &m, i, "ip")
+    script_response(&state, &m, i, "ip", true).await
 }
 
 /// Serves `app` on `listener` until `shutdown`, then lets open requests finish (the process's

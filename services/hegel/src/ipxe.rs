@@ -169,6 +169,18 @@ pub fn kernel_params(
     machine_params: &[String],
     config: &IpxeConfig,
 ) -> Result<Vec<String>, ScriptError> {
+    kernel_params_with_secret(machine, i, machine_params, config, None)
+}
+
+/// [`kernel_params`] with the machine's pre-shared agent secret (`tink_agent_secret=`, right
+/// after Smee's TLS parameters) when its Hardware names one.
+pub fn kernel_params_with_secret(
+    machine: &Machine,
+    i: &Interface,
+    machine_params: &[String],
+    config: &IpxeConfig,
+    agent_secret: Option<&str>,
+) -> Result<Vec<String>, ScriptError> {
     let mut p = vec![
         format!("worker_id={}", i.mac),
         format!("hw_addr={}", i.mac),
@@ -176,6 +188,16 @@ pub fn kernel_params(
         format!("tinkerbell_tls={}", config.tinkerbell_tls),
         format!("tinkerbell_insecure_tls={}", config.tinkerbell_insecure_tls),
     ];
+    if let Some(secret) = agent_secret {
+        if secret.is_empty() || !secret.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ScriptError::BadValue {
+                object: format!("Hardware {}", machine.key),
+                field: "the tinkerbell.org/agent-secret Secret's `secret`".into(),
+                reason: "must be printable ASCII without spaces (it is a kernel parameter)",
+            });
+        }
+        p.push(format!("tink_agent_secret={secret}"));
+    }
     if let Some(s) = &config.syslog_host {
         p.push(format!("syslog_host={s}"));
     }
@@ -213,6 +235,17 @@ pub fn script(
     iface: usize,
     osie: impl FnOnce(&str) -> Option<std::sync::Arc<OsieSpec>>,
     config: &IpxeConfig,
+) -> Result<String, ScriptError> {
+    script_with_secret(machine, iface, osie, config, None)
+}
+
+/// [`script`] with the machine's pre-shared agent secret in the OSIE's kernel parameters.
+pub fn script_with_secret(
+    machine: &Machine,
+    iface: usize,
+    osie: impl FnOnce(&str) -> Option<std::sync::Arc<OsieSpec>>,
+    config: &IpxeConfig,
+    agent_secret: Option<&str>,
 ) -> Result<String, ScriptError> {
     let Some(i) = machine.interfaces.get(iface) else {
         return Err(ScriptError::NothingToBoot(machine.key.clone()));
@@ -276,7 +309,7 @@ pub fn script(
                 .ok_or_else(|| missing("spec.initrdUrl"))?;
             check_url(&osie_object, "spec.kernelUrl", kernel)?;
             check_url(&osie_object, "spec.initrdUrl", initrd)?;
-            let params = kernel_params(machine, i, own, config)?;
+            let params = kernel_params_with_secret(machine, i, own, config, agent_secret)?;
             OsieScript {
                 mac: &i.mac,
                 hardware: &machine.key,

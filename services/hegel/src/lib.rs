@@ -125,7 +125,8 @@ pub async fn run_on(
         TrustedProxies::new(config.trusted_proxies.clone()),
         config.ipxe.clone(),
         config.rate_limit,
-    );
+    )
+    .with_secrets(client.clone());
     let tasks = shutdown.child_token();
     let feed = tokio::spawn(index::feed(
         client,

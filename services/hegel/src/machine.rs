@@ -83,6 +83,9 @@ pub struct Machine {
     pub boot: Boot,
     /// The migrated v1alpha1 `metadata.facility.facility_code` (the iPXE `facility=`).
     pub facility: Option<String>,
+    /// The Secret (in the Hardware's namespace) named by its `tinkerbell.org/agent-secret`
+    /// annotation: its `secret` value goes in the boot script as `tink_agent_secret=`.
+    pub agent_secret: Option<String>,
     /// Per interface index with an IP: the meta-data tree seen from that interface.
     trees: Vec<Option<Arc<MetaTree>>>,
 }
@@ -162,6 +165,10 @@ pub fn key_of(hw: &Hardware) -> String {
     )
 }
 
+/// The Hardware annotation naming the machine's agent secret (see tink-controller's
+/// `agent_secrets`).
+pub const AGENT_SECRET_ANNOTATION: &str = "tinkerbell.org/agent-secret";
+
 impl Machine {
     /// Everything served about `hw`, computed now.
     pub fn from_hardware(hw: &Hardware) -> Self {
@@ -240,6 +247,13 @@ impl Machine {
                 .map(|s| Bytes::copy_from_slice(s.as_bytes())),
             boot,
             facility: legacy.facility,
+            agent_secret: hw
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(AGENT_SECRET_ANNOTATION))
+                .filter(|n| !n.is_empty())
+                .cloned(),
             trees,
         }
     }

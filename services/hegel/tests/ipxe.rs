@@ -162,3 +162,98 @@ initrd=initrd sshd=1 tinkerbell_tls=false quiet \
     hegel.stop().await;
     env.stop().await;
 }
+
+/// A machine whose Hardware names an agent secret: its script carries `tink_agent_secret=`,
+/// only to the machine's own address and never cached; a missing Secret serves no script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_secret_reaches_only_its_machine() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, PostParams};
+
+    let env = Env::new().await;
+    env.create_osie(
+        "hook",
+        "http://127.0.0.1:8080/vmlinuz-x86_64",
+        "http://127.0.0.1:8080/initramfs-x86_64",
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), common::NS);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "m12-agent", "namespace": common::NS},
+        "stringData": {"secret": "only-for-m12\n"},
+    }))
+    .expect("secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    env.create_hardware(
+        "strict",
+        json!({"networkInterfaces": {"02:00:00:00:00:12": {"dhcp": {"ip": "127.0.0.12"}}},
+               "osie": {"osieRef": {"name": "hook"}}}),
+    )
+    .await;
+    env.patch_hardware(
+        "strict",
+        json!({"metadata": {"annotations": {"tinkerbell.org/agent-secret": "m12-agent"}}}),
+    )
+    .await;
+    env.create_hardware(
+        "nosecret",
+        json!({"networkInterfaces": {"02:00:00:00:00:13": {"dhcp": {"ip": "127.0.0.13"}}},
+               "osie": {"osieRef": {"name": "hook"}}}),
+    )
+    .await;
+    env.patch_hardware(
+        "nosecret",
+        json!({"metadata": {"annotations": {"tinkerbell.org/agent-secret": "does-not-exist"}}}),
+    )
+    .await;
+    let hegel = env.hegel(|_| {}).await;
+
+    // The machine itself, by its address: the secret is a kernel parameter, never cached.
+    let own = common::eventually(
+        "the annotated Hardware to be indexed",
+        std::time::Duration::from_secs(10),
+        || async {
+            let r = hegel.get("127.0.0.12", "/ipxe/script/auto.ipxe").await;
+            (r.status == 200 && r.text().contains("tink_agent_secret=")).then_some(r)
+        },
+    )
+    .await;
+    let kernel = own
+        .text()
+        .lines()
+        .find(|l| l.starts_with("kernel "))
+        .expect("kernel line")
+        .to_string();
+    assert!(
+        kernel.contains(" tink_agent_secret=only-for-m12 "),
+        "{kernel}"
+    );
+    assert_eq!(own.header("cache-control"), Some("no-store"));
+    // By MAC from the machine's own address: the same.
+    let by_mac = hegel
+        .get("127.0.0.12", "/ipxe/script/02:00:00:00:00:12/auto.ipxe")
+        .await;
+    assert_eq!(by_mac.status, 200);
+    assert!(by_mac.text().contains("tink_agent_secret=only-for-m12"));
+    // By MAC from any other address: refused, the secret never shown.
+    let stranger = hegel
+        .get("127.0.0.30", "/ipxe/script/02:00:00:00:00:12/auto.ipxe")
+        .await;
+    assert_eq!(stranger.status, 403, "{}", stranger.text());
+    assert!(!stranger.text().contains("only-for-m12"));
+    // A missing Secret: no script (the machine would boot an agent the servers refuse).
+    let missing = hegel.get("127.0.0.13", "/ipxe/script/auto.ipxe").await;
+    assert_eq!(missing.status, 503, "{}", missing.text());
+    assert!(
+        missing
+            .text()
+            .contains("Secret machines/does-not-exist does not exist"),
+        "{}",
+        missing.text()
+    );
+    hegel.stop().await;
+    env.stop().await;
+}
