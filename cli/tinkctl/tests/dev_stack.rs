@@ -258,6 +258,11 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
         .arg(&bin_dir)
         .args(["--services-api-server", &proxy]));
     assert!(up.status.success(), "dev up failed");
+    let up_text = String::from_utf8_lossy(&up.stdout);
+    assert!(
+        !up_text.contains("Not part of this build"),
+        "every component runs, Hegel included:\n{up_text}"
+    );
     let env = std::fs::read_to_string(stack.dir.path().join("env")).expect("env file");
     for key in [
         "KUBECONFIG=",
@@ -298,6 +303,35 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
 
     let client = tinkctl_client(&stack.kubeconfig()).await;
     let api: Api<Workflow> = Api::namespaced(client, NS);
+
+    // Hegel serves the demo machine's iPXE script: the OSIE with the parameters the agent
+    // reads, pointing at this stack's servers.
+    let value = |key: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim_matches('\'').to_string())
+            .unwrap_or_else(|| panic!("{key} in the env file"))
+    };
+    let hegel_url = value("HEGEL_URL=");
+    let first_server = value("TINK_SERVER=")
+        .split(',')
+        .next()
+        .expect("a server")
+        .to_string();
+    let script = run(Command::new("curl").args([
+        "-sSf",
+        &format!("{hegel_url}/ipxe/script/02:00:00:00:00:01/auto.ipxe"),
+    ]));
+    assert!(
+        script.status.success(),
+        "Hegel serves the dev machine's script"
+    );
+    let script = String::from_utf8_lossy(&script.stdout);
+    assert!(
+        script.contains("worker_id=02:00:00:00:00:01")
+            && script.contains(&format!("grpc_authority={first_server}")),
+        "{script}"
+    );
 
     // One trace for the workflow: its id is on the Workflow, the demo prints it, and the
     // controller's, the server's and the agent's spans all arrive under it.
