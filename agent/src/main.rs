@@ -2,7 +2,6 @@
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -241,18 +240,10 @@ async fn main() -> anyhow::Result<()> {
     let health = tink_runtime::Health::new();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let admin = tokio::net::TcpListener::bind(args.admin.admin_addr)
-        .await
-        .with_context(|| format!("cannot bind the admin endpoint {}", args.admin.admin_addr))?;
-    let admin_task = tokio::spawn(tink_runtime::serve_admin(
-        admin,
-        health.clone(),
-        Arc::new(registry),
-        shutdown.clone(),
-    ));
+    let admin = tink_runtime::AdminServer::start(&args.admin, &health, registry, &shutdown).await?;
     let result = tink_agent::run(config, runner, health, metrics, shutdown.clone()).await;
     shutdown.cancel();
-    admin_task.await.context("admin endpoint task")??;
+    admin.stopped().await?;
     result?;
     Ok(())
 }

@@ -99,3 +99,40 @@ async fn metrics(State(state): State<AdminState>) -> Response {
         }
     }
 }
+
+/// A service binary's admin endpoint, bound and serving until the shutdown token is cancelled.
+pub struct AdminServer {
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl AdminServer {
+    /// Binds `args.admin_addr` (an error names the address) and serves [`admin_router`] there
+    /// until `shutdown` is cancelled.
+    pub async fn start(
+        args: &AdminArgs,
+        health: &Health,
+        registry: Registry,
+        shutdown: &CancellationToken,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(args.admin_addr).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot bind the admin endpoint {}: {e}", args.admin_addr),
+            )
+        })?;
+        let task = tokio::spawn(serve_admin(
+            listener,
+            health.clone(),
+            Arc::new(registry),
+            shutdown.clone(),
+        ));
+        Ok(Self { task })
+    }
+
+    /// Waits for the endpoint to stop (after the shutdown token was cancelled).
+    pub async fn stopped(self) -> std::io::Result<()> {
+        self.task
+            .await
+            .map_err(|e| std::io::Error::other(format!("admin endpoint task: {e}")))?
+    }
+}

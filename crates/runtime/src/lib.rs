@@ -10,7 +10,7 @@ mod admin;
 mod health;
 mod shutdown;
 
-pub use admin::{AdminArgs, admin_router, serve_admin};
+pub use admin::{AdminArgs, AdminServer, admin_router, serve_admin};
 pub use health::Health;
 pub use shutdown::{
     DEFAULT_SHUTDOWN_GRACE, shutdown_token, shutdown_token_with_grace, wait_for_signal,

@@ -1,7 +1,6 @@
 //! tink-controller: the only writer of Workflow status.
 #![forbid(unsafe_code)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -116,19 +115,11 @@ async fn main() -> anyhow::Result<()> {
     let health = tink_runtime::Health::new();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = tink_controller::Metrics::register(&mut registry);
-    let admin = tokio::net::TcpListener::bind(args.admin.admin_addr)
-        .await
-        .with_context(|| format!("cannot bind the admin endpoint {}", args.admin.admin_addr))?;
-    let admin_task = tokio::spawn(tink_runtime::serve_admin(
-        admin,
-        health.clone(),
-        Arc::new(registry),
-        shutdown.clone(),
-    ));
+    let admin = tink_runtime::AdminServer::start(&args.admin, &health, registry, &shutdown).await?;
 
     let result = tink_controller::run(config, client, health, metrics, shutdown.clone()).await;
     shutdown.cancel();
-    admin_task.await.context("admin endpoint task")??;
+    admin.stopped().await?;
     result?;
     Ok(())
 }

@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -79,24 +78,14 @@ async fn main() -> anyhow::Result<()> {
     let health = tink_runtime::Health::new();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = tink_server::Metrics::register(&mut registry);
-    let registry = Arc::new(registry);
-
-    let admin = tokio::net::TcpListener::bind(args.admin.admin_addr)
-        .await
-        .with_context(|| format!("cannot bind the admin endpoint {}", args.admin.admin_addr))?;
-    let admin_task = tokio::spawn(tink_runtime::serve_admin(
-        admin,
-        health.clone(),
-        registry,
-        shutdown.clone(),
-    ));
+    let admin = tink_runtime::AdminServer::start(&args.admin, &health, registry, &shutdown).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot bind {}", args.listen))?;
 
     let served = tink_server::serve(config, listener, health, metrics, shutdown.clone()).await;
     shutdown.cancel();
-    admin_task.await.context("admin endpoint task")??;
+    admin.stopped().await?;
     served?;
     Ok(())
 }
