@@ -16,6 +16,7 @@ pub mod client;
 pub mod config;
 pub mod convert;
 pub mod executor;
+pub mod logs;
 pub mod metrics;
 pub mod reason;
 pub mod runtime;
@@ -30,6 +31,7 @@ use tracing::{info, warn};
 pub use client::{ClientError, ServerPool};
 pub use config::{AgentConfig, ClientTls, ServerAddress};
 pub use executor::Executor;
+pub use logs::{LogConfig, LogMetrics, LogSink};
 pub use metrics::Metrics;
 pub use runtime::{DockerRunner, RegistryConfig, RunnerConfig};
 
@@ -47,6 +49,25 @@ pub async fn run(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), ClientError> {
+    let logs = LogSink::new(LogConfig::default(), LogMetrics::default());
+    run_with_logs(config, logs, runner, health, metrics, shutdown).await
+}
+
+/// Like [`run`], sending action output through `logs` (its limits, batching and metrics; see
+/// [`logs`]) unless its configuration disables it.
+pub async fn run_with_logs(
+    config: AgentConfig,
+    logs: LogSink,
+    runner: DockerRunner,
+    health: tink_runtime::Health,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Result<(), ClientError> {
+    let runner = if logs.enabled() {
+        runner.with_logs(logs.clone())
+    } else {
+        runner
+    };
     let pool = ServerPool::new(&config)?;
     let config = Arc::new(config);
     info!(instance = %config.instance_id, "agent process instance");
@@ -64,6 +85,13 @@ pub async fn run(
         events_rx,
         metrics.clone(),
         abandon.clone(),
+    ));
+    let abandon_logs = CancellationToken::new();
+    let shipper = tokio::spawn(logs::ship(
+        pool.clone(),
+        config.clone(),
+        logs.clone(),
+        abandon_logs.clone(),
     ));
     // The stream stays open until the last events are flushed: it holds the agent's session,
     // and a server accepts events only within one.
@@ -90,6 +118,14 @@ pub async fn run(
     if (&mut flush).await.is_err() {
         warn!("queued events were not all published before the flush timeout");
         abandon.cancel();
+    }
+    // Then the action output still queued, within the same time again.
+    logs.close();
+    let flush = tokio::time::timeout(config.flush_timeout, shipper);
+    tokio::pin!(flush);
+    if (&mut flush).await.is_err() {
+        warn!("queued action output was not all sent before the flush timeout");
+        abandon_logs.cancel();
     }
     stream_stop.cancel();
     if let Err(e) = stream.await {

@@ -89,6 +89,8 @@ struct Args {
     #[arg(long, env = "TINK_AGENT_BACKOFF_MAX_SECONDS", default_value_t = 5)]
     backoff_max_seconds: u64,
     #[command(flatten)]
+    logs: tink_agent::logs::LogArgs,
+    #[command(flatten)]
     admin: tink_runtime::AdminArgs,
     #[command(flatten)]
     telemetry: tink_telemetry::TelemetryArgs,
@@ -164,6 +166,9 @@ async fn main() -> anyhow::Result<()> {
     let health = tink_runtime::Health::new();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let log_metrics = tink_agent::LogMetrics::default();
+    log_metrics.register(&mut registry);
+    let logs = tink_agent::LogSink::new(args.logs.config(), log_metrics);
     let admin = tokio::net::TcpListener::bind(args.admin.admin_addr)
         .await
         .with_context(|| format!("cannot bind the admin endpoint {}", args.admin.admin_addr))?;
@@ -173,7 +178,8 @@ async fn main() -> anyhow::Result<()> {
         Arc::new(registry),
         shutdown.clone(),
     ));
-    let result = tink_agent::run(config, runner, health, metrics, shutdown.clone()).await;
+    let result =
+        tink_agent::run_with_logs(config, logs, runner, health, metrics, shutdown.clone()).await;
     shutdown.cancel();
     admin_task.await.context("admin endpoint task")??;
     result?;

@@ -55,6 +55,12 @@ pub(crate) async fn publish(
 ) -> Result<LogAck, Status> {
     let metrics = &shared.metrics;
     let lines = batch.lines.len() as u64;
+    if auth.certificate.is_none() && batch.agent_id.is_empty() {
+        metrics.error("invalid_logs");
+        return Err(Status::invalid_argument(
+            "batch.agent_id: must be set (the agent id of its GetWorkflows stream)",
+        ));
+    }
     // Recorded for the authenticated agent, whatever the body claims.
     batch.agent_id = shared.authenticate_event(&auth, &batch.agent_id).await?;
     if let Err(e) = tink_bus::validate_log_batch(&batch) {
