@@ -598,33 +598,34 @@ async fn stream_logs(
     // stdout and stderr are split into lines separately.
     let mut out = LineSplitter::default();
     let mut err = LineSplitter::default();
-    let mut emit = |stream: Stream, line: &str| {
-        info!(target: "tink_agent::action_output", "[{prefix}] {line}");
-        if let Ok(mut t) = tail.lock() {
-            t.push(line);
-        }
-        if let Some(shipped) = shipped.as_mut() {
-            shipped.push(stream, line);
-        }
-    };
-    while let Some(chunk) = logs.next().await {
-        match chunk {
-            Ok(LogOutput::StdErr { message }) => {
-                err.feed(&message, &mut |line| emit(Stream::Stderr, line));
+    {
+        let mut emit = |stream: Stream, line: &str| {
+            info!(target: "tink_agent::action_output", "[{prefix}] {line}");
+            if let Ok(mut t) = tail.lock() {
+                t.push(line);
             }
-            Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
-                out.feed(&message, &mut |line| emit(Stream::Stdout, line));
+            if let Some(shipped) = shipped.as_mut() {
+                shipped.push(stream, line);
             }
-            Ok(LogOutput::StdIn { .. }) => {}
-            Err(e) => {
-                debug!(error = %e, "the container's log stream ended");
-                break;
+        };
+        while let Some(chunk) = logs.next().await {
+            match chunk {
+                Ok(LogOutput::StdErr { message }) => {
+                    err.feed(&message, &mut |line| emit(Stream::Stderr, line));
+                }
+                Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
+                    out.feed(&message, &mut |line| emit(Stream::Stdout, line));
+                }
+                Ok(LogOutput::StdIn { .. }) => {}
+                Err(e) => {
+                    debug!(error = %e, "the container's log stream ended");
+                    break;
+                }
             }
         }
+        out.end(&mut |line| emit(Stream::Stdout, line));
+        err.end(&mut |line| emit(Stream::Stderr, line));
     }
-    out.end(&mut |line| emit(Stream::Stdout, line));
-    err.end(&mut |line| emit(Stream::Stderr, line));
-    drop(emit);
     if let Some(shipped) = shipped {
         shipped.finish();
     }

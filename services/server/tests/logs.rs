@@ -153,10 +153,9 @@ async fn logs_are_stored_per_workflow_and_action_once_and_only_from_the_owner() 
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
 
     // Malformed: the field is named.
-    let status = client
-        .publish_logs(batch(a, wf_a, "0-disk", 7..=6))
-        .await
-        .expect_err("empty");
+    let mut empty = batch(a, wf_a, "0-disk", 7..=7);
+    empty.lines.clear();
+    let status = client.publish_logs(empty).await.expect_err("empty");
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(status.message().contains("batch.lines"), "{status:?}");
     let mut backwards = batch(a, wf_a, "0-disk", 8..=9);
