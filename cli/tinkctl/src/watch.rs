@@ -24,6 +24,10 @@ pub use tink_api::TRACE_ID_ANNOTATION;
 pub enum WorkflowCommand {
     /// Follow a Workflow until it ends (exit status 0 only when it Succeeded).
     Watch(WatchArgs),
+    /// Print the output of a Workflow's actions (stored lines, then live ones with -f), each
+    /// line prefixed by its action's name. Reads the Workflow from Kubernetes and the lines from
+    /// NATS (--nats-url).
+    Logs(Box<crate::logs::LogsArgs>),
 }
 
 /// Arguments of `tinkctl workflow watch`.
@@ -43,8 +47,11 @@ pub struct WatchArgs {
 
 /// Runs a `workflow` subcommand.
 pub fn run(cmd: WorkflowCommand) -> anyhow::Result<()> {
-    let WorkflowCommand::Watch(args) = cmd;
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let args = match cmd {
+        WorkflowCommand::Watch(args) => args,
+        WorkflowCommand::Logs(args) => return rt.block_on(crate::logs::run(*args)),
+    };
     rt.block_on(async {
         let client = args.kube.client().await?;
         let api: Api<Workflow> = Api::namespaced(client, &args.namespace);
