@@ -218,3 +218,40 @@ async fn logs_need_the_agents_session_token() {
         .expect("with the token");
     replica.stop().await.expect("stops");
 }
+
+#[tokio::test]
+async fn a_batch_resent_after_its_replica_was_killed_is_stored_once() {
+    let nats = NatsServer::start().await.expect("nats");
+    let a = ProcessReplica::start(&nats.url(), "server-a").await;
+    let b = Replica::start(&nats.url(), "server-b").await;
+    let js = jetstream(&nats.url()).await;
+    let agent = "aa:bb:cc:dd:ee:04";
+    let wf = "ns/killed/uid/1";
+    let mut to_a = client(a.addr).await;
+    to_a.publish_event(receipt_of(agent, wf))
+        .await
+        .expect("receipt");
+    // Replica A stores the batch; the agent never hears back because A is killed (SIGKILL).
+    let sent = batch(agent, wf, "0-a", 1..=50);
+    to_a.publish_logs(sent.clone()).await.expect("stored by A");
+    a.kill().await;
+    // The agent resends the same batch to B, then goes on.
+    let mut to_b = b.client().await;
+    let ack = to_b
+        .publish_logs(sent)
+        .await
+        .expect("B answers")
+        .into_inner();
+    assert_eq!(ack.stored_lines, 0, "B recognised the resend");
+    to_b.publish_logs(batch(agent, wf, "0-a", 51..=60))
+        .await
+        .expect("stored by B");
+    let lines: Vec<u64> = stored(&js, tink_bus::logs_subject(wf, "0-a").unwrap())
+        .await
+        .iter()
+        .flat_map(|b| b.lines.iter().map(|l| l.sequence))
+        .collect();
+    assert_eq!(lines, (1..=60).collect::<Vec<_>>());
+    assert_eq!(b.metrics.log_batches_duplicate.get(), 1);
+    b.stop().await.expect("stops");
+}
