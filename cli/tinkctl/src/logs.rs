@@ -249,6 +249,75 @@ where
     Ok(())
 }
 
+/// The last output line of each action of one Workflow, kept up to date by a background task.
+#[derive(Debug, Clone, Default)]
+pub struct LastLines(std::sync::Arc<std::sync::Mutex<HashMap<String, String>>>);
+
+impl LastLines {
+    /// A copy of the current lines (action id -> line).
+    pub fn snapshot(&self) -> HashMap<String, String> {
+        self.0.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    fn set(&self, action_id: String, text: String) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(action_id, text);
+        }
+    }
+}
+
+/// Starts following the last output lines of workflow `name` (once it has a dispatch id);
+/// `None`, with a warning on stderr, when NATS cannot be reached (the watch goes on without).
+pub async fn last_lines(nats_url: &str, api: Api<Workflow>, name: String) -> Option<LastLines> {
+    let client = match async_nats::connect(nats_url).await {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("not showing action output: cannot connect to NATS at {nats_url}: {e}");
+            return None;
+        }
+    };
+    let js = async_nats::jetstream::new(client);
+    let last = LastLines::default();
+    let out = last.clone();
+    tokio::spawn(async move {
+        let dispatch = loop {
+            if let Ok(wf) = api.get(&name).await
+                && let Some(id) = wf.status.and_then(|s| s.dispatch_id)
+            {
+                break id;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        let Ok(filter) = tink_bus::logs_workflow_filter(&dispatch) else {
+            return;
+        };
+        let Ok(stream) = js.get_stream(tink_bus::LOGS_STREAM).await else {
+            return;
+        };
+        let Ok(consumer) = stream
+            .create_consumer(OrderedConfig {
+                filter_subject: filter,
+                deliver_policy: DeliverPolicy::LastPerSubject,
+                ..Default::default()
+            })
+            .await
+        else {
+            return;
+        };
+        let Ok(mut messages) = consumer.messages().await else {
+            return;
+        };
+        while let Some(Ok(message)) = messages.next().await {
+            if let Ok(batch) = tink_bus::decode_log_batch(&message.payload)
+                && let Some(line) = batch.lines.last()
+            {
+                out.set(batch.action_id.clone(), line.text.clone());
+            }
+        }
+    });
+    Some(last)
+}
+
 fn show<W: std::io::Write>(
     payload: &[u8],
     names: &HashMap<&str, &str>,
