@@ -40,8 +40,8 @@ const COMMAND_QUEUE: usize = 16;
 /// Events buffered before the executor waits for the publisher.
 const EVENT_QUEUE: usize = 1024;
 
-/// Runs the agent until `shutdown`: then the running workflow is stopped, queued events get
-/// `flush_timeout` to reach a server, and the function returns.
+/// Runs the agent until `shutdown`: then the running workflow is stopped, queued events (then
+/// queued action output) get `flush_timeout` to reach a server, and the function returns.
 pub async fn run(
     config: AgentConfig,
     runner: DockerRunner,
@@ -113,15 +113,16 @@ pub async fn run_with_logs(
     // the session is open, then close the stream.
     shutdown.cancel();
     health.set_ready(false);
-    let flush = tokio::time::timeout(config.flush_timeout, publisher);
+    let deadline = tokio::time::Instant::now() + config.flush_timeout;
+    let flush = tokio::time::timeout_at(deadline, publisher);
     tokio::pin!(flush);
     if (&mut flush).await.is_err() {
         warn!("queued events were not all published before the flush timeout");
         abandon.cancel();
     }
-    // Then the action output still queued, within the same time again.
+    // Then the action output still queued, within what is left of the same time.
     logs.close();
-    let flush = tokio::time::timeout(config.flush_timeout, shipper);
+    let flush = tokio::time::timeout_at(deadline, shipper);
     tokio::pin!(flush);
     if (&mut flush).await.is_err() {
         warn!("queued action output was not all sent before the flush timeout");
