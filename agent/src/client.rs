@@ -116,7 +116,7 @@ impl ServerPool {
     }
 
     /// Adds the session token to a request's metadata.
-    fn authenticate<T>(&self, request: &mut tonic::Request<T>) {
+    pub(crate) fn authenticate<T>(&self, request: &mut tonic::Request<T>) {
         let token = self.token.lock().ok().and_then(|t| t.clone());
         if let Some(value) = token.and_then(|t| MetadataValue::try_from(t.as_str()).ok()) {
             request
@@ -146,7 +146,12 @@ impl ServerPool {
         self.channels.len()
     }
 
-    fn get(&self, index: usize) -> (&str, WorkflowServiceClient<Channel>) {
+    /// The server currently holding the command stream (calls go there first).
+    pub(crate) fn preferred_index(&self) -> usize {
+        self.preferred.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn get(&self, index: usize) -> (&str, WorkflowServiceClient<Channel>) {
         let (address, channel) = &self.channels[index % self.channels.len()];
         (address, WorkflowServiceClient::new(channel.clone()))
     }

@@ -17,6 +17,7 @@ pub mod cmdline;
 pub mod config;
 pub mod convert;
 pub mod executor;
+pub mod logs;
 pub mod metrics;
 pub mod reason;
 pub mod runtime;
@@ -31,6 +32,7 @@ use tracing::{info, warn};
 pub use client::{ClientError, ServerPool};
 pub use config::{AgentConfig, ClientTls, ServerAddress};
 pub use executor::Executor;
+pub use logs::{LogConfig, LogMetrics, LogSink};
 pub use metrics::Metrics;
 pub use runtime::{DockerRunner, RegistryConfig, RunnerConfig};
 
@@ -39,8 +41,8 @@ const COMMAND_QUEUE: usize = 16;
 /// Events buffered before the executor waits for the publisher.
 const EVENT_QUEUE: usize = 1024;
 
-/// Runs the agent until `shutdown`: then the running workflow is stopped, queued events get
-/// `flush_timeout` to reach a server, and the function returns.
+/// Runs the agent until `shutdown`: then the running workflow is stopped, queued events (then
+/// queued action output) get `flush_timeout` to reach a server, and the function returns.
 pub async fn run(
     config: AgentConfig,
     runner: DockerRunner,
@@ -48,6 +50,25 @@ pub async fn run(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) -> Result<(), ClientError> {
+    let logs = LogSink::new(LogConfig::default(), LogMetrics::default());
+    run_with_logs(config, logs, runner, health, metrics, shutdown).await
+}
+
+/// Like [`run`], sending action output through `logs` (its limits, batching and metrics; see
+/// [`logs`]) unless its configuration disables it.
+pub async fn run_with_logs(
+    config: AgentConfig,
+    logs: LogSink,
+    runner: DockerRunner,
+    health: tink_runtime::Health,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) -> Result<(), ClientError> {
+    let runner = if logs.enabled() {
+        runner.with_logs(logs.clone())
+    } else {
+        runner
+    };
     let pool = ServerPool::new(&config)?;
     let config = Arc::new(config);
     info!(instance = %config.instance_id, "agent process instance");
@@ -65,6 +86,13 @@ pub async fn run(
         events_rx,
         metrics.clone(),
         abandon.clone(),
+    ));
+    let abandon_logs = CancellationToken::new();
+    let shipper = tokio::spawn(logs::ship(
+        pool.clone(),
+        config.clone(),
+        logs.clone(),
+        abandon_logs.clone(),
     ));
     // The stream stays open until the last events are flushed: it holds the agent's session,
     // and a server accepts events only within one.
@@ -86,11 +114,20 @@ pub async fn run(
     // the session is open, then close the stream.
     shutdown.cancel();
     health.set_ready(false);
-    let flush = tokio::time::timeout(config.flush_timeout, publisher);
+    let deadline = tokio::time::Instant::now() + config.flush_timeout;
+    let flush = tokio::time::timeout_at(deadline, publisher);
     tokio::pin!(flush);
     if (&mut flush).await.is_err() {
         warn!("queued events were not all published before the flush timeout");
         abandon.cancel();
+    }
+    // Then the action output still queued, within what is left of the same time.
+    logs.close();
+    let flush = tokio::time::timeout_at(deadline, shipper);
+    tokio::pin!(flush);
+    if (&mut flush).await.is_err() {
+        warn!("queued action output was not all sent before the flush timeout");
+        abandon_logs.cancel();
     }
     stream_stop.cancel();
     if let Err(e) = stream.await {

@@ -113,6 +113,8 @@ struct Args {
     #[arg(long, env = "TINK_AGENT_BACKOFF_MAX_SECONDS", default_value_t = 5)]
     backoff_max_seconds: u64,
     #[command(flatten)]
+    logs: tink_agent::logs::LogArgs,
+    #[command(flatten)]
     admin: tink_runtime::AdminArgs,
     #[command(flatten)]
     telemetry: tink_telemetry::TelemetryArgs,
@@ -240,8 +242,12 @@ async fn main() -> anyhow::Result<()> {
     let health = tink_runtime::Health::new();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let log_metrics = tink_agent::LogMetrics::default();
+    log_metrics.register(&mut registry);
+    let logs = tink_agent::LogSink::new(args.logs.config(), log_metrics);
     let admin = tink_runtime::AdminServer::start(&args.admin, &health, registry, &shutdown).await?;
-    let result = tink_agent::run(config, runner, health, metrics, shutdown.clone()).await;
+    let result =
+        tink_agent::run_with_logs(config, logs, runner, health, metrics, shutdown.clone()).await;
     shutdown.cancel();
     admin.stopped().await?;
     result?;

@@ -155,6 +155,8 @@ pub const MAX_LINE_BYTES: usize = 16 * 1024;
 pub struct DockerRunner {
     docker: Docker,
     config: Arc<RunnerConfig>,
+    /// Where action output goes besides the agent's own log (see [`crate::logs`]).
+    logs: Option<crate::logs::LogSink>,
 }
 
 impl std::fmt::Debug for DockerRunner {
@@ -191,7 +193,14 @@ impl DockerRunner {
         Ok(Self {
             docker,
             config: Arc::new(config),
+            logs: None,
         })
+    }
+
+    /// Sends every action's output lines to `sink` as well.
+    pub fn with_logs(mut self, sink: crate::logs::LogSink) -> Self {
+        self.logs = Some(sink);
+        self
     }
 
     /// The underlying engine client.
@@ -444,6 +453,9 @@ impl DockerRunner {
                 id.to_owned(),
                 format!("{workflow_id}/{}", action.name),
                 tail.clone(),
+                self.logs
+                    .as_ref()
+                    .map(|s| s.action(workflow_id, &action.id)),
             )
             .in_current_span(),
         );
@@ -568,58 +580,98 @@ fn canceled(message: &str) -> ActionOutcome {
     })
 }
 
-async fn stream_logs(docker: Docker, id: String, prefix: String, tail: Arc<Mutex<OutputTail>>) {
+async fn stream_logs(
+    docker: Docker,
+    id: String,
+    prefix: String,
+    tail: Arc<Mutex<OutputTail>>,
+    mut shipped: Option<crate::logs::ActionLog>,
+) {
+    use bollard::container::LogOutput;
+    use tink_proto::workflow::v2::log_line::Stream;
     let options = LogsOptionsBuilder::default()
         .follow(true)
         .stdout(true)
         .stderr(true)
         .build();
     let mut logs = docker.logs(&id, Some(options));
-    let mut partial = String::new();
-    // Inside an over-long line whose first part was already emitted: drop until its end.
-    let mut cut = false;
-    let emit = |line: &str| {
-        info!(target: "tink_agent::action_output", "[{prefix}] {line}");
-        if let Ok(mut t) = tail.lock() {
-            t.push(line);
-        }
-    };
-    while let Some(chunk) = logs.next().await {
-        match chunk {
-            Ok(out) => {
-                partial.push_str(&String::from_utf8_lossy(&out.into_bytes()));
-                loop {
-                    if let Some(i) = partial.find('\n') {
-                        let line: String = partial.drain(..=i).collect();
-                        if !std::mem::take(&mut cut) {
-                            emit(line.trim_end_matches(['\n', '\r']));
-                        }
-                    } else if partial.len() > MAX_LINE_BYTES {
-                        if !cut {
-                            let mut end = MAX_LINE_BYTES;
-                            while !partial.is_char_boundary(end) {
-                                end -= 1;
-                            }
-                            emit(&format!(
-                                "[line cut at {MAX_LINE_BYTES} bytes] {}",
-                                &partial[..end]
-                            ));
-                            cut = true;
-                        }
-                        partial.clear();
-                    } else {
-                        break;
-                    }
+    // stdout and stderr are split into lines separately.
+    let mut out = LineSplitter::default();
+    let mut err = LineSplitter::default();
+    {
+        let mut emit = |stream: Stream, line: &str| {
+            info!(target: "tink_agent::action_output", "[{prefix}] {line}");
+            if let Ok(mut t) = tail.lock() {
+                t.push(line);
+            }
+            if let Some(shipped) = shipped.as_mut() {
+                shipped.push(stream, line);
+            }
+        };
+        while let Some(chunk) = logs.next().await {
+            match chunk {
+                Ok(LogOutput::StdErr { message }) => {
+                    err.feed(&message, &mut |line| emit(Stream::Stderr, line));
+                }
+                Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
+                    out.feed(&message, &mut |line| emit(Stream::Stdout, line));
+                }
+                Ok(LogOutput::StdIn { .. }) => {}
+                Err(e) => {
+                    debug!(error = %e, "the container's log stream ended");
+                    break;
                 }
             }
-            Err(e) => {
-                debug!(error = %e, "the container's log stream ended");
+        }
+        out.end(&mut |line| emit(Stream::Stdout, line));
+        err.end(&mut |line| emit(Stream::Stderr, line));
+    }
+    if let Some(shipped) = shipped {
+        shipped.finish();
+    }
+}
+
+/// Splits one output stream into lines, cutting those over [`MAX_LINE_BYTES`].
+#[derive(Debug, Default)]
+struct LineSplitter {
+    partial: String,
+    /// Inside an over-long line whose first part was already emitted: drop until its end.
+    cut: bool,
+}
+
+impl LineSplitter {
+    fn feed(&mut self, bytes: &[u8], emit: &mut dyn FnMut(&str)) {
+        self.partial.push_str(&String::from_utf8_lossy(bytes));
+        loop {
+            if let Some(i) = self.partial.find('\n') {
+                let line: String = self.partial.drain(..=i).collect();
+                if !std::mem::take(&mut self.cut) {
+                    emit(line.trim_end_matches(['\n', '\r']));
+                }
+            } else if self.partial.len() > MAX_LINE_BYTES {
+                if !self.cut {
+                    let mut end = MAX_LINE_BYTES;
+                    while !self.partial.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    emit(&format!(
+                        "[line cut at {MAX_LINE_BYTES} bytes] {}",
+                        &self.partial[..end]
+                    ));
+                    self.cut = true;
+                }
+                self.partial.clear();
+            } else {
                 break;
             }
         }
     }
-    if !partial.is_empty() && !cut {
-        emit(&partial);
+
+    fn end(&mut self, emit: &mut dyn FnMut(&str)) {
+        if !self.partial.is_empty() && !self.cut {
+            emit(&self.partial);
+        }
+        self.partial.clear();
     }
 }
 

@@ -8,6 +8,7 @@ mod crds;
 mod demo;
 mod dev;
 mod kubeconfig;
+mod logs;
 mod migrate;
 mod render;
 mod watch;

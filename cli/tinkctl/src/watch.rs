@@ -24,6 +24,10 @@ pub use tink_api::TRACE_ID_ANNOTATION;
 pub enum WorkflowCommand {
     /// Follow a Workflow until it ends (exit status 0 only when it Succeeded).
     Watch(WatchArgs),
+    /// Print the output of a Workflow's actions (stored lines, then live ones with -f), each
+    /// line prefixed by its action's name. Reads the Workflow from Kubernetes and the lines from
+    /// NATS (--nats-url).
+    Logs(Box<crate::logs::LogsArgs>),
 }
 
 /// Arguments of `tinkctl workflow watch`.
@@ -37,18 +41,35 @@ pub struct WatchArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout_seconds: u64,
+    /// NATS server URL(s): when given, a terminal shows the last output line of the running
+    /// action (from the logs stream; see `tinkctl workflow logs`).
+    #[arg(long, env = "NATS_URL")]
+    pub nats_url: Option<String>,
     #[command(flatten)]
     pub kube: KubeArgs,
 }
 
 /// Runs a `workflow` subcommand.
 pub fn run(cmd: WorkflowCommand) -> anyhow::Result<()> {
-    let WorkflowCommand::Watch(args) = cmd;
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let args = match cmd {
+        WorkflowCommand::Watch(args) => args,
+        WorkflowCommand::Logs(args) => return rt.block_on(crate::logs::run(*args)),
+    };
     rt.block_on(async {
         let client = args.kube.client().await?;
         let api: Api<Workflow> = Api::namespaced(client, &args.namespace);
-        let wf = follow(&api, &args.name, Duration::from_secs(args.timeout_seconds)).await?;
+        let output = match &args.nats_url {
+            Some(url) => crate::logs::last_lines(url, api.clone(), args.name.clone()).await,
+            None => None,
+        };
+        let wf = follow_with_output(
+            &api,
+            &args.name,
+            Duration::from_secs(args.timeout_seconds),
+            output,
+        )
+        .await?;
         finish(&wf)
     })
 }
@@ -168,6 +189,24 @@ pub fn lines(wf: &Workflow, now: Timestamp) -> Vec<Line> {
     out
 }
 
+/// Shows the last output line of each running action (by action id) as its detail.
+pub fn with_last_output(
+    shown: &mut [Line],
+    wf: &Workflow,
+    last: &std::collections::HashMap<String, String>,
+) {
+    let Some(status) = &wf.status else { return };
+    for (line, action) in shown.iter_mut().skip(1).zip(&status.actions) {
+        if !line.done
+            && line.detail.is_none()
+            && let Some(text) = last.get(&action.id)
+        {
+            let text: String = text.chars().take(120).collect();
+            line.detail = Some(format!("> {text}"));
+        }
+    }
+}
+
 fn format_line(l: &Line, width: usize) -> String {
     let d = l
         .duration
@@ -253,6 +292,24 @@ pub async fn follow(
     name: &str,
     timeout: Duration,
 ) -> anyhow::Result<Workflow> {
+    follow_with_output(api, name, timeout, None).await
+}
+
+/// Like [`follow`]; with `output` (the last output line of each action id), a running action
+/// without a failure shows its last output line.
+pub async fn follow_with_output(
+    api: &Api<Workflow>,
+    name: &str,
+    timeout: Duration,
+    output: Option<crate::logs::LastLines>,
+) -> anyhow::Result<Workflow> {
+    let lines = |wf: &Workflow, now: Timestamp| {
+        let mut shown = lines(wf, now);
+        if let Some(output) = &output {
+            with_last_output(&mut shown, wf, &output.snapshot());
+        }
+        shown
+    };
     let mut display = Display::new();
     let mut stream = watcher::watch_object(api.clone(), name).boxed();
     let mut last: Option<Workflow> = None;
@@ -343,6 +400,20 @@ status:
         );
         assert_eq!((l[3].state, l[3].duration), ("Pending", None));
         assert_eq!(format_line(&l[1], 8), "fetch     Succeeded     2.0s");
+    }
+
+    #[test]
+    fn the_running_action_shows_its_last_output_line() {
+        let w = wf(RUNNING);
+        let mut l = lines(&w, "2025-01-01T00:00:05Z".parse().expect("ts"));
+        let last = std::collections::HashMap::from([
+            ("a1".to_string(), "fetched".to_string()),
+            ("a2".to_string(), "wrote 3 of 8 GiB".to_string()),
+        ]);
+        with_last_output(&mut l, &w, &last);
+        assert_eq!(l[1].detail, None, "an ended action shows no output");
+        assert_eq!(l[2].detail.as_deref(), Some("> wrote 3 of 8 GiB"));
+        assert_eq!(l[3].detail, None);
     }
 
     #[test]

@@ -67,6 +67,12 @@ pub struct BusArgs {
     /// Seconds in which a re-published message with the same id is dropped as a duplicate.
     #[arg(long, env = "TINK_DUPLICATE_WINDOW_SECONDS", default_value_t = 120)]
     pub duplicate_window_seconds: u64,
+    /// The most bytes the logs stream (action output) keeps (oldest dropped first).
+    #[arg(long, env = "TINK_LOGS_MAX_BYTES", default_value_t = 1 << 30)]
+    pub logs_max_bytes: i64,
+    /// Seconds action output is kept.
+    #[arg(long, env = "TINK_LOGS_MAX_AGE_SECONDS", default_value_t = 7 * 24 * 3600)]
+    pub logs_max_age_seconds: u64,
 }
 
 impl BusArgs {
@@ -99,6 +105,8 @@ impl BusArgs {
                 self.consumer_inactive_seconds.max(60),
             ),
             duplicate_window: Duration::from_secs(self.duplicate_window_seconds.max(1)),
+            logs_max_bytes: self.logs_max_bytes.max(1 << 20),
+            logs_max_age: Duration::from_secs(self.logs_max_age_seconds.max(60)),
             ..BusConfig::default()
         }
     }

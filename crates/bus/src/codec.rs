@@ -318,7 +318,7 @@ pub fn headers_with(msg_id: &str, cx: &opentelemetry::Context) -> HeaderMap {
     headers
 }
 
-async fn publish(
+pub(crate) async fn publish(
     jetstream: &jetstream::Context,
     subject: String,
     headers: HeaderMap,

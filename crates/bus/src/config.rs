@@ -61,6 +61,10 @@ pub struct BusConfig {
     /// stop, its `WorkflowCanceled`). Without it the command is handed back and the agent's
     /// stream is ended, so the command is delivered again on the agent's next stream.
     pub receipt_timeout: Duration,
+    /// The most bytes the logs stream (action output) keeps; the oldest lines go first.
+    pub logs_max_bytes: i64,
+    /// How long action output is kept.
+    pub logs_max_age: Duration,
 }
 
 impl Default for BusConfig {
@@ -78,6 +82,8 @@ impl Default for BusConfig {
             command_ack_wait: Duration::from_secs(10),
             consumer_inactive_threshold: Duration::from_secs(3600),
             receipt_timeout: Duration::from_secs(30),
+            logs_max_bytes: 1 << 30,
+            logs_max_age: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -135,6 +141,8 @@ pub struct Bus {
     pub agent_secrets: kv::Store,
     /// The configuration they were made with.
     pub config: BusConfig,
+    /// The logs stream (action output).
+    pub logs: stream::Stream,
 }
 
 /// The dispatch stream: a work queue, so a command is removed once acknowledged, and at most
@@ -291,6 +299,12 @@ pub async fn ensure_streams(
         ensure_stream(jetstream, dispatch_stream_config(config), DISPATCH_STREAM).await?;
     let events = ensure_stream(jetstream, events_stream_config(config), EVENTS_STREAM).await?;
     ensure_stream(jetstream, presence_stream_config(config), PRESENCE_STREAM).await?;
+    let logs = ensure_stream(
+        jetstream,
+        crate::logs::logs_stream_config(config),
+        crate::logs::LOGS_STREAM,
+    )
+    .await?;
     let presence = jetstream
         .get_key_value(PRESENCE_BUCKET)
         .await
@@ -312,6 +326,7 @@ pub async fn ensure_streams(
         presence,
         agent_secrets,
         config: config.clone(),
+        logs,
     })
 }
 

@@ -12,6 +12,7 @@
 //! | events stream | [`EVENTS_STREAM`] | limits retention, read durably by the controller |
 //! | presence bucket | [`PRESENCE_BUCKET`] | KV: agent token -> [`Presence`] (JSON); entries expire after [`BusConfig::presence_ttl`] |
 //! | agent secrets bucket | [`AGENT_SECRETS_BUCKET`] | KV: agent token -> hex SHA-256 of the machine's pre-shared secret (controller writes, servers read) |
+//! | logs subject | `tink.logs.<workflow token>.<action token>` | a `LogBatch` (protobuf), see [`LOGS_STREAM`] |
 //! | takeover subject | `tink.presence.takeover.<agent token>` | core NATS: "a newer stream for this agent exists", session id |
 //!
 //! Tokens: agent ids (MAC addresses) and workflow ids (`namespace/name`) contain characters a
@@ -24,6 +25,7 @@ mod auth;
 mod codec;
 mod config;
 mod delivery;
+mod logs;
 mod presence;
 mod subjects;
 mod token;
@@ -44,6 +46,12 @@ pub use config::{
 };
 pub use delivery::{
     DeliveryError, Withdrawal, dispatch_received, queued_command, withdraw_command,
+};
+pub use logs::{
+    LOGS_ALL, LOGS_PREFIX, LOGS_STREAM, LogDeduplicator, MAX_ACTION_ID_LEN, MAX_BATCH_BYTES,
+    MAX_BATCH_LINES, action_token, decode_log_batch, encode_log_batch, ids_from_logs_subject,
+    log_batch_msg_id, logs_stream_config, logs_subject, logs_workflow_filter, publish_log_batch,
+    validate_log_batch,
 };
 pub use presence::Presence;
 pub use subjects::{

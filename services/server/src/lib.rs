@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod identity;
+mod logs;
 mod metrics;
 pub mod secrets;
 mod service;
@@ -312,6 +313,7 @@ pub async fn serve(
     }
     let gateway = service::Gateway {
         shared: shared.clone(),
+        logs: Arc::default(),
     };
     let result = builder
         .add_service(health_service)

@@ -43,6 +43,16 @@ pub struct Metrics {
     pub errors: Family<ErrorLabel, Counter>,
     /// PublishEvent latency up to JetStream's acknowledgement, in seconds.
     pub publish_event_seconds: Histogram,
+    /// Action output lines stored in the logs stream (duplicates not counted).
+    pub log_lines_received: Counter,
+    /// Action output lines dropped: by the agents' limits (as they report them) or refused here.
+    pub log_lines_dropped: Counter,
+    /// Bytes of action output text stored in the logs stream.
+    pub log_bytes_stored: Counter,
+    /// Log batches JetStream recognised as duplicates of stored ones (resent after a failure).
+    pub log_batches_duplicate: Counter,
+    /// PublishLogs latency up to JetStream's acknowledgement, in seconds.
+    pub publish_logs_seconds: Histogram,
 }
 
 /// Every event kind, in the order of [`kind_index`].
@@ -87,6 +97,11 @@ impl Default for Metrics {
             streams_superseded: Counter::default(),
             errors: Family::default(),
             publish_event_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            log_lines_received: Counter::default(),
+            log_lines_dropped: Counter::default(),
+            log_bytes_stored: Counter::default(),
+            log_batches_duplicate: Counter::default(),
+            publish_logs_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
         }
     }
 }
@@ -126,6 +141,31 @@ impl Metrics {
             "publish_event_seconds",
             "PublishEvent latency up to JetStream's acknowledgement",
             metrics.publish_event_seconds.clone(),
+        );
+        registry.register(
+            "log_lines_received",
+            "Action output lines stored in the logs stream",
+            metrics.log_lines_received.clone(),
+        );
+        registry.register(
+            "log_lines_dropped",
+            "Action output lines dropped by agent limits or refused",
+            metrics.log_lines_dropped.clone(),
+        );
+        registry.register(
+            "log_bytes_stored",
+            "Bytes of action output stored in the logs stream",
+            metrics.log_bytes_stored.clone(),
+        );
+        registry.register(
+            "log_batches_duplicate",
+            "Log batches JetStream de-duplicated",
+            metrics.log_batches_duplicate.clone(),
+        );
+        registry.register(
+            "publish_logs_seconds",
+            "PublishLogs latency up to JetStream's acknowledgement",
+            metrics.publish_logs_seconds.clone(),
         );
         metrics
     }

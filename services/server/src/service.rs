@@ -6,7 +6,9 @@ use std::time::Instant;
 use opentelemetry::trace::TraceContextExt as _;
 use tink_bus::BusError;
 use tink_bus::proto::workflow_service_server::WorkflowService;
-use tink_bus::proto::{GetWorkflowsRequest, PublishEventRequest, PublishEventResponse};
+use tink_bus::proto::{
+    GetWorkflowsRequest, LogAck, LogBatch, PublishEventRequest, PublishEventResponse,
+};
 use tonic::{Request, Response, Status};
 use tracing::{Instrument as _, debug, warn};
 
@@ -16,6 +18,8 @@ use crate::session::{self, CommandStream, Shared};
 #[derive(Clone)]
 pub(crate) struct Gateway {
     pub shared: Arc<Shared>,
+    /// State of `PublishLogs` (see [`crate::logs`]).
+    pub logs: Arc<crate::logs::Logs>,
 }
 
 #[tonic::async_trait]
@@ -127,6 +131,13 @@ impl WorkflowService for Gateway {
         }
         .instrument(span)
         .await
+    }
+
+    async fn publish_logs(&self, request: Request<LogBatch>) -> Result<Response<LogAck>, Status> {
+        let auth = authentication(&request);
+        let ack =
+            crate::logs::publish(&self.shared, &self.logs, auth, request.into_inner()).await?;
+        Ok(Response::new(ack))
     }
 }
 

@@ -1,0 +1,200 @@
+//! `tinkctl workflow logs` against kube-lite (the Workflow) and a real NATS (the logs stream):
+//! stored lines in order, prefixed by action name; `--action`; a line stored twice shown once;
+//! nothing of another workflow; `-f` shows lines added later and ends with the Workflow.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tink_api::v1alpha2::Workflow;
+use tink_bus::proto::{LogBatch, LogLine, log_line};
+use tink_testkit::nats::NatsServer;
+
+async fn apply_crds(client: &kube::Client) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .expect("deploy/crds")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        let text = std::fs::read_to_string(&path).expect("read CRD");
+        let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("CRD YAML");
+        api.create(&PostParams::default(), &crd)
+            .await
+            .expect("create CRD");
+    }
+}
+
+/// Creates a Workflow and gives it a status as the controller would: dispatched, two actions.
+async fn workflow(api: &Api<Workflow>, name: &str, state: &str) -> String {
+    let wf: Workflow = tink_api::from_value(json!({
+        "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Workflow",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"hardwareRef": {"name": "hw"}, "templateRef": {"name": "t"}},
+    }))
+    .expect("workflow");
+    let created = api
+        .create(&PostParams::default(), &wf)
+        .await
+        .expect("create workflow");
+    let uid = created.metadata.uid.expect("uid");
+    let dispatch = format!("default/{name}/{uid}/1");
+    set_status(api, name, &dispatch, state).await;
+    dispatch
+}
+
+async fn set_status(api: &Api<Workflow>, name: &str, dispatch: &str, state: &str) {
+    let status = json!({"status": {
+        "state": state,
+        "dispatchId": dispatch,
+        "agentId": "aa:bb:cc:dd:ee:ff",
+        "dispatchAttempts": 1,
+        "actions": [
+            {"id": "0-disk", "rendered": {"name": "disk", "image": "x"}, "state": "Succeeded"},
+            {"id": "1-boot", "rendered": {"name": "boot", "image": "x"}, "state": "Running"},
+        ],
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("status");
+}
+
+async fn publish(
+    js: &async_nats::jetstream::Context,
+    dispatch: &str,
+    action: &str,
+    seqs: std::ops::RangeInclusive<u64>,
+) {
+    let batch = LogBatch {
+        workflow_id: dispatch.into(),
+        action_id: action.into(),
+        agent_id: "aa:bb:cc:dd:ee:ff".into(),
+        lines: seqs
+            .map(|s| LogLine {
+                sequence: s,
+                stream: if s % 2 == 0 {
+                    log_line::Stream::Stderr as i32
+                } else {
+                    log_line::Stream::Stdout as i32
+                },
+                text: format!("{action} says {s}"),
+                ..Default::default()
+            })
+            .collect(),
+        dropped_lines: 0,
+    };
+    tink_bus::publish_log_batch(js, &batch)
+        .await
+        .expect("stored");
+}
+
+fn tinkctl(kubeconfig: &Path, nats: &str, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tinkctl"));
+    command
+        .args(["workflow", "logs"])
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--nats-url", nats])
+        .kill_on_drop(true);
+    command
+}
+
+async fn output(mut command: tokio::process::Command) -> Vec<String> {
+    let out = tokio::time::timeout(Duration::from_secs(30), command.output())
+        .await
+        .expect("tinkctl ends")
+        .expect("tinkctl runs");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn workflow_logs_prints_each_actions_lines_once_in_order() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let server = kube_lite::Server::start(kube_lite::Config::default())
+        .await
+        .expect("kube-lite");
+    let client = server.client().expect("client");
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    apply_crds(&client).await;
+    let api: Api<Workflow> = Api::namespaced(client, "default");
+    let nats = NatsServer::start().await.expect("nats");
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("nats"));
+    tink_bus::ensure_streams(&js, &tink_bus::BusConfig::default())
+        .await
+        .expect("streams");
+
+    let one = workflow(&api, "one", "Running").await;
+    let two = workflow(&api, "two", "Running").await;
+    publish(&js, &one, "0-disk", 1..=3).await;
+    // A resend cut differently: lines 2 and 3 stored again.
+    publish(&js, &one, "0-disk", 2..=4).await;
+    publish(&js, &one, "1-boot", 1..=2).await;
+    publish(&js, &two, "0-disk", 1..=5).await;
+
+    let lines = output(tinkctl(&kubeconfig, &nats.url(), &["one"])).await;
+    assert_eq!(
+        lines,
+        [
+            "[disk] 0-disk says 1",
+            "[disk] (stderr) 0-disk says 2",
+            "[disk] 0-disk says 3",
+            "[disk] (stderr) 0-disk says 4",
+            "[boot] 1-boot says 1",
+            "[boot] (stderr) 1-boot says 2",
+        ]
+    );
+    let lines = output(tinkctl(
+        &kubeconfig,
+        &nats.url(),
+        &["one", "--action", "boot"],
+    ))
+    .await;
+    assert_eq!(
+        lines,
+        ["[boot] 1-boot says 1", "[boot] (stderr) 1-boot says 2"]
+    );
+    let lines = output(tinkctl(&kubeconfig, &nats.url(), &["two"])).await;
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    let out = tinkctl(&kubeconfig, &nats.url(), &["one", "--action", "nope"])
+        .output()
+        .await
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--action \"nope\"") && err.contains("disk, boot"),
+        "{err}"
+    );
+
+    // -f: past lines, then new ones, until the Workflow ends.
+    let mut follow = tinkctl(&kubeconfig, &nats.url(), &["one", "-f"]);
+    follow.stdout(std::process::Stdio::piped());
+    let child = follow.spawn().expect("tinkctl -f runs");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    publish(&js, &one, "1-boot", 3..=4).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    set_status(&api, "one", &one, "Succeeded").await;
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("tinkctl -f ends once the Workflow ended")
+        .expect("output");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 8, "{lines:?}");
+    assert_eq!(
+        lines[6..],
+        ["[boot] 1-boot says 3", "[boot] (stderr) 1-boot says 4"]
+    );
+}

@@ -1,0 +1,157 @@
+//! `PublishLogs`: an agent's action output, stored in the logs stream ([`tink_bus::LOGS_STREAM`]).
+//!
+//! Authentication is [`Shared::authenticate_event`]'s, the same as `PublishEvent`'s. Then the
+//! agent must own the workflow: the first event stored on the workflow's events subject (the
+//! agent's receipt of the StartWorkflow, sent before any action runs) must name the same agent.
+//! That is one JetStream read per agent and workflow, remembered in a bounded cache.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
+use tink_bus::BusError;
+use tink_bus::proto::{LogAck, LogBatch};
+use tonic::Status;
+use tracing::{debug, warn};
+
+use crate::session::{Auth, Shared};
+
+/// The most (agent, workflow) ownership answers remembered.
+const OWNERS_MAX: usize = 16_384;
+
+/// State of the logs endpoint shared by the requests of one replica.
+#[derive(Debug, Default)]
+pub(crate) struct Logs {
+    /// (agent id, workflow id) pairs checked to be the agent's own workflow.
+    owned: Mutex<HashMap<(String, String), Instant>>,
+}
+
+impl Logs {
+    fn remembered(&self, agent: &str, workflow: &str) -> bool {
+        let owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        owned.contains_key(&(agent.to_string(), workflow.to_string()))
+    }
+
+    fn remember(&self, agent: &str, workflow: &str) {
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        if owned.len() >= OWNERS_MAX {
+            // Drop the older half: checks are cheap to repeat.
+            let mut ages: Vec<Instant> = owned.values().copied().collect();
+            ages.sort_unstable();
+            let cut = ages[ages.len() / 2];
+            owned.retain(|_, at| *at > cut);
+        }
+        owned.insert((agent.to_string(), workflow.to_string()), Instant::now());
+    }
+}
+
+/// Handles one `PublishLogs` call.
+pub(crate) async fn publish(
+    shared: &Shared,
+    logs: &Logs,
+    auth: Auth,
+    mut batch: LogBatch,
+) -> Result<LogAck, Status> {
+    let metrics = &shared.metrics;
+    let lines = batch.lines.len() as u64;
+    if auth.certificate.is_none() && batch.agent_id.is_empty() {
+        metrics.error("invalid_logs");
+        return Err(Status::invalid_argument(
+            "batch.agent_id: must be set (the agent id of its GetWorkflows stream)",
+        ));
+    }
+    // Recorded for the authenticated agent, whatever the body claims.
+    batch.agent_id = shared.authenticate_event(&auth, &batch.agent_id).await?;
+    if let Err(e) = tink_bus::validate_log_batch(&batch) {
+        metrics.error("invalid_logs");
+        metrics.log_lines_dropped.inc_by(lines);
+        return Err(Status::invalid_argument(e.to_string()));
+    }
+    check_owner(shared, logs, &batch.agent_id, &batch.workflow_id).await?;
+    let started = Instant::now();
+    match tink_bus::publish_log_batch(&shared.bus.jetstream, &batch).await {
+        Ok(ack) => {
+            metrics
+                .publish_logs_seconds
+                .observe(started.elapsed().as_secs_f64());
+            metrics.log_lines_dropped.inc_by(batch.dropped_lines);
+            if ack.duplicate {
+                metrics.log_batches_duplicate.inc();
+                debug!(sequence = ack.sequence, "duplicate log batch");
+                return Ok(LogAck { stored_lines: 0 });
+            }
+            let bytes: usize = batch.lines.iter().map(|l| l.text.len()).sum();
+            metrics.log_lines_received.inc_by(lines);
+            metrics.log_bytes_stored.inc_by(bytes as u64);
+            Ok(LogAck {
+                stored_lines: lines,
+            })
+        }
+        Err(BusError::Invalid(e)) => {
+            metrics.error("invalid_logs");
+            metrics.log_lines_dropped.inc_by(lines);
+            Err(Status::invalid_argument(e.to_string()))
+        }
+        Err(BusError::Token(e)) => {
+            metrics.error("invalid_logs");
+            metrics.log_lines_dropped.inc_by(lines);
+            Err(Status::invalid_argument(format!("batch: {e}")))
+        }
+        Err(e) => {
+            metrics.error("publish_logs");
+            warn!(error = %e, "log batch not stored");
+            Err(Status::unavailable(format!(
+                "log batch not stored, retry the same batch: {e}"
+            )))
+        }
+    }
+}
+
+/// Refuses lines for a workflow whose first stored event is not this agent's.
+async fn check_owner(
+    shared: &Shared,
+    logs: &Logs,
+    agent: &str,
+    workflow_id: &str,
+) -> Result<(), Status> {
+    if logs.remembered(agent, workflow_id) {
+        return Ok(());
+    }
+    let subject = tink_bus::events_subject(workflow_id)
+        .map_err(|e| Status::invalid_argument(format!("batch.workflow_id: {e}")))?;
+    let first = shared
+        .bus
+        .events
+        .get_first_raw_message_by_subject(&subject, 1)
+        .await;
+    let owner = match first {
+        Ok(message) => match tink_bus::decode_event(&message.payload) {
+            Ok(event) => event.agent_id,
+            Err(e) => {
+                warn!(%subject, error = %e, "the first event of a workflow does not decode");
+                String::new()
+            }
+        },
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {
+            shared.metrics.error("logs_not_owner");
+            return Err(Status::permission_denied(format!(
+                "batch.workflow_id: no event of workflow {workflow_id} is stored; an agent sends logs only for a workflow it received"
+            )));
+        }
+        Err(e) => {
+            shared.metrics.error("publish_logs");
+            return Err(Status::unavailable(format!(
+                "cannot read the workflow's events, retry the same batch: {e}"
+            )));
+        }
+    };
+    if !crate::identity::same_agent(&owner, agent) {
+        shared.metrics.error("logs_not_owner");
+        return Err(Status::permission_denied(format!(
+            "batch.workflow_id: workflow {workflow_id} was received by agent {owner:?}, not {agent:?}"
+        )));
+    }
+    logs.remember(agent, workflow_id);
+    Ok(())
+}
