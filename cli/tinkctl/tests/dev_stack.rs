@@ -333,6 +333,25 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
         "{script}"
     );
 
+    // The actions' output, through the servers and NATS, with `tinkctl workflow logs`.
+    let logs = run(Command::new(tinkctl())
+        .args([
+            "workflow",
+            "logs",
+            "provision-machine-1",
+            "-n",
+            NS,
+            "--kubeconfig",
+        ])
+        .arg(stack.kubeconfig())
+        .args(["--nats-url", &value("NATS_URL=")]));
+    assert!(logs.status.success(), "tinkctl workflow logs");
+    let logs = String::from_utf8_lossy(&logs.stdout);
+    assert!(
+        logs.contains("[configure] configured machine-1"),
+        "the configure action's output: {logs}"
+    );
+
     // One trace for the workflow: its id is on the Workflow, the demo prints it, and the
     // controller's, the server's and the agent's spans all arrive under it.
     let demo_wf = api.get("provision-machine-1").await.expect("demo workflow");
