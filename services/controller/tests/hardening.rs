@@ -86,6 +86,7 @@ async fn a_start_lost_before_its_publish_is_published_after_a_restart() {
     c0.kill().await;
     // Simulate "never published": the agent drops the stream without confirming and the
     // command is removed from the queue, as if it had never been stored.
+    let token = agent.token.clone();
     drop(agent);
     let js = async_nats::jetstream::new(async_nats::connect(stack.nats.url()).await.unwrap());
     let dispatch = js.get_stream(tink_bus::DISPATCH_STREAM).await.unwrap();
@@ -103,7 +104,8 @@ async fn a_start_lost_before_its_publish_is_published_after_a_restart() {
     // After the duplicate window, so JetStream would not silently drop the republish.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let c1 = stack.leader("c1").await;
-    let mut agent = stack.agent_instance(MAC, "i-1").await;
+    // The same agent process again, with its session token (as the real agent keeps it).
+    let mut agent = Agent::connect_with(stack.server_addr, MAC, "i-1", token).await;
     let (again, actions) = agent.next_start().await;
     assert_eq!(again, id, "the same dispatch, published once more");
     agent.received(&id).await;

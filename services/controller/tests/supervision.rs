@@ -82,8 +82,7 @@ async fn a_workflow_not_started_in_time_fails() {
     // The server hands the unconfirmed start back and ends the stream; the controller
     // withdrew that start when it gave up, so the agent's next stream carries only the stop:
     // a failed workflow's actions never run.
-    drop(agent);
-    let mut agent = stack.agent(MAC).await;
+    let mut agent = stack.agent_restarted(agent, "").await;
     match agent.next_command().await {
         Command::Stop {
             workflow_id,
