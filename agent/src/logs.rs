@@ -61,7 +61,7 @@ impl Default for LogConfig {
             buffer_bytes: 8 << 20,
             batch_lines: 1000,
             batch_bytes: 256 << 10,
-            flush_interval: Duration::from_millis(200),
+            flush_interval: Duration::from_millis(1000),
         }
     }
 }
@@ -127,6 +127,8 @@ struct Inner {
     metrics: LogMetrics,
     queue: Mutex<Queue>,
     notify: Notify,
+    /// An action ended: send what is queued now rather than after the flush interval.
+    flush: Notify,
     closed: AtomicBool,
 }
 
@@ -145,6 +147,7 @@ impl LogSink {
                 metrics,
                 queue: Mutex::new(Queue::default()),
                 notify: Notify::new(),
+                flush: Notify::new(),
                 closed: AtomicBool::new(false),
             }),
         }
@@ -272,9 +275,11 @@ impl ActionLog {
         }
     }
 
-    /// The action ended: a last marker for lines dropped since the previous one.
+    /// The action ended: a last marker for lines dropped since the previous one, and its lines
+    /// are sent at once (an operator reading the logs of a finished action sees all of them).
     pub fn finish(mut self) {
         self.flush_marker();
+        self.sink.inner.flush.notify_one();
     }
 
     fn line(&mut self, stream: log_line::Stream, text: &str) -> LogLine {
@@ -351,6 +356,7 @@ pub async fn ship(
             tokio::select! {
                 () = abandon.cancelled() => {}
                 () = tokio::time::sleep(settings.flush_interval) => {}
+                () = inner.flush.notified() => {}
             }
         }
         if abandon.is_cancelled() {
@@ -593,8 +599,14 @@ pub struct LogArgs {
     /// Bytes of output kept while no server confirms them (across server failures).
     #[arg(long, env = "TINK_AGENT_LOG_BUFFER_BYTES", default_value_t = 8 << 20)]
     pub log_buffer_bytes: usize,
-    /// Milliseconds a line may wait for more lines to fill its batch.
-    #[arg(long, env = "TINK_AGENT_LOG_FLUSH_MILLISECONDS", default_value_t = 200)]
+    /// Milliseconds a line may wait for more lines to fill its batch. Each batch is one call to
+    /// a server: at 1,000 agents a 200 ms flush costs the servers 5,000 calls/s, 1 s 1,000
+    /// (BENCHMARKS.md, "Server: action output").
+    #[arg(
+        long,
+        env = "TINK_AGENT_LOG_FLUSH_MILLISECONDS",
+        default_value_t = 1000
+    )]
     pub log_flush_milliseconds: u64,
 }
 

@@ -334,19 +334,27 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
     );
 
     // The actions' output, through the servers and NATS, with `tinkctl workflow logs`.
-    let logs = run(Command::new(tinkctl())
-        .args([
-            "workflow",
-            "logs",
-            "provision-machine-1",
-            "-n",
-            NS,
-            "--kubeconfig",
-        ])
-        .arg(stack.kubeconfig())
-        .args(["--nats-url", &value("NATS_URL=")]));
-    assert!(logs.status.success(), "tinkctl workflow logs");
-    let logs = String::from_utf8_lossy(&logs.stdout);
+    // (Lines travel apart from the events: the last ones may land just after Succeeded.)
+    let mut logs = String::new();
+    for _ in 0..50 {
+        let out = run(Command::new(tinkctl())
+            .args([
+                "workflow",
+                "logs",
+                "provision-machine-1",
+                "-n",
+                NS,
+                "--kubeconfig",
+            ])
+            .arg(stack.kubeconfig())
+            .args(["--nats-url", &value("NATS_URL=")]));
+        assert!(out.status.success(), "tinkctl workflow logs");
+        logs = String::from_utf8_lossy(&out.stdout).to_string();
+        if logs.contains("[configure] configured machine-1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert!(
         logs.contains("[configure] configured machine-1"),
         "the configure action's output: {logs}"

@@ -3,7 +3,8 @@
 //! ```text
 //! cargo bench -p tink-server --bench server-bench -- streams 10000   # idle agent streams, RSS per stream
 //! cargo bench -p tink-server --bench server-bench -- events 1000 10 20000  # 1,000 agents, 10 s, 20,000/s offered
-//! cargo bench -p tink-server --bench server-bench                    # both, with those defaults
+//! cargo bench -p tink-server --bench server-bench -- logs 1000 10 2000 100 200  # events p99 without and with 100 log lines/s per agent, a batch every 200 ms
+//! cargo bench -p tink-server --bench server-bench                    # streams and events, with those defaults
 //! ```
 //!
 //! `TINK_BENCH_SERVER_BIN=/path/to/tink-server` benchmarks another build of the server (for
@@ -21,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use tink_bus::proto::workflow_service_client::WorkflowServiceClient;
-use tink_bus::proto::{Event, GetWorkflowsRequest, PublishEventRequest, event};
+use tink_bus::proto::{
+    Event, GetWorkflowsRequest, LogBatch, LogLine, PublishEventRequest, event, log_line,
+};
 use tink_testkit::nats::NatsServer;
 use tonic::transport::{Channel, Endpoint};
 
@@ -41,6 +44,16 @@ async fn main() -> anyhow::Result<()> {
         Some("streams") => streams(number(1, 10_000)?, true).await,
         Some("connections") => streams(number(1, 10_000)?, false).await,
         Some("events") => events(number(1, 1_000)?, number(2, 10)?, number(3, 20_000)?).await,
+        Some("logs") => {
+            logs(
+                number(1, 1_000)?,
+                number(2, 10)?,
+                number(3, 2_000)?,
+                number(4, 100)?,
+                number(5, 200)?,
+            )
+            .await
+        }
         None => {
             streams(10_000, true).await?;
             events(1_000, 10, 20_000).await
@@ -68,6 +81,9 @@ impl ServerProcess {
         let child = tokio::process::Command::new(binary)
             .args(["--listen", &addr.to_string(), "--admin-addr", "127.0.0.1:0"])
             .args(["--nats-url", nats_url, "--replica-id", "bench"])
+            // Throughput and latency of the gateway itself: plaintext, and the bench agents
+            // present no session token (identity has tests of its own).
+            .args(["--insecure", "--allow-unauthenticated-agents"])
             .env(
                 "RUST_LOG",
                 std::env::var("TINK_BENCH_SERVER_LOG").unwrap_or_else(|_| "info".to_string()),
@@ -413,6 +429,124 @@ async fn events(agents: usize, seconds: usize, rate: usize) -> anyhow::Result<()
     );
     println!("  CPU per event:           {}", target.cpu_per_event());
     println!("events stored in stream:   {stored} (incl. warm-up)");
+    drop(server);
+    Ok(())
+}
+
+/// Each of `agents` agents sends `lines_per_second` lines of action output in one batch every
+/// `flush_ms` (the agent's `--log-flush-milliseconds`) until `stop`; the lines confirmed.
+fn spawn_log_load(
+    clients: &[WorkflowServiceClient<Channel>],
+    lines_per_second: usize,
+    flush_ms: usize,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinSet<anyhow::Result<u64>> {
+    let mut tasks = tokio::task::JoinSet::new();
+    let per_batch = (lines_per_second * flush_ms / 1000).max(1);
+    let agents = clients.len();
+    for (agent, client) in clients.iter().enumerate() {
+        let mut client = client.clone();
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            let period = Duration::from_millis(flush_ms as u64);
+            let start = tokio::time::Instant::now() + period.mul_f64(agent as f64 / agents as f64);
+            let mut sequence = 0u64;
+            let mut stored = 0u64;
+            let mut at = start;
+            while !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep_until(at).await;
+                at += period;
+                let lines = (0..per_batch)
+                    .map(|_| {
+                        sequence += 1;
+                        LogLine {
+                            sequence,
+                            time: None,
+                            stream: log_line::Stream::Stdout.into(),
+                            text: format!(
+                                "[bench] agent {agent} line {sequence}: writing block {} of the image to /dev/nvme0n1",
+                                sequence * 4096
+                            ),
+                        }
+                    })
+                    .collect::<Vec<_>>();
+                let batch = LogBatch {
+                    workflow_id: format!("bench/wf-{agent}"),
+                    action_id: "action-0".into(),
+                    lines,
+                    agent_id: format!("bench-agent-{agent:06}"),
+                    dropped_lines: 0,
+                };
+                client.publish_logs(batch).await?;
+                stored += per_batch as u64;
+            }
+            Ok(stored)
+        });
+    }
+    tasks
+}
+
+/// The events' latency at a fixed offered `rate` without and then with a log load of
+/// `lines_per_second` per agent (issue 13: p99 within 20% of the figure without logs).
+async fn logs(
+    agents: usize,
+    seconds: usize,
+    rate: usize,
+    lines_per_second: usize,
+    flush_ms: usize,
+) -> anyhow::Result<()> {
+    let nats = NatsServer::start().await?;
+    let server = ServerProcess::start(&nats.url()).await?;
+    let mut clients = Vec::with_capacity(agents);
+    for _ in 0..agents {
+        clients.push(WorkflowServiceClient::new(channel(server.addr).await?));
+    }
+    let mut watched = vec![
+        ("tink-server", server.child.id().context("server exited")?),
+        ("load generator", std::process::id()),
+    ];
+    if let Some(pid) = nats_pid(&nats) {
+        watched.push(("nats-server", pid));
+    }
+    // Without logs first (this also stores each workflow's first event, which the server
+    // checks the lines' agent against).
+    let quiet = publish_run(&clients, seconds, Some(rate as f64), 1, &watched).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut load = spawn_log_load(&clients, lines_per_second, flush_ms, stop.clone());
+    let loaded = publish_run(&clients, seconds, Some(rate as f64), 2, &watched).await?;
+    stop.store(true, Ordering::Relaxed);
+    let mut lines = 0u64;
+    while let Some(done) = load.join_next().await {
+        lines += done??;
+    }
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await?);
+    let mut stream = js.get_stream(tink_bus::LOGS_STREAM).await?;
+    let info = stream.info().await?;
+
+    println!("## server-bench logs");
+    println!(
+        "agents (connections):      {agents}; {rate} events/s offered; {lines_per_second} log lines/s per agent ({} lines/s in all), one batch per agent every {flush_ms} ms",
+        agents * lines_per_second
+    );
+    for (name, run) in [("without logs", &quiet), ("with logs", &loaded)] {
+        println!(
+            "  {name:<13} events/s {:.0}, PublishEvent p50 / p99 {:.2} / {:.2} ms; CPU per event: {}",
+            run.rate(),
+            run.percentile_ms(0.5),
+            run.percentile_ms(0.99),
+            run.cpu_per_event()
+        );
+    }
+    println!(
+        "  p99 with / without:      {:.2} (target <= 1.20)",
+        loaded.percentile_ms(0.99) / quiet.percentile_ms(0.99).max(0.001)
+    );
+    println!(
+        "  log lines confirmed:     {lines}; stored in {}: {} messages, {} bytes",
+        tink_bus::LOGS_STREAM,
+        info.state.messages,
+        info.state.bytes
+    );
     drop(server);
     Ok(())
 }
