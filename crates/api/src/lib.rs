@@ -13,6 +13,7 @@
 // kube's `printcolumn(type_ = "string", ...)` repeats keys clippy takes for duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod agent_secret;
 pub mod conversion;
 mod crds;
 mod duration;

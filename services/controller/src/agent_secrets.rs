@@ -28,43 +28,13 @@ use tracing::{debug, info, warn};
 
 use crate::shared::{KubeEvent, Shared};
 
-/// The annotation naming the Secret (in the Hardware's namespace).
-pub const AGENT_SECRET_ANNOTATION: &str = "tinkerbell.org/agent-secret";
-/// The key of the Secret's data holding the value.
-pub const AGENT_SECRET_KEY: &str = "secret";
-/// The longest secret accepted (it travels on the kernel command line).
-pub const MAX_SECRET_LEN: usize = 256;
+pub use tink_api::agent_secret::AGENT_SECRET_ANNOTATION;
+use tink_api::agent_secret::agent_secret_value;
 
 /// The hex SHA-256 of a secret, as the servers compare it.
 pub fn secret_hash(secret: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, secret.as_bytes());
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The value the Secret's data gives, or why it cannot be used.
-fn secret_value(secret: &Secret) -> Result<String, String> {
-    let bytes = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(AGENT_SECRET_KEY))
-        .ok_or_else(|| format!("has no `{AGENT_SECRET_KEY}` key"))?;
-    let text = std::str::from_utf8(&bytes.0)
-        .map_err(|_| format!("data.{AGENT_SECRET_KEY} is not UTF-8"))?
-        .trim();
-    if text.is_empty() {
-        return Err(format!("data.{AGENT_SECRET_KEY} is empty"));
-    }
-    if text.len() > MAX_SECRET_LEN {
-        return Err(format!(
-            "data.{AGENT_SECRET_KEY} is longer than {MAX_SECRET_LEN} bytes"
-        ));
-    }
-    if !text.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!(
-            "data.{AGENT_SECRET_KEY} must be printable ASCII without spaces (it is a kernel parameter)"
-        ));
-    }
-    Ok(text.to_string())
 }
 
 /// What the bucket should hold for one Hardware: agent token -> hash (empty map: no secret).
@@ -75,7 +45,7 @@ async fn desired(shared: &Shared, hw: &Hardware) -> HashMap<String, String> {
     let ns = hw.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(shared.client.clone(), &ns);
     let value = match secrets.get_opt(name).await {
-        Ok(Some(s)) => secret_value(&s).map_err(|why| format!("Secret {ns}/{name} {why}")),
+        Ok(Some(s)) => agent_secret_value(&s).map_err(|why| format!("Secret {ns}/{name} {why}")),
         Ok(None) => Err(format!("Secret {ns}/{name} does not exist")),
         Err(e) => Err(format!("Secret {ns}/{name} cannot be read: {e}")),
     };
@@ -191,37 +161,6 @@ async fn sweep_once(shared: &Shared) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::ByteString;
-
-    fn secret(value: &[u8]) -> Secret {
-        let mut s = Secret::default();
-        s.data = Some([(AGENT_SECRET_KEY.to_string(), ByteString(value.to_vec()))].into());
-        s
-    }
-
-    #[test]
-    fn values_are_trimmed_and_checked() {
-        assert_eq!(
-            secret_value(&secret(b"abc-123\n")).as_deref(),
-            Ok("abc-123")
-        );
-        assert!(secret_value(&secret(b"")).unwrap_err().contains("empty"));
-        assert!(
-            secret_value(&secret(b"a b"))
-                .unwrap_err()
-                .contains("without spaces")
-        );
-        assert!(
-            secret_value(&secret(&[b'x'; 300]))
-                .unwrap_err()
-                .contains("longer")
-        );
-        assert!(
-            secret_value(&Secret::default())
-                .unwrap_err()
-                .contains("no `secret` key")
-        );
-    }
 
     #[test]
     fn the_hash_is_hex_sha256() {

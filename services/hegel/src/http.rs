@@ -483,21 +483,8 @@ async fn agent_secret(state: &AppState, m: &Machine, name: &str) -> Result<Strin
         .await
         .map_err(|e| format!("Secret {}/{name} cannot be read: {e}", m.namespace))?
         .ok_or_else(|| format!("Secret {}/{name} does not exist", m.namespace))?;
-    let value = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("secret"))
-        .ok_or_else(|| format!("Secret {}/{name} has no `secret` key", m.namespace))?;
-    let text = std::str::from_utf8(&value.0)
-        .map_err(|_| format!("Secret {}/{name}: data.secret is not UTF-8", m.namespace))?
-        .trim();
-    if text.is_empty() {
-        return Err(format!(
-            "Secret {}/{name}: data.secret is empty",
-            m.namespace
-        ));
-    }
-    Ok(text.to_string())
+    tink_api::agent_secret::agent_secret_value(&secret)
+        .map_err(|why| format!("Secret {}/{name} {why}", m.namespace))
 }
 
 async fn ipxe_by_mac(

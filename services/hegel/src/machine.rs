@@ -165,9 +165,7 @@ pub fn key_of(hw: &Hardware) -> String {
     )
 }
 
-/// The Hardware annotation naming the machine's agent secret (see tink-controller's
-/// `agent_secrets`).
-pub const AGENT_SECRET_ANNOTATION: &str = "tinkerbell.org/agent-secret";
+use tink_api::agent_secret::AGENT_SECRET_ANNOTATION;
 
 impl Machine {
     /// Everything served about `hw`, computed now.
