@@ -100,6 +100,27 @@ pub struct UpArgs {
     /// its ServiceAccount's name in deploy/ (`tink-controller`, `tink-webhook`, `hegel`).
     #[arg(long, env = "TINK_DEV_SERVICES_API_SERVER")]
     pub services_api_server: Option<String>,
+    /// The address machines reach the stack at (for example a bridge's address in a network
+    /// namespace, as scripts/netboot-demo.sh uses): the servers and Hegel listen on it instead of
+    /// loopback, and the servers' certificate names it. The data directory's certificates must
+    /// have been made with it (use a new --data-dir when it changes).
+    #[arg(long, env = "TINK_DEV_MACHINE_IP")]
+    pub machine_ip: Option<std::net::Ipv4Addr>,
+    /// Start the netboot service (tink-netboot: DHCP reservations, TFTP and HTTP) on this
+    /// interface; needs --machine-ip, the interface's address, and root (ports 67 and 69).
+    #[arg(long, env = "TINK_DEV_NETBOOT_INTERFACE", requires = "machine_ip")]
+    pub netboot_interface: Option<String>,
+    /// The folder the netboot service serves by TFTP and HTTP (iPXE binaries, OSIE kernel and
+    /// initramfs, disk images); default D/netboot-files, filled with the iPXE binaries of
+    /// /usr/lib/ipxe when they are missing.
+    #[arg(long, env = "TINK_DEV_NETBOOT_FILES_DIR")]
+    pub netboot_files_dir: Option<PathBuf>,
+    /// Port of the netboot service's HTTP server on --machine-ip.
+    #[arg(long, env = "TINK_DEV_NETBOOT_HTTP_PORT", default_value_t = 8080)]
+    pub netboot_http_port: u16,
+    /// Do not start the local development agent (machines bring their own, as netbooted ones do).
+    #[arg(long, env = "TINK_DEV_NO_AGENT")]
+    pub no_agent: bool,
 }
 
 /// What `state.json` holds.
@@ -150,7 +171,7 @@ pub fn run(cmd: DevCommand) -> anyhow::Result<()> {
         DevCommand::Up(args) => up(&args),
         DevCommand::Down(args) => down(&args.resolve()?),
         DevCommand::Certs(args) => {
-            let pki = pki::write(&args.out)?;
+            let pki = pki::write(&args.out, None)?;
             println!(
                 "{}\n{}\n{}",
                 pki.ca_cert.display(),
@@ -226,6 +247,10 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
         Ok(p)
     };
     let exes = Exes {
+        netboot: match args.netboot_interface {
+            Some(_) => Some(bin("tink-netboot")?),
+            None => None,
+        },
         kube_lite: bin("kube-lite")?,
         webhook: bin("tink-webhook")?,
         controller: bin("tink-controller")?,
@@ -269,6 +294,7 @@ struct Exes {
     server: PathBuf,
     hegel: PathBuf,
     agent: PathBuf,
+    netboot: Option<PathBuf>,
     nats: PathBuf,
 }
 
@@ -278,6 +304,8 @@ struct Env {
     nats_url: String,
     tink_server: String,
     hegel_url: String,
+    /// The netboot service's HTTP URL, when it runs.
+    netboot_url: Option<String>,
 }
 
 struct Stack {
@@ -349,9 +377,14 @@ impl Stack {
     fn start(&mut self, exes: &Exes, args: &UpArgs) -> anyhow::Result<Env> {
         let dir = self.dir.clone();
         let loopback = |p: u16| format!("127.0.0.1:{p}");
+        // What machines dial: the servers and Hegel.
+        let machine_ip = args
+            .machine_ip
+            .map_or_else(|| "127.0.0.1".to_string(), |ip| ip.to_string());
+        let exposed = |p: u16| format!("{machine_ip}:{p}");
         let kubeconfig = dir.join("kubeconfig");
         let _ = std::fs::remove_file(&kubeconfig);
-        let pki = pki::write(&dir.join("pki"))?;
+        let pki = pki::write(&dir.join("pki"), args.machine_ip)?;
 
         let (nats_port, nats_mon) = (process::free_port()?, process::free_port()?);
         let nats_url = format!("nats://{}", loopback(nats_port));
@@ -456,7 +489,7 @@ impl Stack {
                 &exes.server,
                 vec![
                     "--listen".into(),
-                    loopback(port),
+                    exposed(port),
                     "--admin-addr".into(),
                     loopback(admin),
                     "--replica-id".into(),
@@ -471,7 +504,7 @@ impl Stack {
                 &common,
                 format!("http://{}/readyz", loopback(admin)),
             )?;
-            grpc.push(loopback(port));
+            grpc.push(exposed(port));
         }
         for i in 0..2 {
             let admin = process::free_port()?;
@@ -490,13 +523,13 @@ impl Stack {
             )?;
         }
         let (hegel_port, admin) = (process::free_port()?, process::free_port()?);
-        let hegel_url = format!("http://{}", loopback(hegel_port));
+        let hegel_url = format!("http://{}", exposed(hegel_port));
         self.launch(
             "hegel",
             &exes.hegel,
             vec![
                 "--listen".into(),
-                loopback(hegel_port),
+                exposed(hegel_port),
                 "--grpc-authority".into(),
                 grpc[0].clone(),
                 "--admin-addr".into(),
@@ -505,34 +538,70 @@ impl Stack {
             &identity("hegel")?,
             format!("http://{}/readyz", loopback(admin)),
         )?;
-        let admin = process::free_port()?;
-        let work = dir.join("agent");
-        std::fs::create_dir_all(&work)?;
-        self.launch(
-            "agent",
-            &exes.agent,
-            vec![
-                "--agent-id".into(),
-                DEV_AGENT_ID.into(),
-                "--server".into(),
-                grpc.join(","),
-                "--tls-ca".into(),
-                pki.ca_cert.display().to_string(),
-                "--admin-addr".into(),
-                loopback(admin),
-                "--work-dir".into(),
-                work.display().to_string(),
-                "--privileged".into(),
-                args.privileged_actions.to_string(),
-            ],
-            &common,
-            format!("http://{}/readyz", loopback(admin)),
-        )?;
+        let netboot_url = match (&exes.netboot, &args.netboot_interface) {
+            (Some(exe), Some(interface)) => {
+                let files = match &args.netboot_files_dir {
+                    Some(d) => d.clone(),
+                    None => dir.join("netboot-files"),
+                };
+                fill_netboot_files(&files)?;
+                let admin = process::free_port()?;
+                let http = exposed(args.netboot_http_port);
+                self.launch(
+                    "netboot",
+                    exe,
+                    vec![
+                        "--interface".into(),
+                        interface.clone(),
+                        "--server-ip".into(),
+                        machine_ip.clone(),
+                        "--ipxe-script-url".into(),
+                        format!("{hegel_url}/ipxe/script/auto.ipxe"),
+                        "--files-dir".into(),
+                        files.display().to_string(),
+                        "--http-listen".into(),
+                        http.clone(),
+                        "--admin-addr".into(),
+                        loopback(admin),
+                    ],
+                    &identity("tink-netboot")?,
+                    format!("http://{}/readyz", loopback(admin)),
+                )?;
+                Some(format!("http://{http}"))
+            }
+            _ => None,
+        };
+        if !args.no_agent {
+            let admin = process::free_port()?;
+            let work = dir.join("agent");
+            std::fs::create_dir_all(&work)?;
+            self.launch(
+                "agent",
+                &exes.agent,
+                vec![
+                    "--agent-id".into(),
+                    DEV_AGENT_ID.into(),
+                    "--server".into(),
+                    grpc.join(","),
+                    "--tls-ca".into(),
+                    pki.ca_cert.display().to_string(),
+                    "--admin-addr".into(),
+                    loopback(admin),
+                    "--work-dir".into(),
+                    work.display().to_string(),
+                    "--privileged".into(),
+                    args.privileged_actions.to_string(),
+                ],
+                &common,
+                format!("http://{}/readyz", loopback(admin)),
+            )?;
+        }
         let env = Env {
             kubeconfig,
             nats_url,
             tink_server: grpc.join(","),
             hegel_url,
+            netboot_url,
         };
         write_env(&dir, &env)?;
         Ok(env)
@@ -627,7 +696,7 @@ fn shell_quote(s: &str) -> String {
 }
 
 fn write_env(dir: &Path, env: &Env) -> anyhow::Result<()> {
-    let text = format!(
+    let mut text = format!(
         "# Written by `tinkctl dev up`; source it: . {}\nKUBECONFIG={}\nNATS_URL={}\nTINK_SERVER={}\nHEGEL_URL={}\nTINK_DEV_AGENT_ID={}\nTINK_AGENT_TLS_CA={}\nexport KUBECONFIG NATS_URL TINK_SERVER HEGEL_URL TINK_DEV_AGENT_ID TINK_AGENT_TLS_CA\n",
         dir.join("env").display(),
         shell_quote(&env.kubeconfig.display().to_string()),
@@ -637,6 +706,12 @@ fn write_env(dir: &Path, env: &Env) -> anyhow::Result<()> {
         shell_quote(DEV_AGENT_ID),
         shell_quote(&dir.join("pki").join("ca.crt").display().to_string()),
     );
+    if let Some(url) = &env.netboot_url {
+        text.push_str(&format!(
+            "TINK_NETBOOT_URL={}\nexport TINK_NETBOOT_URL\n",
+            shell_quote(url)
+        ));
+    }
     let p = dir.join("env");
     std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))
 }
@@ -662,6 +737,24 @@ fn print_summary(dir: &Path, env: &Env, state: &State) {
     println!("  tinkctl demo --kubeconfig {}", env.kubeconfig.display());
     println!("  tinkctl dev status --data-dir {}", dir.display());
     println!("  tinkctl dev down --data-dir {}", dir.display());
+    if let Some(url) = &env.netboot_url {
+        println!("Netboot: DHCP and TFTP on the machines' network, files at {url}/");
+    }
+}
+
+/// The iPXE binaries the netboot service hands to PXE clients that are not iPXE yet, copied
+/// from Debian's `ipxe` package when the folder lacks them.
+fn fill_netboot_files(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for name in ["undionly.kpxe", "ipxe.efi", "snponly.efi"] {
+        let to = dir.join(name);
+        let from = Path::new("/usr/lib/ipxe").join(name);
+        if !to.exists() && from.exists() {
+            std::fs::copy(&from, &to)
+                .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// Stops every recorded component, last started first.
@@ -737,12 +830,13 @@ mod tests {
             nats_url: "nats://127.0.0.1:1".into(),
             tink_server: "127.0.0.1:2,127.0.0.1:3".into(),
             hegel_url: "http://127.0.0.1:4".into(),
+            netboot_url: Some("http://10.99.0.1:8080".into()),
         };
         write_env(dir.path(), &env).expect("env");
         let out = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(
-                ". '{}/env' && echo \"$KUBECONFIG|$TINK_SERVER|$TINK_DEV_AGENT_ID\"",
+                ". '{}/env' && echo \"$KUBECONFIG|$TINK_SERVER|$TINK_DEV_AGENT_ID|$TINK_NETBOOT_URL\"",
                 dir.path().display()
             ))
             .output()
@@ -750,7 +844,7 @@ mod tests {
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
             format!(
-                "{}|127.0.0.1:2,127.0.0.1:3|{DEV_AGENT_ID}",
+                "{}|127.0.0.1:2,127.0.0.1:3|{DEV_AGENT_ID}|http://10.99.0.1:8080",
                 dir.path().join("kube config").display()
             )
         );
