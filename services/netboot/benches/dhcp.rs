@@ -112,7 +112,12 @@ fn in_process(index: &Index, n: usize) {
         std::hint::black_box(&reply);
         lat.push(t.elapsed());
     }
-    report("in process (decode, lookup, encode)", n, start.elapsed(), lat);
+    report(
+        "in process (decode, lookup, encode)",
+        n,
+        start.elapsed(),
+        lat,
+    );
 }
 
 async fn over_udp(index: Arc<Index>, n: usize, in_flight: usize) {
@@ -161,7 +166,10 @@ async fn over_udp(index: Arc<Index>, n: usize, in_flight: usize) {
             }
             Ok(Err(e)) => panic!("recv: {e}"),
             Err(_) => {
-                println!("over UDP: {} replies missing after 2 s; stopping", sent.len());
+                println!(
+                    "over UDP: {} replies missing after 2 s; stopping",
+                    sent.len()
+                );
                 break;
             }
         }

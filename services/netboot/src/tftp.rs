@@ -352,24 +352,22 @@ async fn send_and_wait(
                 Ok(Err(_)) => return Err("error"),
                 Ok(Ok(n)) => n,
             };
-            match recv.get(..n) {
-                Some([a, b, c, d, ..]) => {
-                    let op = u16::from_be_bytes([*a, *b]);
-                    let num = u16::from_be_bytes([*c, *d]);
-                    match op {
-                        ACK if num == block => return Ok(()),
-                        // An old block's ACK again: wait for ours, do not resend.
-                        ACK => {}
-                        ERROR => return Err("client_error"),
-                        _ => {
-                            let _ = socket
-                                .send(&error_packet(ERR_ILLEGAL, "unexpected packet"))
-                                .await;
-                            return Err("error");
-                        }
+            // Shorter than an opcode and a block number: not a packet of this protocol; ignored.
+            if let Some([a, b, c, d, ..]) = recv.get(..n) {
+                let op = u16::from_be_bytes([*a, *b]);
+                let num = u16::from_be_bytes([*c, *d]);
+                match op {
+                    ACK if num == block => return Ok(()),
+                    // An old block's ACK again: wait for ours, do not resend.
+                    ACK => {}
+                    ERROR => return Err("client_error"),
+                    _ => {
+                        let _ = socket
+                            .send(&error_packet(ERR_ILLEGAL, "unexpected packet"))
+                            .await;
+                        return Err("error");
                     }
                 }
-                _ => {}
             }
         }
     }
@@ -383,7 +381,7 @@ mod tests {
     #[test]
     fn requests_parse() {
         let mut p = vec![0, 1];
-        p.extend_from_slice(b"undionly.kpxe\0octet\0blksize\01428\0TSIZE\00\0");
+        p.extend_from_slice(b"undionly.kpxe\0octet\0blksize\x001428\0TSIZE\x000\0");
         let r = parse_request(&p).unwrap();
         assert_eq!(r.file, "undionly.kpxe");
         assert_eq!(r.mode, "octet");
