@@ -27,12 +27,19 @@ impl Root {
     /// The folder `dir`, which must exist.
     pub fn new(dir: &Path) -> std::io::Result<Self> {
         let dir = std::fs::canonicalize(dir).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("files dir {}: {e}", dir.display()))
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "--files-dir {}: {e} (the folder TFTP and HTTP serve; Debian's `ipxe` \
+                 package fills /usr/lib/ipxe)",
+                    dir.display()
+                ),
+            )
         })?;
         if !dir.is_dir() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::NotADirectory,
-                format!("files dir {} is not a directory", dir.display()),
+                format!("--files-dir {} is not a directory", dir.display()),
             ));
         }
         Ok(Self { dir })
