@@ -32,6 +32,7 @@ async fn start(env: &Env, dir: &Path) -> Running {
     if let Some((addr, tc)) = config.tftp.as_mut() {
         *addr = "127.0.0.1:0".parse().expect("addr");
         tc.timeout = Duration::from_secs(1);
+        tc.retries = 2;
     }
     config.http = Some("127.0.0.1:0".parse().expect("addr"));
     let bound = tink_netboot::bind(&config).await.expect("bind");
@@ -205,6 +206,42 @@ async fn tftp_and_http_serve_the_folder_and_nothing_outside_it() {
         ]);
         assert_eq!(String::from_utf8_lossy(&r.stdout), want, "{path}");
     }
+
+    // A client that stops acknowledging: the block is sent again after the timeout, then the
+    // transfer is given up after the retries.
+    let client = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    client
+        .send_to(b"\0\x01undionly.kpxe\0octet\0timeout\x001\0", svc.tftp)
+        .await
+        .expect("send");
+    let mut buf = vec![0u8; 2048];
+    let (n, tid) = within("OACK", client.recv_from(&mut buf))
+        .await
+        .expect("recv");
+    assert_eq!(&buf[..n], b"\0\x06timeout\x001\0");
+    client.send_to(&[0, 4, 0, 0], tid).await.expect("ack 0");
+    let (n, _) = within("block 1", client.recv_from(&mut buf))
+        .await
+        .expect("recv");
+    assert_eq!((&buf[..4], n), (&[0u8, 3, 0, 1][..], 516));
+    let first = buf[..n].to_vec();
+    let t = std::time::Instant::now();
+    let (n, _) = within("block 1 again", client.recv_from(&mut buf))
+        .await
+        .expect("recv");
+    assert_eq!(&buf[..n], &first[..], "the same block again");
+    assert!(
+        t.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        t.elapsed()
+    );
+    common::eventually("the transfer to time out", Duration::from_secs(10), || {
+        let done = svc.metrics.tftp_of("timeout") == 1;
+        async move { done.then_some(()) }
+    })
+    .await;
 
     assert_eq!(svc.metrics.tftp_of("ok"), 5);
     assert!(svc.metrics.tftp_of("refused") >= 5);
