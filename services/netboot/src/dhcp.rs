@@ -364,7 +364,7 @@ impl Responder {
                 }
             }
         };
-        let mut reply = self.base_reply(msg, kind);
+        let mut reply = self.base_reply(msg, &req.mac, kind);
         if let Verdict::Nak = verdict {
             // A NAK carries no address or configuration, and goes to everyone (RFC 2131 4.1).
             let to = if msg.giaddr().is_unspecified() {
@@ -446,14 +446,14 @@ impl Responder {
             _ => return Err(Ignored::UnhandledType),
         };
         let msg = &req.msg;
-        let mut reply = self.base_reply(msg, kind);
+        let mut reply = self.base_reply(msg, &req.mac, kind);
         let boot_file = self.boot_info(&mut reply, msg, client, true);
         let to = self.destination(msg, from, local_port, false);
         self.finish(reply, to, kind, boot_file)
     }
 
-    /// BOOTREPLY with the request's xid, flags, giaddr and chaddr, and the server identifier.
-    fn base_reply(&self, msg: &Message, kind: MessageType) -> Message {
+    /// BOOTREPLY with the request's xid, flags, giaddr and MAC, and the server identifier.
+    fn base_reply(&self, msg: &Message, mac: &[u8; 6], kind: MessageType) -> Message {
         let mut reply = Message::default();
         reply
             .set_opcode(Opcode::BootReply)
@@ -461,7 +461,7 @@ impl Responder {
             .set_xid(msg.xid())
             .set_flags(msg.flags())
             .set_giaddr(msg.giaddr())
-            .set_chaddr(msg.chaddr());
+            .set_chaddr(mac);
         if kind == MessageType::Ack && !msg.ciaddr().is_unspecified() {
             reply.set_ciaddr(msg.ciaddr());
         }
