@@ -247,12 +247,65 @@ pub struct Request {
     pub mac: [u8; 6],
 }
 
+/// The options this server reads, each with the lengths it accepts.
+fn option_ok(code: u8, len: usize) -> bool {
+    match code {
+        // message type
+        53 => len == 1,
+        // requested address, server identifier
+        50 | 54 => len == 4,
+        // client architecture: a list of 16-bit types (the first one is used)
+        93 => len >= 2 && len % 2 == 0,
+        // parameter request list, vendor class, client identifier, user class, machine UUID
+        55 | 60 | 61 | 77 | 97 => len >= 1,
+        _ => false,
+    }
+}
+
+/// The packet with only the options this server reads, each checked for its length and kept
+/// once (the first occurrence; option 93 shortened to its first type), in a fresh options
+/// area. dhcproto 0.14's option decoder asserts the lengths of some options (94, 80, 152-155:
+/// a panic in debug builds, a misread in release ones; the property test below found it), so
+/// raw options never reach it. `None` when the options are cut short.
+fn sanitize(bytes: &[u8]) -> Option<Vec<u8>> {
+    let head = bytes.get(..240)?;
+    let opts = bytes.get(240..)?;
+    let mut out = Vec::with_capacity(bytes.len().min(576));
+    out.extend_from_slice(head);
+    let mut seen = [false; 256];
+    let mut i = 0usize;
+    while let Some(&code) = opts.get(i) {
+        match code {
+            0 => {
+                i += 1;
+                continue;
+            }
+            255 => break,
+            _ => {}
+        }
+        let len = usize::from(*opts.get(i + 1)?);
+        let value = opts.get(i + 2..i + 2 + len)?;
+        i += 2 + len;
+        let first = !std::mem::replace(&mut seen[usize::from(code)], true);
+        if first && option_ok(code, len) {
+            let value = if code == 93 { &value[..2] } else { value };
+            out.push(code);
+            // `value` is at most 255 bytes: it was read with a one-byte length.
+            out.push(u8::try_from(value.len()).ok()?);
+            out.extend_from_slice(value);
+        }
+    }
+    out.push(255);
+    Some(out)
+}
+
 /// Decodes `bytes` as a DHCP request from an Ethernet client.
 pub fn parse(bytes: &[u8]) -> Result<Request, Ignored> {
     if bytes.len() < 240 || bytes.get(236..240) != Some(&MAGIC[..]) {
         return Err(Ignored::Malformed);
     }
-    let msg = Message::decode(&mut Decoder::new(bytes)).map_err(|_| Ignored::Malformed)?;
+    let clean = sanitize(bytes).ok_or(Ignored::Malformed)?;
+    let msg = Message::decode(&mut Decoder::new(&clean)).map_err(|_| Ignored::Malformed)?;
     if msg.opcode() != Opcode::BootRequest || msg.htype() != HType::Eth || msg.hlen() != 6 {
         return Err(Ignored::NotARequest);
     }
@@ -1129,6 +1182,41 @@ mod tests {
     }
 
     #[test]
+    fn options_that_crash_dhcproto_never_reach_it() {
+        let good = client_request(MessageType::Discover, MAC, 1, []);
+        let (head, _) = good.split_at(240);
+        for opts in [
+            // dhcproto asserts these lengths (checked against dhcproto 0.14 directly):
+            // bulk lease query base time (152) and start time of state (153) of 2 bytes,
+            vec![53, 1, 1, 152, 2, 0, 0, 255],
+            vec![53, 1, 1, 153, 2, 0, 0, 255],
+            // client network interface (94, which PXE clients send) of 2 bytes,
+            vec![53, 1, 1, 94, 2, 1, 2, 255],
+            // rapid commit (80) with data
+            vec![53, 1, 1, 80, 1, 0, 255],
+            // two architectures, repeated message types, a cut-off option
+            vec![53, 1, 1, 93, 4, 0, 7, 0, 0, 53, 1, 3, 255],
+        ] {
+            let mut b = head.to_vec();
+            b.extend_from_slice(&opts);
+            let r = parse(&b);
+            assert!(
+                matches!(&r, Ok(req) if req.kind == MessageType::Discover),
+                "{opts:?}"
+            );
+        }
+        let mut cut = head.to_vec();
+        cut.extend_from_slice(&[53, 1, 1, 60, 9, b'P']);
+        assert_eq!(parse(&cut).unwrap_err(), Ignored::Malformed);
+        // Architecture from the first type of a list.
+        let mut b = head.to_vec();
+        b.extend_from_slice(&[53, 1, 1, 60, 9]);
+        b.extend_from_slice(b"PXEClient");
+        b.extend_from_slice(&[93, 4, 0, 7, 0, 0, 255]);
+        assert_eq!(client_kind(&parse(&b).unwrap().msg), ClientKind::Pxe(7));
+    }
+
+    #[test]
     fn mac_strings_are_lower_case() {
         assert_eq!(
             mac_string(&[0xAA, 0xbb, 0x0c, 0, 1, 0xff]),
@@ -1170,6 +1258,10 @@ mod tests {
             edits in proptest::collection::vec((0usize..400, proptest::num::u8::ANY), 0..12),
             cut in 0usize..420,
             pick in proptest::num::u8::ANY,
+            extra in proptest::collection::vec(
+                (proptest::num::u8::ANY, proptest::collection::vec(proptest::num::u8::ANY, 0..9)),
+                0..6,
+            ),
         ) {
             let mut opts = pxe(arch);
             if ipxe {
@@ -1177,12 +1269,23 @@ mod tests {
             }
             opts.push(DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 9, 0, 10)));
             let mut bytes = client_request(kind, MAC, 9, opts);
+            // Random options (any code, a length that fits or not) before the End option.
+            let end = bytes.len().saturating_sub(1);
+            let mut added = Vec::new();
+            for (code, value) in extra {
+                added.push(code);
+                added.push(value.len() as u8 ^ (code & 3));
+                added.extend_from_slice(&value);
+            }
+            bytes.splice(end..end, added);
             for (at, v) in edits {
                 if let Some(b) = bytes.get_mut(at) {
                     *b = v;
                 }
             }
-            bytes.truncate(cut.max(1));
+            if cut < 400 {
+                bytes.truncate(cut.max(1));
+            }
             let m = full();
             for mode in [DhcpMode::Reservation, DhcpMode::Proxy] {
                 for port in [67, 4011] {
