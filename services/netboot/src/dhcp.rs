@@ -255,7 +255,7 @@ fn option_ok(code: u8, len: usize) -> bool {
         // requested address, server identifier
         50 | 54 => len == 4,
         // client architecture: a list of 16-bit types (the first one is used)
-        93 => len >= 2 && len % 2 == 0,
+        93 => len >= 2 && len.is_multiple_of(2),
         // parameter request list, vendor class, client identifier, user class, machine UUID
         55 | 60 | 61 | 77 | 97 => len >= 1,
         _ => false,
