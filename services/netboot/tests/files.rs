@@ -106,6 +106,13 @@ async fn tftp_and_http_serve_the_folder_and_nothing_outside_it() {
     std::fs::write(root.join("wrap.bin"), &wrap).expect("write");
     std::fs::write(outer.path().join("secret"), b"secret").expect("write");
     std::os::unix::fs::symlink(outer.path().join("secret"), root.join("link")).expect("symlink");
+    // The real iPXE binary too, where Debian's `ipxe` is installed.
+    let real = Path::new("/usr/lib/ipxe/undionly.kpxe");
+    let real_ipxe = std::fs::read(real).ok();
+    match &real_ipxe {
+        Some(bytes) => std::fs::write(root.join("real.kpxe"), bytes).expect("write"),
+        None => eprintln!("{} is missing (Debian `ipxe`): not fetched", real.display()),
+    }
     let svc = start(&env, &root).await;
     let out = outer.path().join("out");
     let out_s = out.to_str().expect("utf8");
@@ -127,6 +134,15 @@ async fn tftp_and_http_serve_the_folder_and_nothing_outside_it() {
         assert!(
             std::fs::read(&out).expect("read") == boot,
             "TFTP copy differs ({extra:?})"
+        );
+    }
+    if let Some(bytes) = &real_ipxe {
+        let url = format!("tftp://{}/real.kpxe", svc.tftp);
+        let r = curl(&["--tftp-blksize", "1428", &url, "-o", out_s]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        assert!(
+            &std::fs::read(&out).expect("read") == bytes,
+            "undionly.kpxe differs"
         );
     }
     // A file that is an exact multiple of the block size ends with an empty block.
@@ -243,7 +259,10 @@ async fn tftp_and_http_serve_the_folder_and_nothing_outside_it() {
     })
     .await;
 
-    assert_eq!(svc.metrics.tftp_of("ok"), 5);
+    assert_eq!(
+        svc.metrics.tftp_of("ok"),
+        5 + u64::from(real_ipxe.is_some())
+    );
     assert!(svc.metrics.tftp_of("refused") >= 5);
     assert_eq!(svc.metrics.tftp_of("not_found"), 1);
     svc.shutdown.cancel();
