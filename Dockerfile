@@ -1,5 +1,5 @@
 # tinkerbell-rs: one image with every binary (tink-controller, tink-server, tink-webhook, hegel,
-# tink-agent, tinkctl, kube-lite); each Deployment or compose service picks its command.
+# tink-netboot, tink-agent, tinkctl, kube-lite); each Deployment or compose service picks its command.
 #
 #   docker build -t tinkerbell-rs/tinkerbell:0.1.0 .
 #       builds from source in the `build` stage (rust:<ver>-slim-bookworm) and copies the release
@@ -34,10 +34,11 @@ COPY . .
 # .cargo/config.toml asks for the mold linker; the image's default linker is used here.
 RUN rm -f .cargo/config.toml \
  && cargo build --release --locked \
-      -p tink-controller -p tink-server -p tink-webhook -p hegel -p tink-agent -p tinkctl -p kube-lite \
+      -p tink-controller -p tink-server -p tink-webhook -p hegel -p tink-netboot -p tink-agent -p tinkctl \
+      -p kube-lite \
  && mkdir /out \
  && cp target/release/tink-controller target/release/tink-server target/release/tink-webhook \
-      target/release/hegel target/release/tink-agent target/release/tinkctl target/release/kube-lite /out/
+      target/release/hegel target/release/tink-netboot target/release/tink-agent target/release/tinkctl target/release/kube-lite /out/
 
 FROM runtime AS image
 COPY --from=build /out/ /usr/local/bin/

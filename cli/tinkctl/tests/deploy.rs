@@ -18,8 +18,9 @@ const TARGET_VERSION: &str = "1.32";
 /// Kinds kube-lite does not serve (it is a test API server with the types the services use);
 /// they are still validated against the upstream schemas. A kind outside this list that
 /// kube-lite refuses fails the test.
-const NOT_SERVED_BY_KUBE_LITE: [&str; 6] = [
+const NOT_SERVED_BY_KUBE_LITE: [&str; 7] = [
     "StatefulSet",
+    "DaemonSet",
     "PodDisruptionBudget",
     "ClusterRole",
     "ClusterRoleBinding",
@@ -161,6 +162,37 @@ fn the_base_renders_with_every_part() {
         });
         assert!(covered, "{n}: no PodDisruptionBudget selects it");
     }
+    // tink-netboot: DHCP is layer 2, so a DaemonSet on the host network of labelled nodes. It
+    // runs as uid 0 only because Kubernetes grants added capabilities to root alone: every
+    // capability but the two its ports and SO_BINDTODEVICE need is dropped, the root is
+    // read-only, and it has its own least-privilege ServiceAccount.
+    let daemonsets = by_kind(&docs, "DaemonSet");
+    assert_eq!(daemonsets.len(), 1, "only tink-netboot is a DaemonSet");
+    let nb = daemonsets[0];
+    assert_eq!(name(nb), "tink-netboot");
+    let pod = &nb["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["nodeSelector"]["tinkerbell.org/netboot"], "true");
+    assert!(service_accounts.contains(&pod["serviceAccountName"].as_str().unwrap_or_default()));
+    let c = &pod["containers"][0];
+    assert!(c["livenessProbe"].is_object() && c["readinessProbe"].is_object());
+    assert!(c["resources"]["requests"]["cpu"].is_string());
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(
+        c["securityContext"]["capabilities"],
+        serde_json::json!({"drop": ["ALL"], "add": ["NET_BIND_SERVICE", "NET_RAW"]})
+    );
+    let rules = by_kind(&docs, "ClusterRole")
+        .into_iter()
+        .find(|r| name(r) == "tink-netboot")
+        .expect("tink-netboot ClusterRole");
+    assert_eq!(
+        rules["rules"],
+        serde_json::json!([{"apiGroups": ["tinkerbell.org"], "resources": ["hardware", "osies"],
+                            "verbs": ["list", "watch"]}]),
+        "tink-netboot reads Hardware and OSIEs, nothing else"
+    );
     // The controller's replicas elect a leader in their own namespace.
     let ctl = by_kind(&docs, "Deployment")
         .into_iter()

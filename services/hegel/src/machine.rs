@@ -35,6 +35,17 @@ pub struct Interface {
     pub hostname: Option<String>,
     /// `dhcp.vlanId`.
     pub vlan_id: Option<String>,
+    /// `dhcp.netmask`, when it parses as an IPv4 address (the DHCP subnet mask, option 1).
+    pub netmask: Option<Ipv4Addr>,
+    /// `dhcp.gateway`, when it parses as an IPv4 address (the DHCP router, option 3).
+    pub gateway: Option<Ipv4Addr>,
+    /// The IPv4 addresses among `dhcp.nameservers`, in order (DHCP option 6 carries addresses
+    /// only; host names are left out).
+    pub nameservers: Vec<Ipv4Addr>,
+    /// The IPv4 addresses among `dhcp.timeservers`, in order (DHCP option 42).
+    pub timeservers: Vec<Ipv4Addr>,
+    /// `dhcp.leaseTime` in seconds, when `dhcp` is set and the value is positive.
+    pub lease_time: Option<u32>,
     /// `disableDhcp`.
     pub disable_dhcp: bool,
     /// `disableNetboot`.
@@ -156,6 +167,11 @@ impl Legacy {
     }
 }
 
+/// The entries of `list` that are IPv4 addresses (host names are skipped).
+fn ipv4s(list: &[String]) -> Vec<Ipv4Addr> {
+    list.iter().filter_map(|s| s.trim().parse().ok()).collect()
+}
+
 /// The `namespace/name` key of a Hardware.
 pub fn key_of(hw: &Hardware) -> String {
     format!(
@@ -184,6 +200,17 @@ impl Machine {
                         .and_then(|ip| ip.trim().parse().ok()),
                     hostname: dhcp.and_then(|d| d.hostname.as_deref()).and_then(non_empty),
                     vlan_id: dhcp.and_then(|d| d.vlan_id.as_deref()).and_then(non_empty),
+                    netmask: dhcp
+                        .and_then(|d| d.netmask.as_deref())
+                        .and_then(|m| m.trim().parse().ok()),
+                    gateway: dhcp
+                        .and_then(|d| d.gateway.as_deref())
+                        .and_then(|g| g.trim().parse().ok()),
+                    nameservers: dhcp.map(|d| ipv4s(&d.nameservers)).unwrap_or_default(),
+                    timeservers: dhcp.map(|d| ipv4s(&d.timeservers)).unwrap_or_default(),
+                    lease_time: dhcp
+                        .and_then(|d| u32::try_from(d.lease_time).ok())
+                        .filter(|t| *t > 0),
                     disable_dhcp: i.disable_dhcp,
                     disable_netboot: i.disable_netboot,
                 }
@@ -265,6 +292,11 @@ impl Machine {
     /// The interface with this MAC (lower case).
     pub fn interface_by_mac(&self, mac: &str) -> Option<usize> {
         self.interfaces.iter().position(|i| i.mac == mac)
+    }
+
+    /// Interface `index` (as returned by a lookup).
+    pub fn interface(&self, index: usize) -> Option<&Interface> {
+        self.interfaces.get(index)
     }
 
     /// The meta-data tree seen from interface `index` (one with an IP).
@@ -368,6 +400,28 @@ mod tests {
         assert!(m.tree(2).is_none());
         assert_eq!(m.boot, Boot::Nothing);
         assert!(m.user_data.is_none());
+    }
+
+    #[test]
+    fn dhcp_values_of_an_interface() {
+        let m = Machine::from_hardware(&hw(json!({"networkInterfaces": {
+            "aa:bb:cc:00:00:01": {"dhcp": {"ip": "10.0.0.5", "netmask": "255.255.255.0",
+                "gateway": "10.0.0.1", "hostname": "h1", "nameservers": ["1.1.1.1", "dns.example"],
+                "timeservers": ["10.0.0.2"], "leaseTime": 600, "vlanId": "12"}},
+            "aa:bb:cc:00:00:02": {"disableNetboot": true}
+        }})));
+        let i = m
+            .interface(m.interface_by_mac("aa:bb:cc:00:00:01").unwrap())
+            .unwrap();
+        assert_eq!(i.netmask, Some(Ipv4Addr::new(255, 255, 255, 0)));
+        assert_eq!(i.gateway, Some(Ipv4Addr::new(10, 0, 0, 1)));
+        assert_eq!(i.nameservers, [Ipv4Addr::new(1, 1, 1, 1)]);
+        assert_eq!(i.timeservers, [Ipv4Addr::new(10, 0, 0, 2)]);
+        assert_eq!(i.lease_time, Some(600));
+        assert_eq!(i.vlan_id.as_deref(), Some("12"));
+        let j = m.interface(1).unwrap();
+        assert_eq!((j.ip, j.lease_time, j.disable_netboot), (None, None, true));
+        assert!(m.interface(2).is_none());
     }
 
     #[test]

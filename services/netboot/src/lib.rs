@@ -1,0 +1,314 @@
+//! Netboot: the DHCPv4 server (reservations, or proxyDHCP beside another server), a read-only
+//! TFTP server and an HTTP file server that together bring a machine from its PXE firmware to
+//! iPXE and on to Hegel's iPXE script (DESIGN.md section 4).
+//!
+//! DHCP answers from the same watch-fed Hardware index as Hegel ([`hegel::index`]): a MAC is
+//! looked up in memory, never in the API server. See services/netboot/README.md.
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) -> anyhow::Result<()> {
+//! use tink_netboot::{NetbootConfig, dhcp::DhcpMode};
+//! let mut config = NetbootConfig::new(
+//!     "10.99.0.1".parse()?,
+//!     "http://10.99.0.1:50061/ipxe/script/auto.ipxe".into(),
+//!     "/usr/lib/ipxe".into(),
+//! );
+//! config.dhcp.as_mut().unwrap().interface = Some("eth1".into());
+//! let shutdown = tokio_util::sync::CancellationToken::new();
+//! let bound = tink_netboot::bind(&config).await?;
+//! bound
+//!     .run(config, client, tink_runtime::Health::new(), Default::default(), Default::default(), shutdown)
+//!     .await?;
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod dhcp;
+pub mod files;
+pub mod http;
+mod metrics;
+pub mod server;
+pub mod tftp;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use hegel::index::Index;
+use tink_runtime::Health;
+use tokio::net::{TcpListener, UdpSocket};
+use tokio_util::sync::CancellationToken;
+
+pub use metrics::Metrics;
+
+use crate::dhcp::{BootFiles, DEFAULT_LEASE_SECONDS, DhcpConfig, DhcpMode};
+use crate::files::Root;
+use crate::tftp::TftpConfig;
+
+/// The DHCP server's settings.
+#[derive(Clone, Debug)]
+pub struct DhcpServerConfig {
+    /// The DHCP listener (`0.0.0.0:67`).
+    pub listen: SocketAddr,
+    /// The network device the DHCP sockets are bound to (SO_BINDTODEVICE).
+    pub interface: Option<String>,
+    /// In proxy mode, also answer PXE boot server requests on this address (`0.0.0.0:4011`).
+    pub pxe_listen: Option<SocketAddr>,
+    /// The packet logic's settings.
+    pub responder: DhcpConfig,
+}
+
+/// How the service runs; `None` turns a part off.
+#[derive(Clone, Debug)]
+pub struct NetbootConfig {
+    /// DHCP.
+    pub dhcp: Option<DhcpServerConfig>,
+    /// TFTP listener and settings.
+    pub tftp: Option<(SocketAddr, TftpConfig)>,
+    /// HTTP listener.
+    pub http: Option<SocketAddr>,
+    /// The folder TFTP and HTTP serve.
+    pub files_dir: PathBuf,
+    /// Only Hardware of this namespace (all when `None`).
+    pub namespace: Option<String>,
+}
+
+impl NetbootConfig {
+    /// Reservation mode on `0.0.0.0:67`, TFTP on `0.0.0.0:69`, HTTP on `0.0.0.0:8080`.
+    pub fn new(server_ip: Ipv4Addr, ipxe_script_url: String, files_dir: PathBuf) -> Self {
+        Self {
+            dhcp: Some(DhcpServerConfig {
+                listen: SocketAddr::from(([0, 0, 0, 0], dhcp::SERVER_PORT)),
+                interface: None,
+                pxe_listen: None,
+                responder: DhcpConfig {
+                    mode: DhcpMode::Reservation,
+                    server_ip,
+                    ipxe_script_url,
+                    http_base_url: Some(format!("http://{server_ip}:8080")),
+                    boot_files: BootFiles::default(),
+                    default_lease_seconds: DEFAULT_LEASE_SECONDS,
+                },
+            }),
+            tftp: Some((SocketAddr::from(([0, 0, 0, 0], 69)), TftpConfig::default())),
+            http: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
+            files_dir,
+            namespace: None,
+        }
+    }
+}
+
+/// Errors that stop the service.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A listener could not be set up (the message says which and what to do).
+    #[error("{0}")]
+    Bind(String),
+    /// The files folder is missing.
+    #[error("{0}")]
+    Files(std::io::Error),
+    /// A server failed.
+    #[error("{what}: {source}")]
+    Serve {
+        /// Which server.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A background task stopped on its own.
+    #[error("{0}")]
+    Stopped(String),
+}
+
+/// Every listener, bound.
+pub struct Bound {
+    dhcp: Vec<UdpSocket>,
+    tftp: Option<UdpSocket>,
+    http: Option<TcpListener>,
+    root: Option<Root>,
+}
+
+impl Bound {
+    /// The DHCP sockets' addresses (67, then 4011 in proxy mode).
+    pub fn dhcp_addrs(&self) -> Vec<SocketAddr> {
+        self.dhcp
+            .iter()
+            .filter_map(|s| s.local_addr().ok())
+            .collect()
+    }
+
+    /// The TFTP socket's address.
+    pub fn tftp_addr(&self) -> Option<SocketAddr> {
+        self.tftp.as_ref().and_then(|s| s.local_addr().ok())
+    }
+
+    /// The HTTP listener's address.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().and_then(|s| s.local_addr().ok())
+    }
+}
+
+fn bind_error(what: &str, addr: SocketAddr, e: &std::io::Error) -> Error {
+    let hint = match e.kind() {
+        std::io::ErrorKind::PermissionDenied if addr.port() < 1024 => format!(
+            " (port {} is privileged: run as root or grant CAP_NET_BIND_SERVICE, e.g. the \
+             container capability NET_BIND_SERVICE)",
+            addr.port()
+        ),
+        std::io::ErrorKind::AddrInUse => {
+            " (another process listens there: a DHCP/TFTP server already running on this host?)"
+                .to_string()
+        }
+        std::io::ErrorKind::AddrNotAvailable => {
+            " (the address is not on any interface of this host)".to_string()
+        }
+        _ => String::new(),
+    };
+    Error::Bind(format!("cannot listen for {what} on {addr}: {e}{hint}"))
+}
+
+/// Binds every enabled listener (so start-up errors come before anything runs).
+pub async fn bind(config: &NetbootConfig) -> Result<Bound, Error> {
+    let mut dhcp = Vec::new();
+    if let Some(d) = &config.dhcp {
+        let mut addrs = vec![d.listen];
+        if d.responder.mode == DhcpMode::Proxy
+            && let Some(p) = d.pxe_listen
+        {
+            addrs.push(p);
+        }
+        for addr in addrs {
+            let socket =
+                server::udp_socket(addr, d.interface.as_deref(), true).map_err(|e| match e {
+                    server::SocketError::Device(e) => Error::Bind(format!(
+                        "cannot bind the DHCP socket to interface {:?}: {e} (needs the \
+                         interface to exist and, on older kernels, CAP_NET_RAW)",
+                        d.interface.as_deref().unwrap_or_default()
+                    )),
+                    server::SocketError::Bind(e) => bind_error("DHCP", addr, &e),
+                })?;
+            dhcp.push(socket);
+        }
+    }
+    let tftp = match &config.tftp {
+        Some((addr, _)) => Some(server::udp_socket(*addr, None, false).map_err(|e| match e {
+            server::SocketError::Device(e) | server::SocketError::Bind(e) => {
+                bind_error("TFTP", *addr, &e)
+            }
+        })?),
+        None => None,
+    };
+    let http = match config.http {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| bind_error("HTTP", addr, &e))?,
+        ),
+        None => None,
+    };
+    let root = if tftp.is_some() || http.is_some() {
+        Some(Root::new(&config.files_dir).map_err(Error::Files)?)
+    } else {
+        None
+    };
+    Ok(Bound {
+        dhcp,
+        tftp,
+        http,
+        root,
+    })
+}
+
+impl Bound {
+    /// Runs until `shutdown`: feeds the Hardware index (ready once Hardware and OSIEs are
+    /// listed) and serves DHCP, TFTP and HTTP. Any part ending on its own ends the service.
+    pub async fn run(
+        self,
+        config: NetbootConfig,
+        client: kube::Client,
+        health: Health,
+        metrics: Metrics,
+        index_metrics: hegel::Metrics,
+        shutdown: CancellationToken,
+    ) -> Result<(), Error> {
+        health.set_ready(false);
+        let (osies, osie_writer) = kube::runtime::reflector::store();
+        let index = Arc::new(Index::new(osies));
+        let tasks = shutdown.child_token();
+        let mut set: tokio::task::JoinSet<Result<(), Error>> = tokio::task::JoinSet::new();
+        {
+            let (index, tasks, health) = (index.clone(), tasks.clone(), health.clone());
+            let namespace = config.namespace.clone();
+            set.spawn(async move {
+                hegel::index::feed(
+                    client,
+                    namespace,
+                    index,
+                    osie_writer,
+                    index_metrics,
+                    health,
+                    tasks,
+                )
+                .await
+                .map_err(|e| Error::Stopped(e.to_string()))
+            });
+        }
+        if let Some(d) = &config.dhcp {
+            let responder = Arc::new(dhcp::Responder::new(d.responder.clone()));
+            for socket in self.dhcp {
+                let (index, metrics, tasks, responder) = (
+                    index.clone(),
+                    metrics.clone(),
+                    tasks.clone(),
+                    responder.clone(),
+                );
+                set.spawn(async move {
+                    server::serve_dhcp(socket, responder, index, metrics, tasks)
+                        .await
+                        .map_err(|source| Error::Serve {
+                            what: "DHCP",
+                            source,
+                        })
+                });
+            }
+        }
+        if let (Some(socket), Some(root), Some((_, tc))) = (self.tftp, &self.root, &config.tftp) {
+            let (root, tc, metrics, tasks) =
+                (root.clone(), tc.clone(), metrics.clone(), tasks.clone());
+            set.spawn(async move {
+                tftp::serve(socket, root, tc, metrics, tasks)
+                    .await
+                    .map_err(|source| Error::Serve {
+                        what: "TFTP",
+                        source,
+                    })
+            });
+        }
+        if let (Some(listener), Some(root)) = (self.http, &self.root) {
+            let (root, metrics, tasks) = (root.clone(), metrics.clone(), tasks.clone());
+            set.spawn(async move {
+                http::serve(listener, root, metrics, tasks)
+                    .await
+                    .map_err(|source| Error::Serve {
+                        what: "HTTP",
+                        source,
+                    })
+            });
+        }
+        // The first task to end (any, on shutdown or failure) ends them all.
+        let first = set.join_next().await;
+        health.set_ready(false);
+        tasks.cancel();
+        let result = match first {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(e),
+            Some(Err(e)) => Err(Error::Stopped(format!("a task failed: {e}"))),
+        };
+        while let Some(r) = set.join_next().await {
+            if let Ok(Err(e)) = r {
+                tracing::warn!(error = %e, "while stopping");
+            }
+        }
+        result
+    }
+}

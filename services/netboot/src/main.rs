@@ -1,0 +1,187 @@
+//! tink-netboot: DHCP, TFTP and HTTP for netbooting machines into iPXE.
+#![forbid(unsafe_code)]
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{ArgAction, Parser};
+use tink_netboot::dhcp::{BootFiles, DhcpConfig, DhcpMode};
+use tink_netboot::tftp::TftpConfig;
+use tink_netboot::{DhcpServerConfig, NetbootConfig};
+
+/// Netboot: answers the DHCP requests of the machines in the Hardware index (their reserved
+/// address, or proxyDHCP beside another server) with iPXE boot information, and serves the
+/// iPXE binaries by TFTP and HTTP.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// `reservation`: lease each known MAC its Hardware's address; `proxy`: another DHCP
+    /// server leases, this one only adds boot information for PXE clients.
+    #[arg(long, env = "TINK_NETBOOT_DHCP_MODE", value_enum, default_value_t = DhcpMode::Reservation)]
+    dhcp_mode: DhcpMode,
+    /// Address of the DHCP listener.
+    #[arg(long, env = "TINK_NETBOOT_DHCP_LISTEN", default_value = "0.0.0.0:67")]
+    dhcp_listen: SocketAddr,
+    /// Network device the DHCP sockets are bound to (broadcast replies leave by it); without
+    /// it, requests from every interface are answered and broadcasts follow the routing table.
+    #[arg(long, env = "TINK_NETBOOT_INTERFACE")]
+    interface: Option<String>,
+    /// In proxy mode, also answer PXE boot server requests on port 4011 of the DHCP address.
+    #[arg(long, env = "TINK_NETBOOT_PXE_PORT", default_value_t = true, action = ArgAction::Set)]
+    pxe_port: bool,
+    /// This server's IPv4 address as machines reach it: DHCP server identifier, next-server
+    /// (TFTP) and the default HTTP boot URL.
+    #[arg(long, env = "TINK_NETBOOT_SERVER_IP")]
+    server_ip: Ipv4Addr,
+    /// The iPXE script URL handed to iPXE clients (Hegel's
+    /// `http://HEGEL:50061/ipxe/script/auto.ipxe`).
+    #[arg(long, env = "TINK_NETBOOT_IPXE_SCRIPT_URL")]
+    ipxe_script_url: String,
+    /// Base URL for UEFI HTTP boot clients (`{url}/ipxe.efi`); default
+    /// `http://SERVER_IP:HTTP_PORT`.
+    #[arg(long, env = "TINK_NETBOOT_HTTP_BOOT_URL")]
+    http_boot_url: Option<String>,
+    /// Lease time in seconds for Hardware without a `dhcp.leaseTime`.
+    #[arg(long, env = "TINK_NETBOOT_LEASE_TIME_SECONDS", default_value_t = tink_netboot::dhcp::DEFAULT_LEASE_SECONDS)]
+    lease_time_seconds: u32,
+    /// Boot file for x86 BIOS PXE (architecture 0).
+    #[arg(
+        long,
+        env = "TINK_NETBOOT_BOOT_FILE_BIOS",
+        default_value = "undionly.kpxe"
+    )]
+    boot_file_bios: String,
+    /// Boot file for x86/x86-64 UEFI (architectures 6, 7, 9).
+    #[arg(
+        long,
+        env = "TINK_NETBOOT_BOOT_FILE_EFI_X86_64",
+        default_value = "ipxe.efi"
+    )]
+    boot_file_efi_x86_64: String,
+    /// Boot file for arm UEFI (architectures 10, 11).
+    #[arg(
+        long,
+        env = "TINK_NETBOOT_BOOT_FILE_EFI_ARM64",
+        default_value = "snp.efi"
+    )]
+    boot_file_efi_arm64: String,
+    /// Address of the TFTP listener.
+    #[arg(long, env = "TINK_NETBOOT_TFTP_LISTEN", default_value = "0.0.0.0:69")]
+    tftp_listen: SocketAddr,
+    /// Seconds TFTP waits for an ACK before sending a block again (when the client asks for
+    /// no `timeout` option).
+    #[arg(long, env = "TINK_NETBOOT_TFTP_TIMEOUT_SECONDS", default_value_t = 2)]
+    tftp_timeout_seconds: u64,
+    /// Times TFTP sends a block again before giving the transfer up.
+    #[arg(long, env = "TINK_NETBOOT_TFTP_RETRIES", default_value_t = 5)]
+    tftp_retries: u32,
+    /// Address of the HTTP file server.
+    #[arg(long, env = "TINK_NETBOOT_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
+    http_listen: SocketAddr,
+    /// Folder served by TFTP and HTTP (the iPXE binaries; the Debian `ipxe` package's by
+    /// default).
+    #[arg(long, env = "TINK_NETBOOT_FILES_DIR", default_value = "/usr/lib/ipxe")]
+    files_dir: PathBuf,
+    /// Serve DHCP.
+    #[arg(long, env = "TINK_NETBOOT_DHCP", default_value_t = true, action = ArgAction::Set)]
+    dhcp: bool,
+    /// Serve TFTP.
+    #[arg(long, env = "TINK_NETBOOT_TFTP", default_value_t = true, action = ArgAction::Set)]
+    tftp: bool,
+    /// Serve HTTP.
+    #[arg(long, env = "TINK_NETBOOT_HTTP", default_value_t = true, action = ArgAction::Set)]
+    http: bool,
+    /// Only serve Hardware of this namespace (default: all namespaces).
+    #[arg(long, env = "TINK_NAMESPACE")]
+    namespace: Option<String>,
+    /// This replica's name in logs; defaults to the host name (the pod name).
+    #[arg(long, env = "TINK_REPLICA_ID")]
+    replica_id: Option<String>,
+    #[command(flatten)]
+    admin: tink_runtime::AdminArgs,
+    #[command(flatten)]
+    telemetry: tink_telemetry::TelemetryArgs,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let _telemetry = tink_telemetry::init("tink-netboot", &args.telemetry)?;
+    let replica_id = tink_runtime::replica_id(args.replica_id, "tink-netboot");
+    tracing::info!(replica = %replica_id, "tink-netboot starting");
+
+    let http_boot_url = args
+        .http_boot_url
+        .filter(|u| !u.trim().is_empty())
+        .or_else(|| {
+            args.http
+                .then(|| format!("http://{}:{}", args.server_ip, args.http_listen.port()))
+        });
+    let config = NetbootConfig {
+        dhcp: args.dhcp.then(|| DhcpServerConfig {
+            listen: args.dhcp_listen,
+            interface: args.interface.filter(|i| !i.is_empty()),
+            pxe_listen: (args.pxe_port && args.dhcp_mode == DhcpMode::Proxy)
+                .then(|| SocketAddr::new(args.dhcp_listen.ip(), tink_netboot::dhcp::PXE_PORT)),
+            responder: DhcpConfig {
+                mode: args.dhcp_mode,
+                server_ip: args.server_ip,
+                ipxe_script_url: args.ipxe_script_url,
+                http_base_url: http_boot_url,
+                boot_files: BootFiles {
+                    bios: args.boot_file_bios,
+                    efi_x86_64: args.boot_file_efi_x86_64,
+                    efi_arm64: args.boot_file_efi_arm64,
+                },
+                default_lease_seconds: args.lease_time_seconds,
+            },
+        }),
+        tftp: args.tftp.then(|| {
+            (
+                args.tftp_listen,
+                TftpConfig {
+                    timeout: Duration::from_secs(args.tftp_timeout_seconds.max(1)),
+                    retries: args.tftp_retries,
+                    ..TftpConfig::default()
+                },
+            )
+        }),
+        http: args.http.then_some(args.http_listen),
+        files_dir: args.files_dir,
+        namespace: args.namespace,
+    };
+    if config.dhcp.is_none() && config.tftp.is_none() && config.http.is_none() {
+        anyhow::bail!("DHCP, TFTP and HTTP are all turned off: nothing to serve");
+    }
+
+    // Listeners first: a missing privilege or a busy port is reported before anything else.
+    let bound = tink_netboot::bind(&config).await?;
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot configure the Kubernetes client (KUBECONFIG or in-cluster)")?;
+
+    let shutdown = tink_runtime::shutdown_token_with_grace(args.admin.shutdown_grace());
+    let health = tink_runtime::Health::new();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = tink_netboot::Metrics::register(&mut registry);
+    // The Hardware index's own metrics (indexed Hardware, watch errors), as Hegel's.
+    let index_metrics = hegel::Metrics::register(registry.sub_registry_with_prefix("netboot"));
+    let admin = tink_runtime::AdminServer::start(&args.admin, &health, registry, &shutdown).await?;
+
+    let result = bound
+        .run(
+            config,
+            client,
+            health,
+            metrics,
+            index_metrics,
+            shutdown.clone(),
+        )
+        .await;
+    shutdown.cancel();
+    admin.stopped().await?;
+    result?;
+    Ok(())
+}

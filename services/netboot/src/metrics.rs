@@ -1,0 +1,151 @@
+//! Prometheus metrics of the netboot service (prefix `netboot`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// A DHCP message type (`discover`, `offer`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabels {
+    /// The message type.
+    pub r#type: &'static str,
+}
+
+/// Why a DHCP packet got no answer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// The reason (`unknown_mac`, `malformed`, ...).
+    pub reason: &'static str,
+}
+
+/// The end of a TFTP transfer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `ok`, `not_found`, `refused`, `timeout`, `error`.
+    pub result: &'static str,
+}
+
+/// An HTTP request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    /// `GET`, `HEAD` or `other`.
+    pub method: &'static str,
+    /// The status code.
+    pub status: u16,
+}
+
+/// The service's metrics; clones share the same values.
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    /// DHCP packets received, by message type (`invalid` when it could not be read).
+    pub dhcp_received: Family<TypeLabels, Counter>,
+    /// DHCP replies sent, by type.
+    pub dhcp_replies: Family<TypeLabels, Counter>,
+    /// DHCP packets not answered, by reason.
+    pub dhcp_ignored: Family<ReasonLabels, Counter>,
+    /// DHCP replies that could not be sent.
+    pub dhcp_send_errors: Counter,
+    /// TFTP transfers by result.
+    pub tftp_transfers: Family<ResultLabels, Counter>,
+    /// Bytes sent by TFTP.
+    pub tftp_bytes: Counter,
+    /// HTTP requests by method and status.
+    pub http_requests: Family<HttpLabels, Counter>,
+}
+
+impl Metrics {
+    /// New metrics registered in `registry` under the `netboot` prefix.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        let r = registry.sub_registry_with_prefix("netboot");
+        r.register(
+            "dhcp_packets_received",
+            "DHCP packets received, by message type",
+            m.dhcp_received.clone(),
+        );
+        r.register(
+            "dhcp_replies",
+            "DHCP replies sent, by message type",
+            m.dhcp_replies.clone(),
+        );
+        r.register(
+            "dhcp_packets_ignored",
+            "DHCP packets not answered, by reason",
+            m.dhcp_ignored.clone(),
+        );
+        r.register(
+            "dhcp_send_errors",
+            "DHCP replies that could not be sent",
+            m.dhcp_send_errors.clone(),
+        );
+        r.register(
+            "tftp_transfers",
+            "TFTP read requests by result",
+            m.tftp_transfers.clone(),
+        );
+        r.register("tftp_bytes", "Bytes sent by TFTP", m.tftp_bytes.clone());
+        r.register(
+            "http_requests",
+            "HTTP file requests by method and status",
+            m.http_requests.clone(),
+        );
+        m
+    }
+
+    /// Counts a received packet.
+    pub fn received(&self, r#type: &'static str) {
+        self.dhcp_received
+            .get_or_create(&TypeLabels { r#type })
+            .inc();
+    }
+
+    /// Counts a reply.
+    pub fn replied(&self, r#type: &'static str) {
+        self.dhcp_replies
+            .get_or_create(&TypeLabels { r#type })
+            .inc();
+    }
+
+    /// Counts an ignored packet.
+    pub fn ignored(&self, reason: &'static str) {
+        self.dhcp_ignored
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Ignored packets so far for `reason`.
+    pub fn ignored_of(&self, reason: &'static str) -> u64 {
+        self.dhcp_ignored
+            .get_or_create(&ReasonLabels { reason })
+            .get()
+    }
+
+    /// Replies so far of `type`.
+    pub fn replies_of(&self, r#type: &'static str) -> u64 {
+        self.dhcp_replies
+            .get_or_create(&TypeLabels { r#type })
+            .get()
+    }
+
+    /// Counts a TFTP transfer's end.
+    pub fn tftp(&self, result: &'static str) {
+        self.tftp_transfers
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    /// TFTP transfers so far with `result`.
+    pub fn tftp_of(&self, result: &'static str) -> u64 {
+        self.tftp_transfers
+            .get_or_create(&ResultLabels { result })
+            .get()
+    }
+
+    /// Counts an HTTP request.
+    pub fn http(&self, method: &'static str, status: u16) {
+        self.http_requests
+            .get_or_create(&HttpLabels { method, status })
+            .inc();
+    }
+}
