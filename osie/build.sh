@@ -40,8 +40,13 @@ mkdir -p "$out/cache"
 out=$(cd "$out" && pwd)
 
 # The kernel: the package linux-image-amd64 depends on, unpacked (never installed).
-kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-[ -n "$kpkg" ] || { say "cannot resolve linux-image-amd64 (apt-get update first)"; exit 1; }
+resolve_kernel() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'; }
+kpkg=$(resolve_kernel)
+if [ -z "$kpkg" ]; then
+  apt-get update -qq >/dev/null 2>&1 || true
+  kpkg=$(resolve_kernel)
+fi
+[ -n "$kpkg" ] || { say "cannot resolve linux-image-amd64 in the package lists"; exit 1; }
 kver=${kpkg#linux-image-}
 kroot="$out/cache/$kpkg"
 if [ ! -f "$kroot/boot/vmlinuz-$kver" ]; then

@@ -6,6 +6,10 @@
 #   openssl         certificates for the webhook tests (HTTPS admission and conversion calls)
 #   curl            readiness probes in scripts/demo.sh
 #   cloud-init      its own EC2 crawler runs against Hegel (services/hegel/tests/cloud_init.rs)
+#   the netboot VM run (scripts/netboot-demo.sh, osie/build.sh): qemu-system-x86 and qemu-utils
+#   (the machine, qemu-img), ipxe (the boot programs tink-netboot serves), syslinux,
+#   syslinux-common and mtools (the demo disk image), docker-registry (action images), cpio,
+#   kmod and zstd (the OSIE initramfs); the kernel is unpacked from linux-image-amd64's package
 #   (wrk and nginx-light only for Hegel's benchmark: apt-get install wrk nginx-light)
 #   kubernetes-validate (PyPI, in a venv at /opt/kubernetes-validate) upstream schemas for the deploy/ test
 # Docker must already be installed and running; tests that need it fail when it does not answer,
@@ -18,10 +22,26 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 /usr/bin/python3 -c 'import cloudinit.sources.helpers.ec2' >/dev/null 2>&1 || need+=(cloud-init)
 [ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || need+=(busybox-static)
+netboot=()
+command -v qemu-system-x86_64 >/dev/null 2>&1 || netboot+=(qemu-system-x86)
+command -v qemu-img >/dev/null 2>&1 || netboot+=(qemu-utils)
+[ -f /usr/lib/ipxe/undionly.kpxe ] || netboot+=(ipxe)
+command -v syslinux >/dev/null 2>&1 || netboot+=(syslinux)
+[ -f /usr/lib/syslinux/mbr/mbr.bin ] || netboot+=(syslinux-common)
+command -v mcopy >/dev/null 2>&1 || netboot+=(mtools)
+command -v docker-registry >/dev/null 2>&1 || netboot+=(docker-registry)
+command -v cpio >/dev/null 2>&1 || netboot+=(cpio)
+command -v depmod >/dev/null 2>&1 || netboot+=(kmod)
+command -v zstd >/dev/null 2>&1 || netboot+=(zstd)
+if [ ${#need[@]} -gt 0 ] || [ ${#netboot[@]} -gt 0 ]; then apt-get update -qq; fi
+if [ ${#netboot[@]} -gt 0 ]; then
+  echo "installing (netboot VM run): ${netboot[*]}"
+  # no recommends: qemu-system-x86 would bring a desktop's worth of GUI libraries
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${netboot[@]}" >/dev/null
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
   apt-get install -y -qq "${need[@]}" file >/dev/null
 fi
 if ! command -v kubectl >/dev/null 2>&1; then
