@@ -206,6 +206,22 @@ async fn route(core: Arc<Core>, req: http::Request<Body>) -> ApiResult<Response>
         }
         ["openapi", "v2"] if get => Ok(crate::openapi::v2(&core, &parts.headers)),
         ["openapi", ..] => Err(ApiError::no_route()),
+        ["apis", "authentication.k8s.io", "v1", "tokenreviews"]
+        | ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"] => {
+            if parts.method != Method::POST {
+                return Err(ApiError::method_not_allowed(format!(
+                    "{} is create-only",
+                    segs[3]
+                )));
+            }
+            let review = decode_body(&media_type(&parts.headers), &read_body.await?)?;
+            let answer = if segs[3] == "tokenreviews" {
+                crate::auth::token_review(&core, review)?
+            } else {
+                crate::auth::subject_access_review(&core, review)?
+            };
+            Ok(json_response(StatusCode::CREATED, &answer))
+        }
         ["api", "v1", rest @ ..] => {
             let t = target(&core, "", "v1", rest)?;
             resource(core, t, parts.method, &parts.headers, q, read_body).await

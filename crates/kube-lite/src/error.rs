@@ -48,6 +48,9 @@ pub enum Error {
     /// A `--service ns/name=URL` value is malformed.
     #[error("invalid service mapping {0:?}: expected namespace/name=URL")]
     ServiceMapping(String),
+    /// The `--token-file` cannot be read or is malformed.
+    #[error(transparent)]
+    TokenFile(#[from] crate::auth::TokenFileError),
 }
 
 /// One cause of an `Invalid` (422) error, as in `Status.details.causes`.

@@ -95,6 +95,15 @@
 //!   thread in batches (a few milliseconds behind the API answer; a clean shutdown flushes).
 //! - Server-side printing (`kubectl get` asks for a Table): CRD `additionalPrinterColumns` and
 //!   kubectl's usual columns for Namespace, ConfigMap, Secret, Deployment and Lease.
+//! - RBAC objects (rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding,
+//!   ClusterRoleBinding) are stored like any built-in type, and two create-only reviews read
+//!   them for components that delegate authentication and authorization (see [`auth`]):
+//!   authentication.k8s.io/v1 `TokenReview`, answered from a static token file
+//!   ([`Config::token_file`], `--token-file`: kube-apiserver's `token,user,uid,"group1,group2"`
+//!   CSV), and authorization.k8s.io/v1 `SubjectAccessReview`, evaluated against the stored RBAC
+//!   objects as kube-apiserver's RBAC authorizer does (no ClusterRole aggregation). This is for
+//!   tests and the development stack only: the reviews are answers for *others*; kube-lite's own
+//!   requests are still never authenticated nor authorized.
 //! - Watch on a named object path (`.../configmaps/NAME?watch=true`).
 //! - Errors are `Status` objects with the right code: 400 malformed bodies and selectors, 404,
 //!   405, 406 (no JSON in `Accept`), 409, 410, 413, 415 (unknown content type), 422, 500.
@@ -114,7 +123,7 @@
 //!   resourceVersion) and continue tokens never expire; `resourceVersionMatch=Exact` with any
 //!   resourceVersion but the latest gets 410.
 //! - A list or get at a specific `resourceVersion` returns the latest state.
-//! - No authentication, authorization, quotas, defaulting of built-in types (except a Secret's
+//! - No authentication or authorization of its own requests (see the reviews above), no quotas, defaulting of built-in types (except a Secret's
 //!   `type`), validation of built-in types beyond names, labels and Secret data, Pods, or
 //!   controllers (a Deployment never gets replicas). `gracePeriodSeconds` is ignored. Unknown
 //!   fields of built-in types are stored, even with `fieldValidation=Strict`.
@@ -138,6 +147,7 @@
 mod admission;
 mod api;
 mod apply;
+pub mod auth;
 mod crd;
 pub mod error;
 mod events;

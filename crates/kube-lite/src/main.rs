@@ -23,6 +23,10 @@ struct Args {
     /// Map a webhook Service to an address: `namespace/name=https://127.0.0.1:8443` (repeatable).
     #[arg(long = "service", value_name = "NS/NAME=URL")]
     services: Vec<String>,
+    /// Static tokens for TokenReview (kube-apiserver's CSV: `token,user,uid,"group1,group2"`).
+    /// Only other components' TokenReviews use them: kube-lite itself still admits every request.
+    #[arg(long, env = "KUBE_LITE_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -40,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
     let mut config = kube_lite::Config {
         listen: args.listen,
         data_dir: args.data_dir,
+        token_file: args.token_file,
         ..Default::default()
     };
     for s in &args.services {

@@ -103,16 +103,24 @@ impl ResourceType {
 
     /// The discovery `APIResource` entries (resource and subresources) for `version`.
     pub fn api_resources(&self, version: &str) -> Vec<Value> {
-        let verbs = json!([
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch"
-        ]);
+        let create_only = matches!(
+            self.plural.as_str(),
+            "tokenreviews" | "subjectaccessreviews"
+        ) && self.crd.is_none();
+        let verbs = if create_only {
+            json!(["create"])
+        } else {
+            json!([
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch"
+            ])
+        };
         let mut main = json!({
             "name": self.plural,
             "singularName": self.singular,
@@ -264,6 +272,67 @@ pub fn builtins() -> Vec<ResourceType> {
             &[],
             false,
             true,
+        ),
+        builtin(
+            crate::auth::RBAC_GROUP,
+            "v1",
+            "roles",
+            "Role",
+            true,
+            &[],
+            false,
+            false,
+        ),
+        builtin(
+            crate::auth::RBAC_GROUP,
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+            &[],
+            false,
+            false,
+        ),
+        builtin(
+            crate::auth::RBAC_GROUP,
+            "v1",
+            "clusterroles",
+            "ClusterRole",
+            false,
+            &[],
+            false,
+            false,
+        ),
+        builtin(
+            crate::auth::RBAC_GROUP,
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+            &[],
+            false,
+            false,
+        ),
+        // Create-only reviews, answered by `crate::auth` (never stored).
+        builtin(
+            "authentication.k8s.io",
+            "v1",
+            "tokenreviews",
+            "TokenReview",
+            false,
+            &[],
+            false,
+            false,
+        ),
+        builtin(
+            "authorization.k8s.io",
+            "v1",
+            "subjectaccessreviews",
+            "SubjectAccessReview",
+            false,
+            &[],
+            false,
+            false,
         ),
     ];
     for t in &mut types {

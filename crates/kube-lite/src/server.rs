@@ -34,6 +34,9 @@ pub struct Config {
     pub watch_history: usize,
     /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
     pub bookmark_interval: Duration,
+    /// Static tokens (kube-apiserver's `--token-auth-file` CSV) that `TokenReview` answers
+    /// from; without it every TokenReview is unauthenticated. See [`crate::auth`].
+    pub token_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -44,6 +47,7 @@ impl Default for Config {
             services: BTreeMap::new(),
             watch_history: 10_000,
             bookmark_interval: Duration::from_secs(10),
+            token_file: None,
         }
     }
 }
@@ -92,6 +96,8 @@ pub(crate) struct Core {
     pub(crate) config: Config,
     pub(crate) addr: SocketAddr,
     pub(crate) shutdown: CancellationToken,
+    /// The tokens `TokenReview` answers from.
+    pub(crate) tokens: crate::auth::Tokens,
     doorbell: Option<std::sync::mpsc::SyncSender<()>>,
 }
 
@@ -124,6 +130,10 @@ pub struct Server;
 impl Server {
     /// Binds, loads the data directory if any, and serves in the background.
     pub async fn start(config: Config) -> Result<RunningServer, Error> {
+        let tokens = match &config.token_file {
+            Some(path) => crate::auth::Tokens::load(path)?,
+            None => crate::auth::Tokens::default(),
+        };
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| Error::Bind {
@@ -155,6 +165,7 @@ impl Server {
             config,
             addr,
             shutdown: shutdown.clone(),
+            tokens,
             doorbell,
         });
         let stop_flag = Arc::new(AtomicBool::new(false));
