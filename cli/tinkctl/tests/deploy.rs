@@ -18,15 +18,7 @@ const TARGET_VERSION: &str = "1.32";
 /// Kinds kube-lite does not serve (it is a test API server with the types the services use);
 /// they are still validated against the upstream schemas. A kind outside this list that
 /// kube-lite refuses fails the test.
-const NOT_SERVED_BY_KUBE_LITE: [&str; 7] = [
-    "StatefulSet",
-    "DaemonSet",
-    "PodDisruptionBudget",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "Role",
-    "RoleBinding",
-];
+const NOT_SERVED_BY_KUBE_LITE: [&str; 3] = ["StatefulSet", "DaemonSet", "PodDisruptionBudget"];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")

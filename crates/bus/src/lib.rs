@@ -25,6 +25,7 @@ mod auth;
 mod codec;
 mod config;
 mod delivery;
+mod log_reader;
 mod logs;
 mod presence;
 mod subjects;
@@ -46,6 +47,9 @@ pub use config::{
 };
 pub use delivery::{
     DeliveryError, Withdrawal, dispatch_received, queued_command, withdraw_command,
+};
+pub use log_reader::{
+    LogReadError, LogSelection, ReadLine, ReadOptions, ReadSummary, SelectionError, read_logs,
 };
 pub use logs::{
     LOGS_ALL, LOGS_PREFIX, LOGS_STREAM, LogDeduplicator, MAX_ACTION_ID_LEN, MAX_BATCH_BYTES,

@@ -2,8 +2,13 @@
 //!
 //! Agents hold a `GetWorkflows` stream to any replica and call `PublishEvent`; the server keeps
 //! no state of its own: commands come from the agent's durable JetStream consumer, events go to
-//! the workflow's events subject, presence goes to a KV bucket (all named in `tink-bus`). It
-//! never calls the Kubernetes API.
+//! the workflow's events subject, presence goes to a KV bucket (all named in `tink-bus`).
+//!
+//! It also serves `LogService.ReadLogs` to operators (`tinkctl workflow logs`): the output of a
+//! Workflow's actions from the logs stream, for callers Kubernetes RBAC allows (`get` on
+//! `workflows/log`). Only that call uses the Kubernetes API (TokenReview, SubjectAccessReview,
+//! reading the Workflow), and only when [`ServerConfig::kube`] is set; agents never cause a
+//! Kubernetes API call.
 //!
 //! Tests and the binary start it the same way:
 //!
@@ -25,8 +30,10 @@
 #![forbid(unsafe_code)]
 
 pub mod identity;
+mod log_access;
 mod logs;
 mod metrics;
+mod read_logs;
 pub mod secrets;
 mod service;
 mod session;
@@ -36,6 +43,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use tink_bus::BusConfig;
+use tink_bus::proto::log_service_server::LogServiceServer;
 use tink_bus::proto::workflow_service_server::WorkflowServiceServer;
 use tink_runtime::Health;
 use tokio::net::TcpListener;
@@ -43,7 +51,9 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tracing::{info, warn};
 
-pub use metrics::{ErrorLabel, KindLabel, Metrics};
+pub use log_access::{LOG_GROUP, LOG_RESOURCE, LOG_SUBRESOURCE, LOG_VERB};
+pub use metrics::{ErrorLabel, KindLabel, Metrics, ReadResultLabel};
+pub use read_logs::NOT_DISPATCHED_HEADER;
 
 /// How long shutdown waits for presence cleanup after the last stream ended.
 const CLEANUP_GRACE: Duration = Duration::from_secs(5);
@@ -59,6 +69,16 @@ pub struct TlsConfig {
     pub key_pem: Vec<u8>,
     /// When set, clients must present a certificate signed by this CA (mutual TLS).
     pub client_ca_pem: Option<Vec<u8>>,
+}
+
+/// The Kubernetes client `ReadLogs` uses (a newtype only so [`ServerConfig`] stays `Debug`).
+#[derive(Clone)]
+pub struct KubeClient(pub kube::Client);
+
+impl std::fmt::Debug for KubeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KubeClient")
+    }
 }
 
 /// Configuration of one server replica.
@@ -82,6 +102,11 @@ pub struct ServerConfig {
     /// built from the seeds/004 protocol alone): their streams take over and their events are
     /// trusted as before. Off by default.
     pub allow_unauthenticated_agents: bool,
+    /// The Kubernetes API that checks `ReadLogs` callers (TokenReview, SubjectAccessReview) and
+    /// holds the Workflows; without it `ReadLogs` answers FAILED_PRECONDITION.
+    pub kube: Option<KubeClient>,
+    /// How long a positive TokenReview or SubjectAccessReview answer is reused (0: never).
+    pub log_access_cache: Duration,
 }
 
 impl ServerConfig {
@@ -96,6 +121,8 @@ impl ServerConfig {
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
             allow_unauthenticated_agents: false,
+            kube: None,
+            log_access_cache: Duration::from_secs(5),
         }
     }
 }
@@ -315,9 +342,18 @@ pub async fn serve(
         shared: shared.clone(),
         logs: Arc::default(),
     };
+    let log_reader = read_logs::LogReader {
+        jetstream: shared.bus.jetstream.clone(),
+        access: config.kube.clone().map(|KubeClient(client)| {
+            Arc::new(log_access::LogAccess::new(client, config.log_access_cache))
+        }),
+        metrics: shared.metrics.clone(),
+        shutdown: shutdown.clone(),
+    };
     let result = builder
         .add_service(health_service)
         .add_service(WorkflowServiceServer::new(gateway))
+        .add_service(LogServiceServer::new(log_reader))
         .serve_with_incoming_shutdown(
             // TCP_NODELAY on every accepted agent connection: the builder's `tcp_nodelay` does
             // not apply to an incoming stream, and without it Nagle's algorithm held each small

@@ -36,6 +36,26 @@ struct Args {
     /// built from the seeds/004 protocol alone); their events are trusted. Off by default.
     #[arg(long, env = "TINK_SERVER_ALLOW_UNAUTHENTICATED_AGENTS")]
     allow_unauthenticated_agents: bool,
+    /// Serve LogService.ReadLogs, checking callers with the Kubernetes API of this kubeconfig
+    /// (TokenReview, SubjectAccessReview, get workflows). Without it or --kube-in-cluster,
+    /// ReadLogs answers FAILED_PRECONDITION.
+    #[arg(
+        long,
+        env = "TINK_SERVER_KUBECONFIG",
+        conflicts_with = "kube_in_cluster"
+    )]
+    kubeconfig: Option<PathBuf>,
+    /// Serve LogService.ReadLogs with the in-cluster Kubernetes configuration (the pod's
+    /// ServiceAccount; see deploy/rbac/server.yaml).
+    #[arg(long, env = "TINK_SERVER_KUBE_IN_CLUSTER")]
+    kube_in_cluster: bool,
+    /// Seconds a positive TokenReview or SubjectAccessReview answer is reused (0: never).
+    #[arg(
+        long,
+        env = "TINK_SERVER_LOG_ACCESS_CACHE_SECONDS",
+        default_value_t = 5
+    )]
+    log_access_cache_seconds: u64,
     #[command(flatten)]
     admin: tink_runtime::AdminArgs,
     #[command(flatten)]
@@ -46,16 +66,39 @@ fn read(path: &PathBuf) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
+/// The Kubernetes client of LogService, if configured.
+async fn kube_client(args: &Args) -> anyhow::Result<Option<tink_server::KubeClient>> {
+    let config = if let Some(path) = &args.kubeconfig {
+        let kubeconfig = kube::config::Kubeconfig::read_from(path)
+            .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .with_context(|| format!("using the kubeconfig {}", path.display()))?
+    } else if args.kube_in_cluster {
+        kube::Config::incluster().context("reading the in-cluster Kubernetes configuration")?
+    } else {
+        tracing::info!(
+            "no --kubeconfig or --kube-in-cluster: LogService.ReadLogs is not served (FAILED_PRECONDITION)"
+        );
+        return Ok(None);
+    };
+    Ok(Some(tink_server::KubeClient(
+        kube::Client::try_from(config).context("building the Kubernetes client")?,
+    )))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = tink_telemetry::init("tink-server", &args.telemetry)?;
 
-    let replica_id = tink_runtime::replica_id(args.replica_id, "tink-server");
+    let replica_id = tink_runtime::replica_id(args.replica_id.clone(), "tink-server");
     let mut config = tink_server::ServerConfig::new(args.bus.nats_url.clone(), replica_id);
     config.bus = args.bus.bus_config();
     config.nats_auth = args.bus.nats_auth();
     config.allow_unauthenticated_agents = args.allow_unauthenticated_agents;
+    config.log_access_cache = std::time::Duration::from_secs(args.log_access_cache_seconds);
+    config.kube = kube_client(&args).await?;
     match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             config.tls = Some(tink_server::TlsConfig {

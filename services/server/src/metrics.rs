@@ -23,6 +23,14 @@ pub struct ErrorLabel {
     pub op: String,
 }
 
+/// Label of [`Metrics::log_reads`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadResultLabel {
+    /// `allowed`, `denied` (RBAC said no), `unauthenticated`, `invalid` (bad request or no such
+    /// workflow), `not_configured` (no Kubernetes access), `error` (the API server failed).
+    pub result: String,
+}
+
 /// The server's metrics; clones share the same values.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -53,6 +61,10 @@ pub struct Metrics {
     pub log_batches_duplicate: Counter,
     /// PublishLogs latency up to JetStream's acknowledgement, in seconds.
     pub publish_logs_seconds: Histogram,
+    /// `LogService.ReadLogs` calls, by result (allowed, denied, ...).
+    pub log_reads: Family<ReadResultLabel, Counter>,
+    /// Action output lines sent to `ReadLogs` callers.
+    pub log_lines_served: Counter,
 }
 
 /// Every event kind, in the order of [`kind_index`].
@@ -102,6 +114,8 @@ impl Default for Metrics {
             log_bytes_stored: Counter::default(),
             log_batches_duplicate: Counter::default(),
             publish_logs_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            log_reads: Family::default(),
+            log_lines_served: Counter::default(),
         }
     }
 }
@@ -167,7 +181,35 @@ impl Metrics {
             "PublishLogs latency up to JetStream's acknowledgement",
             metrics.publish_logs_seconds.clone(),
         );
+        registry.register(
+            "log_reads",
+            "LogService.ReadLogs calls by result (allowed, denied, unauthenticated, invalid, not_configured, error)",
+            metrics.log_reads.clone(),
+        );
+        registry.register(
+            "log_lines_served",
+            "Action output lines sent to ReadLogs callers",
+            metrics.log_lines_served.clone(),
+        );
         metrics
+    }
+
+    /// Counts a `ReadLogs` call with `result`.
+    pub fn log_read(&self, result: &str) {
+        self.log_reads
+            .get_or_create(&ReadResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// The `ReadLogs` calls counted with `result`.
+    pub fn log_read_count(&self, result: &str) -> u64 {
+        self.log_reads
+            .get_or_create(&ReadResultLabel {
+                result: result.to_string(),
+            })
+            .get()
     }
 
     /// Counts an event of `kind` stored in JetStream.
