@@ -1,14 +1,23 @@
-//! `tinkctl workflow logs NAME`: the output of a Workflow's actions, from the logs stream.
+//! `tinkctl workflow logs NAME`: the output of a Workflow's actions.
 //!
-//! The Workflow (read with the Kubernetes API) gives the current dispatch id (the protocol's
-//! `workflow_id`) and the action ids and names; the lines are read from NATS JetStream
-//! (`tink.logs.<dispatch token>.<action token>`, stream `TINK_LOGS`) with an ephemeral ordered
-//! consumer, so tinkctl needs NATS access (`--nats-url`/`NATS_URL` and the usual NATS credential
-//! flags, like `tinkctl agent reset`); its NATS user needs read access to the `TINK_LOGS` stream
-//! only. Lines a resent batch stored twice are shown once (by their per-action sequence).
+//! Two ways to read them:
+//!
+//! - Through a server (the default; `--server HOST:PORT` or `TINK_SERVER`): `LogService.ReadLogs`
+//!   with the bearer token of the kubeconfig's current user (or `--token`). The server checks the
+//!   token and asks Kubernetes whether that user may `get` `workflows/log` of the Workflow
+//!   (RBAC: bind the ClusterRole `tink-workflow-log-reader`), so access follows the cluster's
+//!   RBAC. TLS with the servers' CA (`--tls-ca`), or `--insecure` for a plaintext server.
+//! - Administrator mode (`--nats-url`, given on the command line): the Workflow is read with the
+//!   Kubernetes API and the lines straight from NATS JetStream (`tink.logs.<dispatch
+//!   token>.<action token>`, stream `TINK_LOGS`). This bypasses RBAC: whoever holds NATS
+//!   credentials that can read `TINK_LOGS` reads every workflow's output.
+//!
+//! Both print the same: each line prefixed by its action's name, lines a resent batch stored
+//! twice shown once (the shared reader in `tink_bus::read_logs`).
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
@@ -17,6 +26,9 @@ use futures::StreamExt as _;
 use kube::api::Api;
 use tink_api::v1alpha2::Workflow;
 use tink_bus::proto::log_line::Stream;
+use tink_bus::proto::log_service_client::LogServiceClient;
+use tink_bus::proto::{LogLine, ReadLogsRequest};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
 use crate::kubeconfig::KubeArgs;
 
@@ -40,16 +52,30 @@ pub struct LogsArgs {
     /// Prefix each line with the time the agent read it (RFC 3339).
     #[arg(long)]
     pub timestamps: bool,
-    /// NATS server URL(s), comma separated.
-    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    pub nats_url: String,
-    /// NATS credentials file (JWT and NKey seed, as `nsc` writes it).
+    /// The server to read from (`HOST:PORT`); access is checked with Kubernetes RBAC (`get` on
+    /// `workflows/log`).
+    #[arg(long, env = "TINK_SERVER")]
+    pub server: Option<String>,
+    /// CA certificate (PEM) of the servers' TLS certificates.
+    #[arg(long, env = "TINK_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Talk plaintext gRPC to the server (a server started with --insecure).
+    #[arg(long, conflicts_with = "tls_ca")]
+    pub insecure: bool,
+    /// The Kubernetes bearer token to present (default: the kubeconfig's current user's token).
+    #[arg(long, env = "TINK_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Administrator mode: read the lines straight from NATS at this URL (comma separated),
+    /// bypassing RBAC (NATS permissions decide). Takes precedence over --server.
+    #[arg(long)]
+    pub nats_url: Option<String>,
+    /// NATS credentials file (JWT and NKey seed, as `nsc` writes it); administrator mode.
     #[arg(long, env = "NATS_CREDS")]
     pub nats_creds: Option<std::path::PathBuf>,
-    /// NATS user (with --nats-password).
+    /// NATS user (with --nats-password); administrator mode.
     #[arg(long, env = "NATS_USER", requires = "nats_password")]
     pub nats_user: Option<String>,
-    /// NATS password.
+    /// NATS password; administrator mode.
     #[arg(
         long,
         env = "NATS_PASSWORD",
@@ -57,7 +83,7 @@ pub struct LogsArgs {
         hide_env_values = true
     )]
     pub nats_password: Option<String>,
-    /// CA certificate (PEM) of the NATS servers; turns TLS on.
+    /// CA certificate (PEM) of the NATS servers; turns TLS on; administrator mode.
     #[arg(long, env = "NATS_TLS_CA")]
     pub nats_tls_ca: Option<std::path::PathBuf>,
     #[command(flatten)]
@@ -86,23 +112,104 @@ pub fn parse_since(text: &str) -> Result<Duration, String> {
 
 /// Runs `tinkctl workflow logs`.
 pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
+    match (&args.nats_url, &args.server) {
+        (Some(nats_url), _) => run_nats(nats_url.clone(), args).await,
+        (None, Some(server)) => run_server(server.clone(), args).await,
+        (None, None) => anyhow::bail!(
+            "no server to read from: pass --server HOST:PORT (or set TINK_SERVER); administrators can read NATS directly with --nats-url (bypasses RBAC)"
+        ),
+    }
+}
+
+fn not_dispatched(args: &LogsArgs) {
+    eprintln!(
+        "workflow {}/{} has not been dispatched to an agent yet: no output",
+        args.namespace, args.name
+    );
+}
+
+/// Reads through a server's `LogService`.
+async fn run_server(server: String, args: LogsArgs) -> anyhow::Result<()> {
+    let token = match &args.token {
+        Some(token) => token.clone(),
+        None => crate::kubeconfig::current_user_token(args.kube.kubeconfig.as_deref())?,
+    };
+    let scheme = if args.insecure { "http" } else { "https" };
+    let mut endpoint = Channel::from_shared(format!("{scheme}://{server}"))
+        .with_context(|| format!("--server {server:?}: expected HOST:PORT"))?
+        .connect_timeout(Duration::from_secs(10));
+    if !args.insecure {
+        let ca = args.tls_ca.as_ref().context(
+            "the server's TLS CA is needed: pass --tls-ca (or TINK_TLS_CA; the dev stack's is TINK_AGENT_TLS_CA in its env file), or --insecure for a plaintext server",
+        )?;
+        let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
+        endpoint = endpoint
+            .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
+            .context("invalid TLS configuration")?;
+    }
+    let channel = endpoint
+        .connect()
+        .await
+        .with_context(|| format!("cannot connect to the server at {server}"))?;
+    let mut client = LogServiceClient::new(channel);
+    let mut request = tonic::Request::new(ReadLogsRequest {
+        namespace: args.namespace.clone(),
+        name: args.name.clone(),
+        action: args.action.clone().unwrap_or_default(),
+        follow: args.follow,
+        since_seconds: args.since.map_or(0, |d| d.as_secs().max(1)),
+    });
+    let value = format!("Bearer {token}")
+        .parse()
+        .context("the token holds characters gRPC metadata cannot carry")?;
+    request.metadata_mut().insert("authorization", value);
+    let response = client.read_logs(request).await.map_err(explain)?;
+    if response
+        .metadata()
+        .contains_key(tink_bus::NOT_DISPATCHED_HEADER)
+    {
+        not_dispatched(&args);
+        return Ok(());
+    }
+    let mut stream = response.into_inner();
+    let mut out = std::io::stdout().lock();
+    while let Some(read) = stream.message().await.map_err(explain)? {
+        let line = read.line.unwrap_or_default();
+        show(&read.action_name, &line, args.timestamps, &mut out)?;
+    }
+    std::io::Write::flush(&mut out)?;
+    Ok(())
+}
+
+/// A server's refusal as an error an operator can act on.
+fn explain(status: tonic::Status) -> anyhow::Error {
+    let hint = match status.code() {
+        tonic::Code::Unauthenticated => {
+            " (the token comes from --token or the kubeconfig's current user)"
+        }
+        tonic::Code::PermissionDenied => {
+            " (ask for a RoleBinding to the ClusterRole tink-workflow-log-reader in the workflow's namespace)"
+        }
+        _ => "",
+    };
+    anyhow::anyhow!("{:?}: {}{hint}", status.code(), status.message())
+}
+
+/// Administrator mode: the Workflow from Kubernetes, the lines from NATS.
+async fn run_nats(nats_url: String, args: LogsArgs) -> anyhow::Result<()> {
     let client = args.kube.client().await?;
     let api: Api<Workflow> = Api::namespaced(client, &args.namespace);
     let wf = wait_for_dispatch(&api, &args).await?;
     let Some(wf) = wf else {
-        eprintln!(
-            "workflow {}/{} has not been dispatched to an agent yet: no output",
-            args.namespace, args.name
-        );
+        not_dispatched(&args);
         return Ok(());
     };
-    let nats = tink_bus::connect(&args.nats_url, &args.nats_auth(), || {
+    let nats = tink_bus::connect(&nats_url, &args.nats_auth(), || {
         async_nats::ConnectOptions::new().name("tinkctl workflow logs")
     })
     .await
-    .with_context(|| format!("cannot connect to NATS at {}", args.nats_url))?;
+    .with_context(|| format!("cannot connect to NATS at {nats_url}"))?;
     let js = async_nats::jetstream::new(nats);
-    let mut out = std::io::stdout().lock();
     let ended = || {
         let api = api.clone();
         let name = args.name.clone();
@@ -114,7 +221,55 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
                 .is_none_or(|s| s.state.is_terminal())
         }
     };
-    print_logs(&js, &wf, &args, &mut out, ended).await
+    let status = wf.status.as_ref().context("the workflow has no status")?;
+    let dispatch = status
+        .dispatch_id
+        .as_deref()
+        .context("the workflow has not been dispatched")?;
+    let selection = tink_bus::LogSelection::new(
+        dispatch,
+        status
+            .actions
+            .iter()
+            .map(|a| (a.id.clone(), a.rendered.name.clone())),
+        args.action.as_deref(),
+    )
+    .map_err(|e| match e {
+        tink_bus::SelectionError::NoSuchAction { .. } => anyhow::anyhow!("--{e}"),
+        tink_bus::SelectionError::Token(e) => {
+            anyhow::anyhow!("the workflow's dispatch id is unusable: {e}")
+        }
+    })?;
+    let options = tink_bus::ReadOptions {
+        since: args.since,
+        follow: args.follow,
+    };
+    let out = std::cell::RefCell::new(std::io::stdout().lock());
+    let failed = std::cell::RefCell::new(None);
+    let emit = |read: tink_bus::ReadLine| {
+        let result = show(
+            &read.action_name,
+            &read.line,
+            args.timestamps,
+            &mut *out.borrow_mut(),
+        );
+        let ok = result.is_ok();
+        if let Err(e) = result {
+            *failed.borrow_mut() = Some(e);
+        }
+        std::future::ready(ok)
+    };
+    let summary = tink_bus::read_logs(&js, &selection, options, ended, emit)
+        .await
+        .context("reading the logs stream (is this the stack's NATS?)")?;
+    if let Some(e) = failed.into_inner() {
+        return Err(e);
+    }
+    if summary.malformed > 0 {
+        eprintln!("skipped {} malformed log batches", summary.malformed);
+    }
+    std::io::Write::flush(&mut *out.borrow_mut())?;
+    Ok(())
 }
 
 /// Reads the Workflow; with `--follow`, waits until it has a dispatch id.
@@ -136,117 +291,6 @@ async fn wait_for_dispatch(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-}
-
-/// Prints the Workflow's stored lines, then (with `--follow`) new ones until `ended` says the
-/// Workflow ended and no line came for a moment.
-pub async fn print_logs<W, F, Fut>(
-    js: &async_nats::jetstream::Context,
-    wf: &Workflow,
-    args: &LogsArgs,
-    out: &mut W,
-    ended: F,
-) -> anyhow::Result<()>
-where
-    W: std::io::Write,
-    F: Fn() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let status = wf.status.as_ref().context("the workflow has no status")?;
-    let dispatch = status
-        .dispatch_id
-        .as_deref()
-        .context("the workflow has not been dispatched")?;
-    let names: HashMap<&str, &str> = status
-        .actions
-        .iter()
-        .map(|a| (a.id.as_str(), a.rendered.name.as_str()))
-        .collect();
-    let filter = match &args.action {
-        Some(wanted) => {
-            let id = status
-                .actions
-                .iter()
-                .find(|a| a.rendered.name == *wanted || a.id == *wanted)
-                .map(|a| a.id.as_str())
-                .with_context(|| {
-                    format!(
-                        "--action {wanted:?}: the workflow has no such action (it has {})",
-                        status
-                            .actions
-                            .iter()
-                            .map(|a| a.rendered.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                })?;
-            tink_bus::logs_subject(dispatch, id)?
-        }
-        None => tink_bus::logs_workflow_filter(dispatch)?,
-    };
-    let deliver_policy = match args.since {
-        Some(since) => DeliverPolicy::ByStartTime {
-            start_time: SystemTime::now()
-                .checked_sub(since)
-                .unwrap_or(SystemTime::UNIX_EPOCH)
-                .into(),
-        },
-        None => DeliverPolicy::All,
-    };
-    let stream = js
-        .get_stream(tink_bus::LOGS_STREAM)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot open the {} stream (is this the stack's NATS?)",
-                tink_bus::LOGS_STREAM
-            )
-        })?;
-    let consumer = stream
-        .create_consumer(OrderedConfig {
-            filter_subject: filter,
-            deliver_policy,
-            ..Default::default()
-        })
-        .await
-        .context("cannot read the logs stream")?;
-    let mut pending = consumer.cached_info().num_pending;
-    let mut messages = consumer
-        .messages()
-        .await
-        .context("cannot read the logs stream")?;
-    let mut seen = tink_bus::LogDeduplicator::default();
-    let quiet = Duration::from_secs(2);
-    loop {
-        if pending == 0 && (!args.follow || ended().await) {
-            // Caught up (and, following, the workflow ended): a last moment for lines in flight.
-            if !args.follow {
-                break;
-            }
-            match tokio::time::timeout(quiet, messages.next()).await {
-                Err(_) | Ok(None) => break,
-                Ok(Some(message)) => {
-                    let message = message.context("reading the logs stream")?;
-                    show(&message.payload, &names, &mut seen, args.timestamps, out)?;
-                    continue;
-                }
-            }
-        }
-        let next = if pending > 0 {
-            messages.next().await
-        } else {
-            match tokio::time::timeout(quiet, messages.next()).await {
-                Ok(next) => next,
-                Err(_) => continue,
-            }
-        };
-        let Some(message) = next else { break };
-        let message = message.context("reading the logs stream")?;
-        pending = message.info().map_or(0, |i| i.pending);
-        show(&message.payload, &names, &mut seen, args.timestamps, out)?;
-    }
-    out.flush()?;
-    Ok(())
 }
 
 /// The last output line of each action of one Workflow, kept up to date by a background task.
@@ -318,43 +362,28 @@ pub async fn last_lines(nats_url: &str, api: Api<Workflow>, name: String) -> Opt
     Some(last)
 }
 
+/// Prints one line as `[action] text`, `(stderr)` after the name for standard error, the
+/// agent's time first with `--timestamps`.
 fn show<W: std::io::Write>(
-    payload: &[u8],
-    names: &HashMap<&str, &str>,
-    seen: &mut tink_bus::LogDeduplicator,
+    action: &str,
+    line: &LogLine,
     timestamps: bool,
     out: &mut W,
 ) -> anyhow::Result<()> {
-    let batch = match tink_bus::decode_log_batch(payload) {
-        Ok(batch) => batch,
-        Err(e) => {
-            eprintln!("skipping a malformed log batch: {e}");
-            return Ok(());
-        }
+    let stream = match Stream::try_from(line.stream) {
+        Ok(Stream::Stderr) => " (stderr)",
+        _ => "",
     };
-    let name = names
-        .get(batch.action_id.as_str())
-        .copied()
-        .unwrap_or(batch.action_id.as_str());
-    for line in &batch.lines {
-        if !seen.is_new(&batch.workflow_id, &batch.action_id, line.sequence) {
-            continue;
-        }
-        let stream = match Stream::try_from(line.stream) {
-            Ok(Stream::Stderr) => " (stderr)",
-            _ => "",
-        };
-        if timestamps {
-            let at = line
-                .time
-                .as_ref()
-                .and_then(|t| jiff::Timestamp::new(t.seconds, t.nanos).ok())
-                .map(|t| t.to_string())
-                .unwrap_or_default();
-            writeln!(out, "{at} [{name}]{stream} {}", line.text)?;
-        } else {
-            writeln!(out, "[{name}]{stream} {}", line.text)?;
-        }
+    if timestamps {
+        let at = line
+            .time
+            .as_ref()
+            .and_then(|t| jiff::Timestamp::new(t.seconds, t.nanos).ok())
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        writeln!(out, "{at} [{action}]{stream} {}", line.text)?;
+    } else {
+        writeln!(out, "[{action}]{stream} {}", line.text)?;
     }
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! `tinkctl workflow logs` against kube-lite (the Workflow) and a real NATS (the logs stream):
 //! stored lines in order, prefixed by action name; `--action`; a line stored twice shown once;
 //! nothing of another workflow; `-f` shows lines added later and ends with the Workflow.
+//! Through a server (TLS, the kubeconfig user's token, Kubernetes RBAC) the same lines print
+//! for a user bound to `tink-workflow-log-reader`, and a user without the binding is refused.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -93,6 +95,7 @@ async fn publish(
         .expect("stored");
 }
 
+/// `tinkctl workflow logs` in administrator mode (NATS).
 fn tinkctl(kubeconfig: &Path, nats: &str, args: &[&str]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tinkctl"));
     command
@@ -197,4 +200,142 @@ async fn workflow_logs_prints_each_actions_lines_once_in_order() {
         lines[6..],
         ["[boot] 1-boot says 3", "[boot] (stderr) 1-boot says 4"]
     );
+}
+
+/// A kubeconfig for kube-lite whose user presents `token`.
+fn user_kubeconfig(server: &kube_lite::RunningServer, dir: &Path, token: &str) -> PathBuf {
+    let path = dir.join(format!("kubeconfig-{token}"));
+    let text = kube_lite::kubeconfig_yaml(&server.url())
+        .replace("token: kube-lite", &format!("token: {token}"));
+    std::fs::write(&path, text).expect("kubeconfig");
+    path
+}
+
+#[tokio::test]
+async fn workflow_logs_through_the_server_follow_kubernetes_rbac() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "alice-token,alice,u1\nbob-token,bob,u2\n").expect("tokens");
+    let server = kube_lite::Server::start(kube_lite::Config {
+        token_file: Some(tokens),
+        ..Default::default()
+    })
+    .await
+    .expect("kube-lite");
+    let client = server.client().expect("client");
+    apply_crds(&client).await;
+    let rbac = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac/server.yaml"),
+    )
+    .expect("deploy/rbac/server.yaml");
+    for doc in serde_yaml::Deserializer::from_str(&rbac) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc).expect("YAML");
+        if v["kind"] == "ClusterRole" && v["metadata"]["name"] == "tink-workflow-log-reader" {
+            let role: k8s_openapi::api::rbac::v1::ClusterRole =
+                serde_json::from_value(v).expect("ClusterRole");
+            Api::all(client.clone())
+                .create(&PostParams::default(), &role)
+                .await
+                .expect("ClusterRole");
+        }
+    }
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "alice-logs", "namespace": "default"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tink-workflow-log-reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
+    }))
+    .expect("binding");
+    Api::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("RoleBinding");
+    let api: Api<Workflow> = Api::namespaced(client.clone(), "default");
+
+    let nats = NatsServer::start().await.expect("nats");
+    let certs =
+        tink_webhook::dev_certificates(&["localhost".into()], &["127.0.0.1".parse().expect("ip")])
+            .expect("certificates");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &certs.ca_pem).expect("ca");
+    let mut config = tink_server::ServerConfig::new(nats.url(), "server-0");
+    config.kube = Some(tink_server::KubeClient(client.clone()));
+    config.tls = Some(tink_server::TlsConfig {
+        cert_pem: certs.cert_pem.into_bytes(),
+        key_pem: certs.key_pem.into_bytes(),
+        client_ca_pem: None,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let health = tink_runtime::Health::new();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(tink_server::serve(
+        config,
+        listener,
+        health.clone(),
+        tink_server::Metrics::default(),
+        shutdown.clone(),
+    ));
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !health.is_ready() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the server gets ready");
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("nats"));
+
+    let one = workflow(&api, "one", "Running").await;
+    publish(&js, &one, "0-disk", 1..=2).await;
+    publish(&js, &one, "1-boot", 1..=1).await;
+
+    let through_server = |kubeconfig: &Path, args: &[&str]| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_tinkctl"));
+        command
+            .args(["workflow", "logs"])
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--server", &addr, "--tls-ca"])
+            .arg(&ca)
+            .env_remove("TINK_TOKEN")
+            .env_remove("NATS_URL")
+            .kill_on_drop(true);
+        command
+    };
+    let alice = user_kubeconfig(&server, dir.path(), "alice-token");
+    let lines = output(through_server(&alice, &["one"])).await;
+    assert_eq!(
+        lines,
+        [
+            "[disk] 0-disk says 1",
+            "[disk] (stderr) 0-disk says 2",
+            "[boot] 1-boot says 1",
+        ]
+    );
+    let lines = output(through_server(&alice, &["one", "--action", "boot"])).await;
+    assert_eq!(lines, ["[boot] 1-boot says 1"]);
+
+    let bob = user_kubeconfig(&server, dir.path(), "bob-token");
+    let out = through_server(&bob, &["one"]).output().await.expect("runs");
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("PermissionDenied")
+            && err.contains("workflows/log")
+            && err.contains("tink-workflow-log-reader"),
+        "{err}"
+    );
+    let out = through_server(&bob, &["one", "--token", "forged"])
+        .output()
+        .await
+        .expect("runs");
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Unauthenticated"), "{err}");
+
+    shutdown.cancel();
+    let _ = serving.await;
+    server.shutdown().await;
 }

@@ -49,7 +49,8 @@ pub use delivery::{
     DeliveryError, Withdrawal, dispatch_received, queued_command, withdraw_command,
 };
 pub use log_reader::{
-    LogReadError, LogSelection, ReadLine, ReadOptions, ReadSummary, SelectionError, read_logs,
+    LogReadError, LogSelection, NOT_DISPATCHED_HEADER, ReadLine, ReadOptions, ReadSummary,
+    SelectionError, read_logs,
 };
 pub use logs::{
     LOGS_ALL, LOGS_PREFIX, LOGS_STREAM, LogDeduplicator, MAX_ACTION_ID_LEN, MAX_BATCH_BYTES,

@@ -18,6 +18,10 @@ use crate::logs::{
 };
 use crate::token::TokenError;
 
+/// gRPC response metadata of `LogService.ReadLogs` when the Workflow has not been dispatched to
+/// an agent yet (so it has no output); the stream is then empty.
+pub const NOT_DISPATCHED_HEADER: &str = "x-tink-logs-not-dispatched";
+
 /// How long a follower waits for lines in flight once the workflow ended.
 const QUIET: Duration = Duration::from_secs(2);
 

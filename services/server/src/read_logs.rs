@@ -22,8 +22,7 @@ use tracing::{debug, warn};
 use crate::log_access::{LogAccess, bearer_token};
 use crate::metrics::Metrics;
 
-/// Response metadata set when the Workflow has not been dispatched yet (so it has no output).
-pub const NOT_DISPATCHED_HEADER: &str = "x-tink-logs-not-dispatched";
+pub use tink_bus::NOT_DISPATCHED_HEADER;
 /// Lines queued per call before the reader waits for the client.
 const QUEUE: usize = 128;
 /// How often a follower re-reads a Workflow that has no dispatch id yet.
