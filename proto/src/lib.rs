@@ -11,7 +11,8 @@ pub mod codec;
 /// The protobuf packages, by their version.
 pub mod workflow {
     /// `internal.proto.workflow.v2`: messages, `workflow_service_client` and
-    /// `workflow_service_server`.
+    /// `workflow_service_server` (agents), `log_service_client` and `log_service_server`
+    /// (operators reading action output, an extension).
     pub mod v2 {
         #![allow(missing_docs, clippy::all, clippy::pedantic)]
         include!(concat!(env!("OUT_DIR"), "/internal.proto.workflow.v2.rs"));

@@ -10,6 +10,31 @@
 //! reading the Workflow), and only when [`ServerConfig::kube`] is set; agents never cause a
 //! Kubernetes API call.
 //!
+//! # Reading logs (`LogService.ReadLogs`)
+//!
+//! - Configure: `--kubeconfig PATH` (`TINK_SERVER_KUBECONFIG`) or `--kube-in-cluster`
+//!   (`TINK_SERVER_KUBE_IN_CLUSTER`, the pod's ServiceAccount, as deploy/ does). Without either,
+//!   the call answers FAILED_PRECONDITION ("log reading is not configured").
+//! - The server's own RBAC (deploy/rbac/server.yaml): `create` tokenreviews and
+//!   subjectaccessreviews, `get` workflows.
+//! - Callers send `authorization: Bearer <Kubernetes token>`. No token, or one the TokenReview
+//!   refuses: UNAUTHENTICATED. Then a SubjectAccessReview for verb `get`, group
+//!   [`LOG_GROUP`], resource `workflows`, subresource `log`, the Workflow's namespace and name;
+//!   refused: PERMISSION_DENIED naming that permission. A user is granted it with a
+//!   RoleBinding (one namespace) or ClusterRoleBinding (all) to the ClusterRole
+//!   `tink-workflow-log-reader`.
+//! - Positive review answers are reused for `--log-access-cache-seconds` (default 5; bounded to
+//!   4096 entries each), refusals never, so a new binding takes effect at once and a removed one
+//!   within that time. The check is made when a call starts: a follower keeps its stream after
+//!   its binding is removed, until the workflow ends.
+//! - Then the Workflow (NOT_FOUND when missing) gives the dispatch id and action names; with
+//!   `follow` and no dispatch yet the call waits for one; without, the stream is empty with the
+//!   `x-tink-logs-not-dispatched` response metadata. Lines: stored ones in order, then new ones
+//!   until the Workflow ends (`tink_bus::read_logs`, shared with `tinkctl workflow logs
+//!   --nats-url`).
+//! - Metrics: `tink_server_log_reads{result}` (`allowed`, `denied`, `unauthenticated`, `invalid`,
+//!   `not_configured`, `error`) and `tink_server_log_lines_served`.
+//!
 //! Tests and the binary start it the same way:
 //!
 //! ```no_run
