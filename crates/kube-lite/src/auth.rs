@@ -8,6 +8,9 @@
 //! The token file has kube-apiserver's `--token-auth-file` format: one CSV line per token,
 //! `token,user,uid[,"group1,group2"]`; blank lines and lines starting with `#` are skipped.
 //! An authenticated user also gets the group `system:authenticated`, as kube-apiserver adds it.
+//! The token of the kubeconfig kube-lite writes ([`ADMIN_TOKEN`]) is always known, as the user
+//! [`ADMIN_USER`] in `system:masters` (unless the token file names it otherwise): whoever holds
+//! that kubeconfig is admin anyway, and so tools that delegate to kube-lite accept it.
 //!
 //! The evaluator follows kube-apiserver's RBAC authorizer (`pkg/registry/rbac/validation`):
 //! ClusterRoleBindings grant their ClusterRole everywhere; RoleBindings grant their Role or
@@ -34,6 +37,11 @@ pub const MASTERS_GROUP: &str = "system:masters";
 pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
 /// The RBAC API group.
 pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// The bearer token of the kubeconfig kube-lite writes.
+pub const ADMIN_TOKEN: &str = "kube-lite";
+/// The user [`ADMIN_TOKEN`] authenticates as.
+pub const ADMIN_USER: &str = "kube-lite-admin";
 
 /// A user the token file names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +120,19 @@ impl Tokens {
             }
         }
         Ok(Tokens(tokens))
+    }
+
+    /// These tokens plus [`ADMIN_TOKEN`] as [`ADMIN_USER`] in `system:masters`, unless they
+    /// name that token already.
+    pub fn with_admin(mut self) -> Self {
+        self.0
+            .entry(ADMIN_TOKEN.to_string())
+            .or_insert_with(|| UserInfo {
+                name: ADMIN_USER.into(),
+                uid: ADMIN_USER.into(),
+                groups: vec![MASTERS_GROUP.into()],
+            });
+        self
     }
 
     /// The user of a token.
@@ -652,6 +673,12 @@ subjects:
         assert!(!p.authorize(&alice).allowed);
     }
 
+    fn admin_name(t: &Tokens) -> String {
+        t.user(ADMIN_TOKEN)
+            .map(|u| u.name.clone())
+            .unwrap_or_default()
+    }
+
     #[test]
     fn token_files_parse_like_kube_apiserver() {
         let t =
@@ -671,6 +698,14 @@ subjects:
             Some(vec!["solo".into()])
         );
         assert_eq!(t.user("nope"), None);
+        assert_eq!(t.user(ADMIN_TOKEN), None);
+        let admin = t.with_admin();
+        assert_eq!(
+            admin.user(ADMIN_TOKEN).map(|u| u.groups.clone()),
+            Some(vec![MASTERS_GROUP.to_string()])
+        );
+        let named = Tokens::parse("kube-lite,someone,u\n").unwrap().with_admin();
+        assert_eq!(admin_name(&named), "someone");
         assert!(Tokens::parse("t1,alice").unwrap_err().contains("line 1"));
         assert!(
             Tokens::parse("t1,alice,u\nt1,bob,u")

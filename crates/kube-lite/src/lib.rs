@@ -100,7 +100,8 @@
 //!   them for components that delegate authentication and authorization (see [`auth`]):
 //!   authentication.k8s.io/v1 `TokenReview`, answered from a static token file
 //!   ([`Config::token_file`], `--token-file`: kube-apiserver's `token,user,uid,"group1,group2"`
-//!   CSV), and authorization.k8s.io/v1 `SubjectAccessReview`, evaluated against the stored RBAC
+//!   CSV; the written kubeconfig's own token is the user `kube-lite-admin` in `system:masters`),
+//!   and authorization.k8s.io/v1 `SubjectAccessReview`, evaluated against the stored RBAC
 //!   objects as kube-apiserver's RBAC authorizer does (no ClusterRole aggregation). This is for
 //!   tests and the development stack only: the reviews are answers for *others*; kube-lite's own
 //!   requests are still never authenticated nor authorized.

@@ -35,7 +35,7 @@ pub struct Config {
     /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
     pub bookmark_interval: Duration,
     /// Static tokens (kube-apiserver's `--token-auth-file` CSV) that `TokenReview` answers
-    /// from; without it every TokenReview is unauthenticated. See [`crate::auth`].
+    /// from, besides the written kubeconfig's own admin token. See [`crate::auth`].
     pub token_file: Option<PathBuf>,
 }
 
@@ -133,7 +133,8 @@ impl Server {
         let tokens = match &config.token_file {
             Some(path) => crate::auth::Tokens::load(path)?,
             None => crate::auth::Tokens::default(),
-        };
+        }
+        .with_admin();
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| Error::Bind {

@@ -101,6 +101,15 @@ async fn reviews_answer_from_the_token_file_and_stored_rbac() {
         .status
         .expect("status");
     assert_eq!(nobody.authenticated, Some(false));
+    // The written kubeconfig's token is the admin, allowed everything.
+    let admin = review_token(&client, "kube-lite")
+        .await
+        .status
+        .expect("status");
+    let admin = admin.user.expect("user");
+    assert_eq!(admin.username.as_deref(), Some("kube-lite-admin"));
+    let groups: Vec<&str> = admin.groups.iter().flatten().map(String::as_str).collect();
+    assert!(may_read_log(&client, "kube-lite-admin", &groups, "default").await);
 
     let role: ClusterRole = serde_yaml::from_str(
         "metadata: {name: log-reader}\nrules:\n- apiGroups: [tinkerbell.org]\n  resources: [workflows/log]\n  verbs: [get]\n",
