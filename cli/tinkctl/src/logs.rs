@@ -52,11 +52,12 @@ pub struct LogsArgs {
     /// Prefix each line with the time the agent read it (RFC 3339).
     #[arg(long)]
     pub timestamps: bool,
-    /// The server to read from (`HOST:PORT`); access is checked with Kubernetes RBAC (`get` on
-    /// `workflows/log`).
+    /// The server to read from (`HOST:PORT`, or a comma-separated list tried in order); access
+    /// is checked with Kubernetes RBAC (`get` on `workflows/log`).
     #[arg(long, env = "TINK_SERVER")]
     pub server: Option<String>,
-    /// CA certificate (PEM) of the servers' TLS certificates.
+    /// CA certificate (PEM) of the servers' TLS certificates (default: `TINK_TLS_CA`, else
+    /// `TINK_AGENT_TLS_CA`, which the dev stack's env file sets).
     #[arg(long, env = "TINK_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
     /// Talk plaintext gRPC to the server (a server started with --insecure).
@@ -134,23 +135,7 @@ async fn run_server(server: String, args: LogsArgs) -> anyhow::Result<()> {
         Some(token) => token.clone(),
         None => crate::kubeconfig::current_user_token(args.kube.kubeconfig.as_deref())?,
     };
-    let scheme = if args.insecure { "http" } else { "https" };
-    let mut endpoint = Channel::from_shared(format!("{scheme}://{server}"))
-        .with_context(|| format!("--server {server:?}: expected HOST:PORT"))?
-        .connect_timeout(Duration::from_secs(10));
-    if !args.insecure {
-        let ca = args.tls_ca.as_ref().context(
-            "the server's TLS CA is needed: pass --tls-ca (or TINK_TLS_CA; the dev stack's is TINK_AGENT_TLS_CA in its env file), or --insecure for a plaintext server",
-        )?;
-        let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
-        endpoint = endpoint
-            .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
-            .context("invalid TLS configuration")?;
-    }
-    let channel = endpoint
-        .connect()
-        .await
-        .with_context(|| format!("cannot connect to the server at {server}"))?;
+    let channel = connect(&server, &args).await?;
     let mut client = LogServiceClient::new(channel);
     let mut request = tonic::Request::new(ReadLogsRequest {
         namespace: args.namespace.clone(),
@@ -179,6 +164,47 @@ async fn run_server(server: String, args: LogsArgs) -> anyhow::Result<()> {
     }
     std::io::Write::flush(&mut out)?;
     Ok(())
+}
+
+/// A channel to the first of the servers (`HOST:PORT,...`) that answers.
+async fn connect(servers: &str, args: &LogsArgs) -> anyhow::Result<Channel> {
+    let tls = if args.insecure {
+        None
+    } else {
+        let ca = args
+            .tls_ca
+            .clone()
+            .or_else(|| std::env::var_os("TINK_AGENT_TLS_CA").map(PathBuf::from))
+            .context(
+                "the servers' TLS CA is needed: pass --tls-ca (or set TINK_TLS_CA), or --insecure for a plaintext server",
+            )?;
+        let pem = std::fs::read(&ca).with_context(|| format!("cannot read {}", ca.display()))?;
+        Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut failures = Vec::new();
+    for server in servers.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let mut endpoint = Channel::from_shared(format!("{scheme}://{server}"))
+            .with_context(|| format!("--server {server:?}: expected HOST:PORT"))?
+            .connect_timeout(Duration::from_secs(10));
+        if let Some(tls) = &tls {
+            endpoint = endpoint
+                .tls_config(tls.clone())
+                .context("invalid TLS configuration")?;
+        }
+        match endpoint.connect().await {
+            Ok(channel) => return Ok(channel),
+            Err(e) => failures.push(format!("{server}: {e}")),
+        }
+    }
+    anyhow::bail!(
+        "cannot connect to a server ({})",
+        if failures.is_empty() {
+            "--server is empty".to_string()
+        } else {
+            failures.join("; ")
+        }
+    )
 }
 
 /// A server's refusal as an error an operator can act on.

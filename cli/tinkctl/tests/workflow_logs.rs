@@ -317,6 +317,25 @@ async fn workflow_logs_through_the_server_follow_kubernetes_rbac() {
     let lines = output(through_server(&alice, &["one", "--action", "boot"])).await;
     assert_eq!(lines, ["[boot] 1-boot says 1"]);
 
+    // The dev stack's way: kube-lite's own kubeconfig (its admin), TINK_SERVER as a list whose
+    // first server is down, the CA from TINK_AGENT_TLS_CA.
+    let admin = dir.path().join("kubeconfig-admin");
+    server.write_kubeconfig(&admin).expect("kubeconfig");
+    let mut dev = tokio::process::Command::new(env!("CARGO_BIN_EXE_tinkctl"));
+    dev.args(["workflow", "logs", "one", "--action", "disk"])
+        .arg("--kubeconfig")
+        .arg(&admin)
+        .env("TINK_SERVER", format!("127.0.0.1:1,{addr}"))
+        .env("TINK_AGENT_TLS_CA", &ca)
+        .env_remove("TINK_TLS_CA")
+        .env_remove("TINK_TOKEN")
+        .kill_on_drop(true);
+    let lines = output(dev).await;
+    assert_eq!(
+        lines,
+        ["[disk] 0-disk says 1", "[disk] (stderr) 0-disk says 2"]
+    );
+
     let bob = user_kubeconfig(&server, dir.path(), "bob-token");
     let out = through_server(&bob, &["one"]).output().await.expect("runs");
     assert!(!out.status.success(), "{out:?}");

@@ -500,6 +500,9 @@ impl Stack {
                     pki.webhook_cert.display().to_string(),
                     "--tls-key".into(),
                     pki.webhook_key.display().to_string(),
+                    // LogService.ReadLogs (`tinkctl workflow logs`) checks callers with kube-lite.
+                    "--kubeconfig".into(),
+                    kubeconfig.display().to_string(),
                 ],
                 &common,
                 format!("http://{}/readyz", loopback(admin)),
