@@ -502,7 +502,9 @@ impl Stack {
                     pki.webhook_key.display().to_string(),
                     // LogService.ReadLogs (`tinkctl workflow logs`) checks callers with kube-lite.
                     "--kubeconfig".into(),
-                    kubeconfig.display().to_string(),
+                    service_kubeconfig(&dir, "tink-server", &api_server)?
+                        .display()
+                        .to_string(),
                 ],
                 &common,
                 format!("http://{}/readyz", loopback(admin)),
