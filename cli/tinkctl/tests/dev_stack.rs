@@ -359,6 +359,31 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
         logs.contains("[configure] configured machine-1"),
         "the configure action's output: {logs}"
     );
+    // The same lines through a server, as a user with the env file sourced reads them: the
+    // server checks the kubeconfig's token and RBAC with kube-lite (its calls are audited below).
+    let through_server = run(Command::new(tinkctl())
+        .args([
+            "workflow",
+            "logs",
+            "provision-machine-1",
+            "-n",
+            NS,
+            "--kubeconfig",
+        ])
+        .arg(stack.kubeconfig())
+        .env("TINK_SERVER", value("TINK_SERVER="))
+        .env("TINK_AGENT_TLS_CA", value("TINK_AGENT_TLS_CA="))
+        .env_remove("TINK_TLS_CA")
+        .env_remove("TINK_TOKEN"));
+    assert!(
+        through_server.status.success(),
+        "tinkctl workflow logs through the server"
+    );
+    let served = String::from_utf8_lossy(&through_server.stdout);
+    assert!(
+        served.starts_with(logs.as_str()) && served.contains("[configure] configured machine-1"),
+        "the server's lines are NATS's: {served}"
+    );
 
     // One trace for the workflow: its id is on the Workflow, the demo prints it, and the
     // controller's, the server's and the agent's spans all arrive under it.
