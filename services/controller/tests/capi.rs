@@ -1,0 +1,773 @@
+//! The Cluster API infrastructure provider against kube-lite (with minimal Cluster API core
+//! CRDs from tests/fixtures), NATS, tink-server and agents simulated over gRPC: the Workflows
+//! the provider creates are run by the real Workflow controller, driven by the simulated
+//! agents' events (no Workflow status is written by the tests).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{Agent, NS, Stack, within};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::{Api, ResourceExt as _};
+use serde_json::{Value, json};
+use tink_api::capi::v1beta1::{TinkerbellCluster, TinkerbellMachine, conditions as c};
+use tink_api::capi::{HARDWARE_CLAIM_LABEL, MACHINE_FINALIZER};
+use tink_api::v1alpha2::Hardware;
+use tink_controller::capi::CapiMode;
+
+const CLUSTER: &str = "c1";
+
+fn core(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind))
+}
+
+struct Capi {
+    stack: Stack,
+}
+
+impl Capi {
+    async fn start() -> Capi {
+        let stack = Stack::start().await;
+        let path =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/capi-core-crds.yaml");
+        let text = std::fs::read_to_string(path).expect("fixture");
+        let crds: Api<CustomResourceDefinition> = Api::all(stack.client.clone());
+        for doc in text.split("\n---\n") {
+            let crd: CustomResourceDefinition = serde_yaml::from_str(doc).expect("CRD");
+            crds.create(&PostParams::default(), &crd)
+                .await
+                .expect("create CRD");
+        }
+        Capi { stack }
+    }
+
+    fn config(&self, replica: &str) -> tink_controller::ControllerConfig {
+        let mut c = self.stack.config(replica);
+        c.capi.mode = CapiMode::On;
+        c.capi.wait_period = Duration::from_millis(300);
+        c
+    }
+
+    async fn leader(&self) -> common::Controller {
+        let c = self.stack.controller(self.config("controller-0")).await;
+        c.wait_leading().await;
+        c
+    }
+
+    fn dynamic(&self, kind: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.stack.client.clone(), NS, &core(kind))
+    }
+
+    fn machines(&self) -> Api<TinkerbellMachine> {
+        Api::namespaced(self.stack.client.clone(), NS)
+    }
+
+    fn hardware(&self) -> Api<Hardware> {
+        Api::namespaced(self.stack.client.clone(), NS)
+    }
+
+    async fn create_dynamic(&self, kind: &str, body: Value) -> DynamicObject {
+        let obj: DynamicObject = serde_json::from_value(body).expect("object");
+        self.dynamic(kind)
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("create")
+    }
+
+    /// A Cluster (paused or not) and its TinkerbellCluster, owned by it.
+    async fn cluster(&self, paused: bool, extra_spec: Value) {
+        let cl = self
+            .create_dynamic(
+                "Cluster",
+                json!({
+                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                    "metadata": {"name": CLUSTER, "namespace": NS},
+                    "spec": {"paused": paused, "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TinkerbellCluster", "name": CLUSTER}},
+                }),
+            )
+            .await;
+        let mut spec = json!({"controlPlaneEndpoint": {"host": "10.0.0.100"}});
+        if let (Some(s), Value::Object(extra)) = (spec.as_object_mut(), extra_spec) {
+            s.extend(extra);
+        }
+        let tc: TinkerbellCluster = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TinkerbellCluster",
+            "metadata": {"name": CLUSTER, "namespace": NS, "ownerReferences": [owner("Cluster", &cl)]},
+            "spec": spec,
+        }))
+        .expect("TinkerbellCluster");
+        Api::<TinkerbellCluster>::namespaced(self.stack.client.clone(), NS)
+            .create(&PostParams::default(), &tc)
+            .await
+            .expect("create TinkerbellCluster");
+    }
+
+    /// What Cluster API's Cluster controller does once the TinkerbellCluster is provisioned.
+    async fn cluster_infrastructure_provisioned(&self) {
+        let patch = json!({"status": {"initialization": {"infrastructureProvisioned": true}}});
+        self.dynamic("Cluster")
+            .patch_status(CLUSTER, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("cluster status");
+    }
+
+    async fn create_hardware(&self, name: &str, n: u8, labels: Value) {
+        let hw: Hardware = tink_api::from_value(json!({
+            "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+            "metadata": {"name": name, "namespace": NS, "labels": labels},
+            "spec": {
+                "networkInterfaces": {mac(n): {"dhcp": {"ip": ip(n), "netmask": "255.255.255.0", "hostname": name}}},
+                "storageDevices": ["/dev/sda"],
+            },
+        }))
+        .expect("hardware");
+        self.hardware()
+            .create(&PostParams::default(), &hw)
+            .await
+            .expect("create hardware");
+    }
+
+    /// A Machine of the cluster, its TinkerbellMachine (owned by it) and, when `bootstrap`, its
+    /// bootstrap Secret (`value` = `userdata-<name>`) named in `spec.bootstrap.dataSecretName`.
+    async fn machine(
+        &self,
+        name: &str,
+        failure_domain: Option<&str>,
+        tm_spec: Value,
+        bootstrap: bool,
+    ) {
+        let mut spec = json!({
+            "clusterName": CLUSTER,
+            "bootstrap": {},
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TinkerbellMachine", "name": name},
+        });
+        if let Some(fd) = failure_domain {
+            spec["failureDomain"] = json!(fd);
+        }
+        let m = self
+            .create_dynamic(
+                "Machine",
+                json!({
+                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                    "metadata": {"name": name, "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER}},
+                    "spec": spec,
+                }),
+            )
+            .await;
+        let tm: TinkerbellMachine = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TinkerbellMachine",
+            "metadata": {"name": name, "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER},
+                "ownerReferences": [owner("Machine", &m)]},
+            "spec": tm_spec,
+        }))
+        .expect("TinkerbellMachine");
+        self.machines()
+            .create(&PostParams::default(), &tm)
+            .await
+            .expect("create TinkerbellMachine");
+        if bootstrap {
+            self.bootstrap(name).await;
+        }
+    }
+
+    /// What a bootstrap provider and the Machine controller do: the Secret, then its name in
+    /// the Machine.
+    async fn bootstrap(&self, name: &str) {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-bootstrap"), "namespace": NS,
+                "labels": {"cluster.x-k8s.io/cluster-name": CLUSTER}},
+            "stringData": {"value": format!("#cloud-config\nhostname: {name}\n")},
+        }))
+        .expect("secret");
+        Api::<Secret>::namespaced(self.stack.client.clone(), NS)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create secret");
+        let patch = json!({"spec": {"bootstrap": {"dataSecretName": format!("{name}-bootstrap")}}});
+        self.dynamic("Machine")
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("machine");
+    }
+
+    async fn wait_machine(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&TinkerbellMachine) -> bool,
+    ) -> TinkerbellMachine {
+        let api = self.machines();
+        within(&format!("TinkerbellMachine {name}: {what}"), async {
+            loop {
+                if let Ok(Some(m)) = api.get_opt(name).await
+                    && done(&m)
+                {
+                    return m;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+    }
+
+    async fn wait_condition(
+        &self,
+        name: &str,
+        type_: &str,
+        status: &str,
+        reason: &str,
+    ) -> TinkerbellMachine {
+        self.wait_machine(name, &format!("{type_}={status} {reason}"), |m| {
+            cond(m, type_).is_some_and(|c| c.status == status && c.reason == reason)
+        })
+        .await
+    }
+
+    async fn wait_machine_gone(&self, name: &str) {
+        let api = self.machines();
+        within(&format!("TinkerbellMachine {name} to be gone"), async {
+            while api.get_opt(name).await.ok().flatten().is_some() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+    }
+
+    async fn hw(&self, name: &str) -> Hardware {
+        self.hardware().get(name).await.expect("hardware")
+    }
+
+    /// Hardware name -> the uid that claims it.
+    async fn claims(&self) -> BTreeMap<String, String> {
+        self.hardware()
+            .list(&Default::default())
+            .await
+            .expect("list")
+            .items
+            .into_iter()
+            .filter_map(|h| Some((h.name_any(), h.labels().get(HARDWARE_CLAIM_LABEL)?.clone())))
+            .collect()
+    }
+}
+
+fn mac(n: u8) -> String {
+    format!("02:00:00:00:00:{n:02x}")
+}
+
+fn ip(n: u8) -> String {
+    format!("10.0.0.{}", 10 + n)
+}
+
+fn owner(kind: &str, obj: &DynamicObject) -> Value {
+    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind, "name": obj.name_any(),
+        "uid": obj.uid().expect("uid"), "controller": true})
+}
+
+fn cond<'a>(
+    m: &'a TinkerbellMachine,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    m.status
+        .as_ref()
+        .and_then(|s| tink_controller::capi::condition(&s.conditions, type_))
+}
+
+fn claimed_hardware(m: &TinkerbellMachine) -> Option<String> {
+    m.status
+        .as_ref()?
+        .hardware_ref
+        .as_ref()
+        .map(|r| r.name.clone())
+}
+
+fn provisioned(m: &TinkerbellMachine) -> bool {
+    m.status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned)
+        == Some(true)
+}
+
+fn userdata(h: &Hardware) -> Option<String> {
+    h.spec.instance.as_ref().and_then(|i| i.userdata.clone())
+}
+
+const IMAGE: &str = "http://10.0.0.1:8080/ubuntu.raw.gz";
+
+/// The Workflow name in a dispatch's workflow id (`<namespace>/<name>/<uid>/<attempt>`).
+fn wf_name(id: &str) -> String {
+    id.split('/').nth(1).unwrap_or_default().to_string()
+}
+
+/// The agent receives its machine's next Workflow and runs every action to success; the
+/// Workflow's name.
+async fn run_workflow(agent: &mut Agent) -> String {
+    let (wf, actions) = agent.next_start().await;
+    agent.received(&wf).await;
+    agent.run_all(&wf, &actions).await;
+    wf_name(&wf)
+}
+
+#[tokio::test]
+async fn three_machines_get_three_of_five_hardware_by_affinity_and_failure_domain_and_provision() {
+    let capi = Capi::start().await;
+    let _ctl = capi.leader().await;
+    capi.create_hardware(
+        "hw-0",
+        0,
+        json!({"role": "cp", "topology.kubernetes.io/zone": "z1"}),
+    )
+    .await;
+    capi.create_hardware(
+        "hw-1",
+        1,
+        json!({"role": "cp", "disk": "ssd", "topology.kubernetes.io/zone": "z1"}),
+    )
+    .await;
+    capi.create_hardware(
+        "hw-2",
+        2,
+        json!({"role": "gpu", "topology.kubernetes.io/zone": "z1"}),
+    )
+    .await;
+    capi.create_hardware(
+        "hw-3",
+        3,
+        json!({"role": "cp", "topology.kubernetes.io/zone": "z2"}),
+    )
+    .await;
+    capi.create_hardware(
+        "hw-4",
+        4,
+        json!({"role": "cp", "topology.kubernetes.io/zone": "z2"}),
+    )
+    .await;
+    capi.cluster(false, json!({})).await;
+
+    // The TinkerbellCluster: provisioned, with the failure domains of the Hardware labels.
+    let tcs: Api<TinkerbellCluster> = Api::namespaced(capi.stack.client.clone(), NS);
+    let tc = within("the TinkerbellCluster to be provisioned", async {
+        loop {
+            let tc = tcs.get(CLUSTER).await.expect("get");
+            if tc
+                .status
+                .as_ref()
+                .is_some_and(|s| s.ready && s.failure_domains.len() == 2)
+            {
+                return tc;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let status = tc.status.expect("status");
+    assert_eq!(
+        status.initialization.and_then(|i| i.provisioned),
+        Some(true)
+    );
+    let domains: Vec<&str> = status
+        .failure_domains
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(domains, ["z1", "z2"]);
+
+    let image = json!({"imageURL": IMAGE});
+    let cp_ssd = json!({"imageURL": IMAGE, "hardwareAffinity": {
+        "required": [{"labelSelector": {"matchLabels": {"role": "cp"}}}],
+        "preferred": [{"weight": 50, "hardwareAffinityTerm": {"labelSelector": {"matchLabels": {"disk": "ssd"}}}}],
+    }});
+    let gpu = json!({"imageURL": IMAGE, "hardwareAffinity": {
+        "required": [{"labelSelector": {"matchExpressions": [{"key": "role", "operator": "In", "values": ["gpu"]}]}}],
+    }});
+    capi.machine("m-0", Some("z2"), image, false).await;
+    capi.machine("m-1", None, cp_ssd, false).await;
+    capi.machine("m-2", None, gpu, false).await;
+
+    // In the contract's order: the cluster's infrastructure first, then the bootstrap data.
+    capi.wait_condition("m-0", c::HARDWARE_CLAIMED, "False", c::WAITING_FOR_CLUSTER)
+        .await;
+    let m0 = capi.machines().get("m-0").await.expect("m-0");
+    assert!(
+        m0.finalizers().contains(&MACHINE_FINALIZER.to_string()),
+        "{:?}",
+        m0.finalizers()
+    );
+    capi.cluster_infrastructure_provisioned().await;
+    capi.wait_condition(
+        "m-0",
+        c::HARDWARE_CLAIMED,
+        "False",
+        c::WAITING_FOR_BOOTSTRAP,
+    )
+    .await;
+    assert!(
+        capi.claims().await.is_empty(),
+        "nothing is claimed before the bootstrap data exists"
+    );
+
+    let mut agents = Vec::new();
+    for n in [1u8, 2, 3] {
+        agents.push(capi.stack.agent(&mac(n)).await);
+    }
+    for m in ["m-0", "m-1", "m-2"] {
+        capi.bootstrap(m).await;
+    }
+    let want = [("m-0", "hw-3"), ("m-1", "hw-1"), ("m-2", "hw-2")];
+    for (m, hw) in want {
+        let tm = capi
+            .wait_condition(m, c::HARDWARE_CLAIMED, "True", c::CLAIMED)
+            .await;
+        assert_eq!(claimed_hardware(&tm).as_deref(), Some(hw), "{m}");
+        let h = capi.hw(hw).await;
+        assert_eq!(
+            h.labels().get(HARDWARE_CLAIM_LABEL),
+            tm.uid().as_ref(),
+            "{hw} is {m}'s"
+        );
+    }
+    let claims = capi.claims().await;
+    assert_eq!(claims.len(), 3, "{claims:?}");
+    assert_eq!(
+        claims.values().collect::<BTreeSet<_>>().len(),
+        3,
+        "three distinct machines"
+    );
+
+    // The bootstrap data reaches each machine's own Hardware (Hegel serves spec.instance.userdata).
+    for (m, hw) in want {
+        let h = within("the user data", async {
+            loop {
+                let h = capi.hw(hw).await;
+                if userdata(&h).is_some() {
+                    return h;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert_eq!(
+            userdata(&h),
+            Some(format!("#cloud-config\nhostname: {m}\n")),
+            "{hw}"
+        );
+    }
+
+    // The real Workflow controller dispatches each machine's Workflow; the agents run them.
+    for agent in agents.iter_mut() {
+        let wf = run_workflow(agent).await;
+        assert!(["m-0", "m-1", "m-2"].contains(&wf.as_str()), "{wf}");
+    }
+    for (m, hw) in want {
+        let tm = capi.wait_machine(m, "provisioned", provisioned).await;
+        assert_eq!(tm.spec.provider_id, Some(format!("tinkerbell://{NS}/{hw}")));
+        let st = tm.status.expect("status");
+        assert!(st.ready, "v1beta1 ready");
+        let n: u8 = hw.trim_start_matches("hw-").parse().expect("n");
+        assert!(
+            st.addresses
+                .iter()
+                .any(|a| a.type_ == "InternalIP" && a.address == ip(n)),
+            "{:?}",
+            st.addresses
+        );
+        assert!(cond_ok(&st.conditions, c::READY));
+    }
+
+    // providerID is immutable once set.
+    let patch = json!({"spec": {"providerID": "tinkerbell://tink/other"}});
+    let err = capi
+        .machines()
+        .patch("m-0", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect_err("providerID change refused");
+    assert!(err.to_string().contains("providerID is immutable"), "{err}");
+    capi.stack.stop().await;
+}
+
+fn cond_ok(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition], t: &str) -> bool {
+    tink_controller::capi::condition(conds, t).is_some_and(|c| c.status == "True")
+}
+
+#[tokio::test]
+async fn a_failing_workflow_shows_on_the_machine() {
+    let capi = Capi::start().await;
+    let _ctl = capi.leader().await;
+    capi.create_hardware("hw-0", 0, json!({})).await;
+    capi.cluster(false, json!({})).await;
+    capi.cluster_infrastructure_provisioned().await;
+    let mut agent = capi.stack.agent(&mac(0)).await;
+    capi.machine("m-0", None, json!({"imageURL": IMAGE}), true)
+        .await;
+    let (wf, actions) = agent.next_start().await;
+    agent.received(&wf).await;
+    agent.started(&wf, &actions[0]).await;
+    agent
+        .failed(
+            &wf,
+            &actions[0],
+            "ImageNotFound",
+            "404 from the image server",
+        )
+        .await;
+    let tm = capi
+        .wait_condition("m-0", c::PROVISIONED, "False", c::WORKFLOW_FAILED)
+        .await;
+    let msg = cond(&tm, c::PROVISIONED)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        msg.contains("ImageNotFound") && msg.contains("404 from the image server"),
+        "{msg}"
+    );
+    assert!(!provisioned(&tm) && tm.spec.provider_id.is_none());
+    assert!(
+        cond(&tm, c::READY).is_some_and(|c| c.status == "False" && c.reason == c::WORKFLOW_FAILED)
+    );
+    capi.stack.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_a_machine_wipes_and_releases_its_hardware_for_the_next_claim() {
+    let capi = Capi::start().await;
+    let _ctl = capi.leader().await;
+    capi.create_hardware("hw-0", 0, json!({})).await;
+    capi.cluster(false, json!({})).await;
+    capi.cluster_infrastructure_provisioned().await;
+    let mut agent = capi.stack.agent(&mac(0)).await;
+    let spec = json!({"imageURL": IMAGE, "deprovisionTemplate": {"inline": {"actions": [
+        {"name": "wipe", "image": "busybox", "args": ["wipefs", "-a", "{{ index .Hardware.Disks 0 }}"]},
+    ]}}});
+    capi.machine("m-a", None, spec.clone(), true).await;
+    assert_eq!(run_workflow(&mut agent).await, "m-a");
+    let tm = capi.wait_machine("m-a", "provisioned", provisioned).await;
+    let uid = tm.uid().expect("uid");
+
+    // Cluster API deletes the Machine; the garbage collector deletes its TinkerbellMachine.
+    capi.dynamic("Machine")
+        .delete("m-a", &DeleteParams::background())
+        .await
+        .expect("delete");
+    let (wipe, actions) = agent.next_start().await;
+    assert_eq!(wf_name(&wipe), "m-a-deprovision");
+    assert_eq!(actions.len(), 1);
+    // Still claimed while the wipe runs.
+    assert_eq!(
+        capi.hw("hw-0").await.labels().get(HARDWARE_CLAIM_LABEL),
+        Some(&uid)
+    );
+    agent.received(&wipe).await;
+    agent.run_all(&wipe, &actions).await;
+    capi.wait_machine_gone("m-a").await;
+    let h = capi.hw("hw-0").await;
+    assert_eq!(h.labels().get(HARDWARE_CLAIM_LABEL), None, "released");
+    assert_eq!(userdata(&h), None, "user data cleared");
+    let wfs = capi
+        .stack
+        .workflows()
+        .list(&Default::default())
+        .await
+        .expect("list");
+    assert!(wfs.items.is_empty(), "{:?}", common::names(&wfs.items));
+
+    // The next machine gets it.
+    capi.machine("m-b", None, json!({"imageURL": IMAGE}), true)
+        .await;
+    let tm = capi
+        .wait_condition("m-b", c::HARDWARE_CLAIMED, "True", c::CLAIMED)
+        .await;
+    assert_eq!(claimed_hardware(&tm).as_deref(), Some("hw-0"));
+    assert_eq!(run_workflow(&mut agent).await, "m-b");
+    capi.wait_machine("m-b", "provisioned", provisioned).await;
+    capi.stack.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_a_machine_whose_hardware_was_deleted_first_completes() {
+    let capi = Capi::start().await;
+    let _ctl = capi.leader().await;
+    capi.create_hardware("hw-0", 0, json!({})).await;
+    capi.cluster(false, json!({})).await;
+    capi.cluster_infrastructure_provisioned().await;
+    let spec = json!({"imageURL": IMAGE, "deprovisionTemplate": {"inline": {"actions": [
+        {"name": "wipe", "image": "busybox"},
+    ]}}});
+    // No agent: the Workflow stays Pending.
+    capi.machine("m-0", None, spec, true).await;
+    capi.wait_condition("m-0", c::PROVISIONED, "False", c::WORKFLOW_RUNNING)
+        .await;
+    capi.hardware()
+        .delete("hw-0", &DeleteParams::default())
+        .await
+        .expect("delete hw");
+    capi.dynamic("Machine")
+        .delete("m-0", &DeleteParams::background())
+        .await
+        .expect("delete");
+    capi.wait_machine_gone("m-0").await;
+    let wfs = capi
+        .stack
+        .workflows()
+        .list(&Default::default())
+        .await
+        .expect("list");
+    assert!(wfs.items.is_empty(), "{:?}", common::names(&wfs.items));
+    capi.stack.stop().await;
+}
+
+#[tokio::test]
+async fn a_claim_with_a_stale_resource_version_is_refused() {
+    let capi = Capi::start().await;
+    capi.create_hardware("hw-0", 0, json!({})).await;
+    let api = capi.hardware();
+    let seen = api.get("hw-0").await.expect("get");
+    // Two reconcilers read the same free Hardware; the first claim wins...
+    let first =
+        tink_controller::capi::machine::claim_hardware(&api, &seen, "uid-a", "tink/a", CLUSTER)
+            .await
+            .expect("claim");
+    assert!(first.is_some());
+    // ...and the second, made from the same (now stale) read, is refused without writing.
+    let second =
+        tink_controller::capi::machine::claim_hardware(&api, &seen, "uid-b", "tink/b", CLUSTER)
+            .await
+            .expect("claim");
+    assert!(second.is_none());
+    assert_eq!(
+        capi.hw("hw-0")
+            .await
+            .labels()
+            .get(HARDWARE_CLAIM_LABEL)
+            .map(String::as_str),
+        Some("uid-a")
+    );
+    capi.stack.stop().await;
+}
+
+#[tokio::test]
+async fn two_replicas_racing_for_the_last_free_hardware_never_both_claim_it() {
+    let capi = Capi::start().await;
+    // Two replicas that both lead (separate Leases: a split brain, the worst case), so two
+    // reconcilers see the same free Hardware in their caches at the same time.
+    let a = capi.stack.controller(capi.config("controller-a")).await;
+    let mut cb = capi.config("controller-b");
+    cb.lease.name = "tink-controller-b".into();
+    cb.events_consumer = "tink-controller-b".into();
+    let b = capi.stack.controller(cb).await;
+    a.wait_leading().await;
+    b.wait_leading().await;
+    capi.create_hardware("hw-0", 0, json!({})).await;
+    capi.create_hardware("hw-1", 1, json!({})).await;
+    capi.cluster(false, json!({})).await;
+    capi.cluster_infrastructure_provisioned().await;
+    let names = ["m-0", "m-1", "m-2", "m-3", "m-4"];
+    let creates = names
+        .iter()
+        .map(|m| capi.machine(m, None, json!({"imageURL": IMAGE}), true));
+    futures::future::join_all(creates).await;
+
+    // Two claims, then nothing changes: the three others report NoHardwareAvailable.
+    let mut winners = BTreeMap::new();
+    for m in names {
+        let tm = capi
+            .wait_machine(m, "claimed or no hardware", |tm| {
+                cond(tm, c::HARDWARE_CLAIMED)
+                    .is_some_and(|c| c.reason == c::CLAIMED || c.reason == c::NO_HARDWARE)
+            })
+            .await;
+        if let Some(hw) = claimed_hardware(&tm) {
+            winners.insert(m.to_string(), (hw, tm.uid().expect("uid")));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let claims = capi.claims().await;
+    assert_eq!(claims.len(), 2, "{claims:?}");
+    let holders: BTreeSet<&String> = claims.values().collect();
+    assert_eq!(
+        holders.len(),
+        2,
+        "two machines, one Hardware each: {claims:?}"
+    );
+    assert_eq!(
+        winners.len(),
+        2,
+        "exactly two machines hold Hardware: {winners:?}"
+    );
+    let hws: BTreeSet<&String> = winners.values().map(|(h, _)| h).collect();
+    assert_eq!(
+        hws.len(),
+        2,
+        "no Hardware held by two machines: {winners:?}"
+    );
+    for (m, (hw, uid)) in &winners {
+        assert_eq!(claims.get(hw), Some(uid), "{m} holds {hw}");
+    }
+    for m in names.iter().filter(|m| !winners.contains_key(**m)) {
+        let tm = capi.machines().get(m).await.expect("get");
+        assert_eq!(claimed_hardware(&tm), None, "{m}");
+        assert!(
+            cond(&tm, c::HARDWARE_CLAIMED).is_some_and(|c| c.reason == c::NO_HARDWARE),
+            "{m}"
+        );
+    }
+    a.stop().await;
+    b.stop().await;
+    capi.stack.stop().await;
+}
+
+#[tokio::test]
+async fn paused_clusters_are_left_alone() {
+    let capi = Capi::start().await;
+    let _ctl = capi.leader().await;
+    capi.create_hardware("hw-0", 0, json!({})).await;
+    capi.cluster(true, json!({})).await;
+    capi.cluster_infrastructure_provisioned().await;
+    capi.machine("m-0", None, json!({"imageURL": IMAGE}), true)
+        .await;
+    let tm = capi
+        .wait_condition("m-0", c::PAUSED, "True", c::PAUSED_REASON)
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(tm.finalizers().is_empty(), "no finalizer while paused");
+    assert!(
+        capi.claims().await.is_empty(),
+        "nothing claimed while paused"
+    );
+    assert!(
+        capi.stack
+            .workflows()
+            .list(&Default::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+
+    // Unpaused: it proceeds.
+    let patch = json!({"spec": {"paused": false}});
+    capi.dynamic("Cluster")
+        .patch(CLUSTER, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("unpause");
+    capi.wait_condition("m-0", c::HARDWARE_CLAIMED, "True", c::CLAIMED)
+        .await;
+    capi.wait_condition("m-0", c::PAUSED, "False", c::NOT_PAUSED)
+        .await;
+
+    // The annotation on the machine pauses it too.
+    let patch = json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}});
+    capi.machines()
+        .patch("m-0", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate");
+    capi.wait_condition("m-0", c::PAUSED, "True", c::PAUSED_REASON)
+        .await;
+    capi.stack.stop().await;
+}
