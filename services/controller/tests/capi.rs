@@ -299,6 +299,63 @@ fn userdata(h: &Hardware) -> Option<String> {
     h.spec.instance.as_ref().and_then(|i| i.userdata.clone())
 }
 
+/// Hegel in process, believing X-Forwarded-For from loopback.
+struct Hegel {
+    addr: std::net::SocketAddr,
+    shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl Hegel {
+    async fn start(client: &kube::Client) -> Hegel {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut config = hegel::HegelConfig::new(addr, hegel::IpxeConfig::new("127.0.0.1:42113"));
+        config.trusted_proxies = vec!["127.0.0.1/32".parse().expect("cidr")];
+        config.namespace = Some(NS.into());
+        let health = tink_runtime::Health::new();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(hegel::run_on(
+            listener,
+            config,
+            client.clone(),
+            health.clone(),
+            hegel::Metrics::default(),
+            shutdown.clone(),
+        ));
+        within("hegel to become ready", async {
+            while !health.is_ready() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        Hegel { addr, shutdown }
+    }
+
+    /// `GET /2009-04-04/user-data` as the machine with `ip`: (status code, body).
+    async fn user_data(&self, ip: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut tcp = tokio::net::TcpStream::connect(self.addr)
+            .await
+            .expect("connect");
+        let req = format!(
+            "GET /2009-04-04/user-data HTTP/1.1\r\nHost: hegel\r\nX-Forwarded-For: {ip}\r\nConnection: close\r\n\r\n"
+        );
+        tcp.write_all(req.as_bytes()).await.expect("write");
+        let mut raw = Vec::new();
+        tcp.read_to_end(&mut raw).await.expect("read");
+        let text = String::from_utf8_lossy(&raw).to_string();
+        let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+        let code = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .expect("a status code");
+        (code, body.to_string())
+    }
+}
+
 const IMAGE: &str = "http://10.0.0.1:8080/ubuntu.raw.gz";
 
 /// The Workflow name in a dispatch's workflow id (`<namespace>/<name>/<uid>/<attempt>`).
@@ -459,6 +516,22 @@ async fn three_machines_get_three_of_five_hardware_by_affinity_and_failure_domai
             "{hw}"
         );
     }
+
+    // Hegel serves each machine its own bootstrap data, by the machine's IP (here as a
+    // trusted proxy's X-Forwarded-For), and nothing to a machine nobody claimed.
+    let hegel = Hegel::start(&capi.stack.client).await;
+    for (m, hw) in want {
+        let n: u8 = hw.trim_start_matches("hw-").parse().expect("n");
+        let (code, body) = hegel.user_data(&ip(n)).await;
+        assert_eq!(
+            (code, body.as_str()),
+            (200, format!("#cloud-config\nhostname: {m}\n").as_str()),
+            "{hw}"
+        );
+    }
+    let (code, _) = hegel.user_data(&ip(0)).await;
+    assert_eq!(code, 404, "hw-0 is unclaimed and has no user data");
+    hegel.shutdown.cancel();
 
     // The real Workflow controller dispatches each machine's Workflow; the agents run them.
     for agent in agents.iter_mut() {
