@@ -844,3 +844,136 @@ async fn paused_clusters_are_left_alone() {
         .await;
     capi.stack.stop().await;
 }
+
+#[tokio::test]
+async fn the_template_comes_from_the_machine_override_then_the_cluster_override() {
+    let capi = Capi::start().await;
+    let _ctl = capi.leader().await;
+    for n in 0..3 {
+        capi.create_hardware(&format!("hw-{n}"), n, json!({})).await;
+    }
+    capi.cluster(
+        false,
+        json!({"templateOverride": {"inline": {"actions": [{"name": "cluster-wide", "image": "busybox"}]}}}),
+    )
+    .await;
+    capi.cluster_infrastructure_provisioned().await;
+    capi.stack
+        .create_template(
+            "custom",
+            json!([{"name": "from-ref", "image": "busybox"}, {"name": "second", "image": "busybox"}]),
+        )
+        .await;
+    let templates: Api<tink_api::v1alpha2::Template> =
+        Api::namespaced(capi.stack.client.clone(), NS);
+    let action_names = |t: tink_api::v1alpha2::Template| -> Vec<String> {
+        t.spec.actions.into_iter().map(|a| a.name).collect()
+    };
+
+    // No override of its own and no imageURL: the cluster's.
+    capi.machine("m-0", None, json!({}), true).await;
+    capi.wait_condition("m-0", c::PROVISIONED, "False", c::WORKFLOW_RUNNING)
+        .await;
+    assert_eq!(
+        action_names(templates.get("m-0").await.expect("m-0")),
+        ["cluster-wide"]
+    );
+
+    // Its own, by reference: copied.
+    capi.machine(
+        "m-1",
+        None,
+        json!({"templateOverride": {"templateRef": {"name": "custom"}}}),
+        true,
+    )
+    .await;
+    capi.wait_condition("m-1", c::PROVISIONED, "False", c::WORKFLOW_RUNNING)
+        .await;
+    assert_eq!(
+        action_names(templates.get("m-1").await.expect("m-1")),
+        ["from-ref", "second"]
+    );
+    let wf = capi
+        .stack
+        .workflows()
+        .get("m-1")
+        .await
+        .expect("workflow m-1");
+    assert_eq!(wf.spec.template_ref.name, "m-1");
+    assert_eq!(
+        wf.owner_references().first().map(|o| o.kind.as_str()),
+        Some("TinkerbellMachine")
+    );
+
+    // A reference to a Template that does not exist: a condition, no Workflow.
+    capi.machine(
+        "m-2",
+        None,
+        json!({"templateOverride": {"templateRef": {"name": "missing"}}}),
+        true,
+    )
+    .await;
+    let tm = capi
+        .wait_condition("m-2", c::PROVISIONED, "False", c::TEMPLATE_INVALID)
+        .await;
+    let msg = cond(&tm, c::PROVISIONED)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(msg.contains("missing"), "{msg}");
+    assert!(
+        capi.stack
+            .workflows()
+            .get_opt("m-2")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    capi.stack.stop().await;
+}
+
+#[tokio::test]
+async fn a_tinkerbell_cluster_waits_for_its_control_plane_endpoint() {
+    let capi = Capi::start().await;
+    let _ctl = capi.leader().await;
+    capi.cluster(false, json!({"controlPlaneEndpoint": null}))
+        .await;
+    let tcs: Api<TinkerbellCluster> = Api::namespaced(capi.stack.client.clone(), NS);
+    let ready_reason = |tc: &TinkerbellCluster| {
+        tc.status
+            .as_ref()
+            .and_then(|s| tink_controller::capi::condition(&s.conditions, c::READY))
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    within("the TinkerbellCluster to wait for its endpoint", async {
+        loop {
+            let tc = tcs.get(CLUSTER).await.expect("get");
+            if ready_reason(&tc) == Some(("False".into(), c::NO_ENDPOINT.into())) {
+                let s = tc.status.expect("status");
+                assert!(!s.ready && s.initialization.is_none(), "{s:?}");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let patch = json!({"spec": {"controlPlaneEndpoint": {"host": "10.0.0.100"}}});
+    tcs.patch(CLUSTER, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch");
+    within("the TinkerbellCluster to be provisioned", async {
+        loop {
+            let tc = tcs.get(CLUSTER).await.expect("get");
+            if tc.status.as_ref().is_some_and(|s| s.ready) {
+                assert_eq!(
+                    tc.spec.control_plane_endpoint.map(|e| e.port),
+                    Some(6443),
+                    "the default port"
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    capi.stack.stop().await;
+}
