@@ -977,3 +977,103 @@ async fn a_tinkerbell_cluster_waits_for_its_control_plane_endpoint() {
     .await;
     capi.stack.stop().await;
 }
+
+/// The auditing proxy and RBAC evaluator of tinkctl's end-to-end test (shared, not copied).
+#[allow(dead_code)]
+#[path = "../../../cli/tinkctl/tests/common/mod.rs"]
+mod rbac;
+
+/// The controller's RBAC documents in deploy/rbac (its own and the provider's).
+fn deploy_rbac() -> Vec<Value> {
+    use serde::Deserialize as _;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac");
+    let mut docs = Vec::new();
+    for file in ["controller.yaml", "capi.yaml"] {
+        let text = std::fs::read_to_string(dir.join(file)).expect("deploy/rbac");
+        for d in serde_yaml::Deserializer::from_str(&text) {
+            docs.push(Value::deserialize(d).expect("yaml"));
+        }
+    }
+    docs
+}
+
+#[tokio::test]
+async fn every_call_the_provider_makes_is_allowed_by_deploy_rbac() {
+    let capi = Capi::start().await;
+    // The controller reaches kube-lite through the auditing proxy as user tink-controller.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    capi.stack
+        .kube
+        .write_kubeconfig(&kubeconfig)
+        .expect("kubeconfig");
+    let audit = rbac::Audit::default();
+    let url = rbac::start_proxy(kubeconfig, audit.clone()).await;
+    let mut config = kube::Config::new(url.parse().expect("proxy url"));
+    config.auth_info.token = Some("tink-controller".to_string().into());
+    let client = kube::Client::try_from(config).expect("client");
+    let ctl = capi
+        .stack
+        .controller_with_client(capi.config("controller-0"), client)
+        .await;
+    ctl.wait_leading().await;
+
+    // The whole life of a machine: claim, user data, Workflow, provisioned, wipe, release.
+    capi.create_hardware("hw-0", 0, json!({"topology.kubernetes.io/zone": "z1"}))
+        .await;
+    capi.cluster(false, json!({})).await;
+    capi.cluster_infrastructure_provisioned().await;
+    let mut agent = capi.stack.agent(&mac(0)).await;
+    let spec = json!({"imageURL": IMAGE, "deprovisionTemplate": {"inline": {"actions": [
+        {"name": "wipe", "image": "busybox"},
+    ]}}});
+    capi.machine("m-0", Some("z1"), spec, true).await;
+    assert_eq!(run_workflow(&mut agent).await, "m-0");
+    capi.wait_machine("m-0", "provisioned", provisioned).await;
+    capi.dynamic("Machine")
+        .delete("m-0", &DeleteParams::background())
+        .await
+        .expect("delete");
+    assert_eq!(run_workflow(&mut agent).await, "m-0-deprovision");
+    capi.wait_machine_gone("m-0").await;
+
+    let calls = audit.calls();
+    let controller: Vec<_> = calls
+        .iter()
+        .filter(|c| c.user == "tink-controller")
+        .collect();
+    // Not vacuous: the provider's own calls went through the proxy.
+    for (verb, resource, sub) in [
+        ("watch", "tinkerbellmachines", ""),
+        ("patch", "tinkerbellmachines", ""),
+        ("patch", "tinkerbellmachines", "status"),
+        ("patch", "tinkerbellclusters", "status"),
+        ("get", "machines", ""),
+        ("get", "clusters", ""),
+        ("get", "secrets", ""),
+        ("list", "hardware", ""),
+        ("patch", "hardware", ""),
+        ("create", "templates", ""),
+        ("delete", "templates", ""),
+        ("create", "workflows", ""),
+        ("delete", "workflows", ""),
+    ] {
+        assert!(
+            controller
+                .iter()
+                .any(|c| c.verb == verb && c.resource == resource && c.subresource == sub),
+            "the provider was expected to {verb} {resource}/{sub}; recorded: {controller:#?}"
+        );
+    }
+    let docs = deploy_rbac();
+    let denied: Vec<_> = controller
+        .iter()
+        .filter(|c| !rbac::allowed(&docs, &c.user, "tink-system", c))
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "calls deploy/rbac does not allow: {denied:#?}"
+    );
+    ctl.stop().await;
+    capi.stack.stop().await;
+}
