@@ -1186,3 +1186,77 @@ fn a_200_kb_template_fits_in_its_annotation() {
     assert!(ann.len() < 64 * 1024, "annotation is {} bytes", ann.len());
     let _ = convert(v2, v1alpha1::API_VERSION).expect("down");
 }
+
+#[test]
+fn cluster_api_rules_refuse_what_they_should() {
+    let s = schema(
+        "tinkerbellmachines.infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+    );
+    let tm = |spec: Value| {
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TinkerbellMachine",
+            "metadata": {"name": "m", "namespace": "n"}, "spec": spec})
+    };
+    let messages = |obj: &Value, old: Option<&Value>| -> Vec<String> {
+        violations(&s, obj, old)
+            .into_iter()
+            .map(|v| v.rule)
+            .collect()
+    };
+    let with_id = tm(json!({"providerID": "tinkerbell://n/a", "imageURL": "http://x/img"}));
+    let valid = [
+        tm(json!({})),
+        with_id.clone(),
+        tm(json!({"templateOverride": {"templateRef": {"name": "t"}}})),
+        tm(
+            json!({"templateOverride": {"inline": {"actions": [{"name": "a", "image": "busybox"}]}}}),
+        ),
+        tm(json!({"hardwareAffinity": {
+            "required": [{"labelSelector": {"matchLabels": {"role": "cp"}}}],
+            "preferred": [{"weight": 100, "hardwareAffinityTerm": {"labelSelector": {}}}],
+        }})),
+    ];
+    for obj in &valid {
+        assert!(
+            messages(obj, Some(obj)).is_empty(),
+            "{obj}: {:?}",
+            messages(obj, Some(obj))
+        );
+    }
+    // providerID: set once, then neither changed nor removed.
+    assert!(
+        messages(&with_id, Some(&tm(json!({})))).is_empty(),
+        "setting it is fine"
+    );
+    let changed = tm(json!({"providerID": "tinkerbell://n/b", "imageURL": "http://x/img"}));
+    assert!(
+        messages(&changed, Some(&with_id))
+            .iter()
+            .any(|m| m.contains("providerID is immutable")),
+        "{:?}",
+        messages(&changed, Some(&with_id))
+    );
+    let removed = tm(json!({"imageURL": "http://x/img"}));
+    assert!(
+        messages(&removed, Some(&with_id))
+            .iter()
+            .any(|m| m.contains("providerID cannot be removed")),
+        "{:?}",
+        messages(&removed, Some(&with_id))
+    );
+    // A template override is inline or a reference, exactly one.
+    for bad in [
+        json!({"templateOverride": {}}),
+        json!({"templateOverride": {"templateRef": {"name": "t"}, "inline": {"actions": [{"name": "a", "image": "b"}]}}}),
+        json!({"deprovisionTemplate": {}}),
+    ] {
+        let obj = tm(bad);
+        assert!(
+            messages(&obj, None)
+                .iter()
+                .any(|m| m.contains("exactly one of inline and templateRef")),
+            "{obj}: {:?}",
+            messages(&obj, None)
+        );
+    }
+}
