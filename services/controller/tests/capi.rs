@@ -1077,3 +1077,101 @@ async fn every_call_the_provider_makes_is_allowed_by_deploy_rbac() {
     ctl.stop().await;
     capi.stack.stop().await;
 }
+
+#[tokio::test]
+async fn a_failed_wipe_keeps_the_hardware_claimed_and_is_retried() {
+    let capi = Capi::start().await;
+    let _ctl = capi.leader().await;
+    capi.create_hardware("hw-0", 0, json!({})).await;
+    capi.cluster(false, json!({})).await;
+    capi.cluster_infrastructure_provisioned().await;
+    let mut agent = capi.stack.agent(&mac(0)).await;
+    let spec = json!({"imageURL": IMAGE, "deprovisionTemplate": {"inline": {"actions": [
+        {"name": "wipe", "image": "busybox"},
+    ]}}});
+    capi.machine("m-0", None, spec, true).await;
+    assert_eq!(run_workflow(&mut agent).await, "m-0");
+    let tm = capi.wait_machine("m-0", "provisioned", provisioned).await;
+    let uid = tm.uid().expect("uid");
+    capi.dynamic("Machine")
+        .delete("m-0", &DeleteParams::background())
+        .await
+        .expect("delete");
+
+    // The wipe fails: shown on the machine, the Hardware stays claimed with its user data.
+    let (wipe, actions) = agent.next_start().await;
+    assert_eq!(wf_name(&wipe), "m-0-deprovision");
+    agent.received(&wipe).await;
+    agent.started(&wipe, &actions[0]).await;
+    agent
+        .failed(&wipe, &actions[0], "DiskBusy", "wipefs: device busy")
+        .await;
+    let tm = capi
+        .wait_condition("m-0", c::READY, "False", c::WORKFLOW_FAILED)
+        .await;
+    let msg = cond(&tm, c::READY)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        msg.contains("deprovision") && msg.contains("DiskBusy"),
+        "{msg}"
+    );
+    let h = capi.hw("hw-0").await;
+    assert_eq!(
+        h.labels().get(HARDWARE_CLAIM_LABEL),
+        Some(&uid),
+        "not released unwiped"
+    );
+    assert!(userdata(&h).is_some());
+
+    // It is run again; once it succeeds the Hardware is released and the machine is gone.
+    assert_eq!(run_workflow(&mut agent).await, "m-0-deprovision");
+    capi.wait_machine_gone("m-0").await;
+    let h = capi.hw("hw-0").await;
+    assert_eq!(h.labels().get(HARDWARE_CLAIM_LABEL), None);
+    assert_eq!(userdata(&h), None);
+    capi.stack.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_a_machine_mid_workflow_cancels_it_before_the_hardware_is_released() {
+    let capi = Capi::start().await;
+    let _ctl = capi.leader().await;
+    capi.create_hardware("hw-0", 0, json!({})).await;
+    capi.cluster(false, json!({})).await;
+    capi.cluster_infrastructure_provisioned().await;
+    let mut agent = capi.stack.agent(&mac(0)).await;
+    capi.machine("m-0", None, json!({"imageURL": IMAGE}), true)
+        .await;
+    let (wf, actions) = agent.next_start().await;
+    agent.received(&wf).await;
+    agent.started(&wf, &actions[0]).await;
+    capi.wait_condition("m-0", c::PROVISIONED, "False", c::WORKFLOW_RUNNING)
+        .await;
+
+    capi.dynamic("Machine")
+        .delete("m-0", &DeleteParams::background())
+        .await
+        .expect("delete");
+    // The agent is told to stop; until it confirms, the Hardware stays claimed.
+    match agent.next_command().await {
+        common::Command::Stop { workflow_id, .. } => assert_eq!(workflow_id, wf),
+        other => panic!("expected StopWorkflow, got {other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        capi.hw("hw-0")
+            .await
+            .labels()
+            .contains_key(HARDWARE_CLAIM_LABEL),
+        "still claimed while the Workflow runs"
+    );
+    assert!(capi.machines().get_opt("m-0").await.expect("get").is_some());
+    agent.canceled(&wf, Some(&actions[0])).await;
+    capi.wait_machine_gone("m-0").await;
+    assert_eq!(
+        capi.hw("hw-0").await.labels().get(HARDWARE_CLAIM_LABEL),
+        None
+    );
+    capi.stack.stop().await;
+}
