@@ -34,18 +34,30 @@ struct Capi {
 
 impl Capi {
     async fn start() -> Capi {
-        let stack = Stack::start().await;
+        let capi = Capi::without_cluster_api().await;
+        capi.install_cluster_api().await;
+        capi
+    }
+
+    /// The stack with the provider's CRDs (deploy/crds) but not Cluster API's.
+    async fn without_cluster_api() -> Capi {
+        Capi {
+            stack: Stack::start().await,
+        }
+    }
+
+    /// Cluster API's Cluster and Machine CRDs (tests/fixtures).
+    async fn install_cluster_api(&self) {
         let path =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/capi-core-crds.yaml");
         let text = std::fs::read_to_string(path).expect("fixture");
-        let crds: Api<CustomResourceDefinition> = Api::all(stack.client.clone());
+        let crds: Api<CustomResourceDefinition> = Api::all(self.stack.client.clone());
         for doc in text.split("\n---\n") {
             let crd: CustomResourceDefinition = serde_yaml::from_str(doc).expect("CRD");
             crds.create(&PostParams::default(), &crd)
                 .await
                 .expect("create CRD");
         }
-        Capi { stack }
     }
 
     fn config(&self, replica: &str) -> tink_controller::ControllerConfig {
@@ -1173,5 +1185,43 @@ async fn deleting_a_machine_mid_workflow_cancels_it_before_the_hardware_is_relea
         capi.hw("hw-0").await.labels().get(HARDWARE_CLAIM_LABEL),
         None
     );
+    capi.stack.stop().await;
+}
+
+#[tokio::test]
+async fn auto_mode_runs_the_provider_only_when_cluster_api_is_served() {
+    let capi = Capi::without_cluster_api().await;
+    let mut config = capi.config("controller-0");
+    config.capi.mode = CapiMode::Auto;
+    let tm: TinkerbellMachine = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TinkerbellMachine",
+        "metadata": {"name": "orphan", "namespace": NS}, "spec": {},
+    }))
+    .expect("TinkerbellMachine");
+    capi.machines()
+        .create(&PostParams::default(), &tm)
+        .await
+        .expect("create");
+
+    // No Cluster API: the provider stays off, the machine is not looked at.
+    let ctl = capi.stack.controller(config.clone()).await;
+    ctl.wait_leading().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let m = capi.machines().get("orphan").await.expect("get");
+    assert!(m.status.is_none(), "{:?}", m.status);
+    ctl.stop().await;
+
+    // Cluster API installed, the next leader runs it.
+    capi.install_cluster_api().await;
+    let ctl = capi.stack.controller(config).await;
+    ctl.wait_leading().await;
+    capi.wait_condition(
+        "orphan",
+        c::HARDWARE_CLAIMED,
+        "False",
+        c::WAITING_FOR_MACHINE,
+    )
+    .await;
+    ctl.stop().await;
     capi.stack.stop().await;
 }
