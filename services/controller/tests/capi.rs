@@ -750,45 +750,81 @@ async fn two_replicas_racing_for_the_last_free_hardware_never_both_claim_it() {
     b.wait_leading().await;
     capi.create_hardware("hw-0", 0, json!({})).await;
     capi.create_hardware("hw-1", 1, json!({})).await;
+    capi.create_hardware("hw-2", 2, json!({})).await;
     capi.cluster(false, json!({})).await;
     capi.cluster_infrastructure_provisioned().await;
-    let names = ["m-0", "m-1", "m-2", "m-3", "m-4"];
+    // Watch the claims the whole time: no machine may ever hold two Hardware, not even for a
+    // moment (a double claim would heal by a release, and an end-state check would miss it).
+    let watcher = {
+        let hardware = capi.hardware();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let mut seen = Vec::new();
+                while !stop.is_cancelled() {
+                    if let Ok(list) = hardware.list(&Default::default()).await {
+                        let mut per_uid: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                        for h in list.items {
+                            if let Some(uid) = h.labels().get(HARDWARE_CLAIM_LABEL) {
+                                per_uid.entry(uid.clone()).or_default().push(h.name_any());
+                            }
+                        }
+                        seen.extend(per_uid.into_values().filter(|hws| hws.len() > 1));
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                seen
+            }
+        });
+        (stop, task)
+    };
+    let names = ["m-0", "m-1", "m-2", "m-3", "m-4", "m-5", "m-6", "m-7"];
     let creates = names
         .iter()
         .map(|m| capi.machine(m, None, json!({"imageURL": IMAGE}), true));
     futures::future::join_all(creates).await;
 
-    // Two claims, then nothing changes: the three others report NoHardwareAvailable.
+    // Three claims, then nothing changes: the five others report NoHardwareAvailable.
+    for m in names {
+        capi.wait_machine(m, "claimed or no hardware", |tm| {
+            cond(tm, c::HARDWARE_CLAIMED)
+                .is_some_and(|c| c.reason == c::CLAIMED || c.reason == c::NO_HARDWARE)
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    watcher.0.cancel();
+    let doubles = watcher.1.await.expect("watcher");
+    assert!(
+        doubles.is_empty(),
+        "a machine held two Hardware at once: {doubles:?}"
+    );
+    // The final state, after it settled.
     let mut winners = BTreeMap::new();
     for m in names {
-        let tm = capi
-            .wait_machine(m, "claimed or no hardware", |tm| {
-                cond(tm, c::HARDWARE_CLAIMED)
-                    .is_some_and(|c| c.reason == c::CLAIMED || c.reason == c::NO_HARDWARE)
-            })
-            .await;
+        let tm = capi.machines().get(m).await.expect("get");
         if let Some(hw) = claimed_hardware(&tm) {
             winners.insert(m.to_string(), (hw, tm.uid().expect("uid")));
         }
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let claims = capi.claims().await;
-    assert_eq!(claims.len(), 2, "{claims:?}");
+    assert_eq!(claims.len(), 3, "{claims:?}");
     let holders: BTreeSet<&String> = claims.values().collect();
     assert_eq!(
         holders.len(),
-        2,
-        "two machines, one Hardware each: {claims:?}"
+        3,
+        "three machines, one Hardware each: {claims:?}"
     );
     assert_eq!(
         winners.len(),
-        2,
-        "exactly two machines hold Hardware: {winners:?}"
+        3,
+        "exactly three machines hold Hardware: {winners:?}"
     );
     let hws: BTreeSet<&String> = winners.values().map(|(h, _)| h).collect();
     assert_eq!(
         hws.len(),
-        2,
+        3,
         "no Hardware held by two machines: {winners:?}"
     );
     for (m, (hw, uid)) in &winners {

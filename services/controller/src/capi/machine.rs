@@ -407,8 +407,11 @@ impl<'a> Machine<'a> {
     /// 2. the claim, the machine's uid in the Hardware's label, written with the Hardware's
     ///    resourceVersion (only one machine's claim lands).
     ///
-    /// A reconciler finding an intent follows it instead of choosing. Hardware found claimed
-    /// for the machine but not its intent is released.
+    /// A reconciler finding an intent follows it instead of choosing; one that lost a race
+    /// looks again from the start (the Hardware it lost may have gone to this very machine).
+    /// Should a machine still end up with two (a Hardware released by its machine in the
+    /// instant between two reconcilers' reads), the one its Workflow names, else its intent,
+    /// is kept and the other released.
     async fn claim(&mut self, machine: &DynamicObject, cluster: &str) -> Result<Claim, Error> {
         let api = self.api::<Hardware>();
         // The API server, not the cache, is asked: a claim made just before (by this replica or
@@ -421,9 +424,21 @@ impl<'a> Machine<'a> {
         mine.sort_by_key(|h| h.name_any());
         let intent = self.status.hardware_ref.as_ref().map(|r| r.name.clone());
         if !mine.is_empty() {
+            // Normally one. More only after two reconcilers of this machine raced (two
+            // leaders): keep the one its Workflow runs on, else its recorded choice.
+            let mut keep_name = intent.clone();
+            if mine.len() > 1
+                && let Some(wf) = self
+                    .api::<Workflow>()
+                    .get_opt(&self.name)
+                    .await
+                    .map_err(kube_err("reading the Workflow"))?
+            {
+                keep_name = Some(wf.spec.hardware_ref.name.clone());
+            }
             let keep = mine
                 .iter()
-                .position(|h| Some(h.name_any()) == intent)
+                .position(|h| Some(h.name_any()) == keep_name)
                 .unwrap_or(0);
             let kept = mine.remove(keep);
             for extra in &mine {
@@ -438,6 +453,13 @@ impl<'a> Machine<'a> {
                 .get_opt(&name)
                 .await
                 .map_err(kube_err("reading the Hardware"))?;
+            // Claimed for this machine since the list above (by another reconciler of it).
+            if let Some(h) = current
+                .as_ref()
+                .filter(|h| h.labels().get(HARDWARE_CLAIM_LABEL) == Some(&self.uid))
+            {
+                return Ok(Claim::Got(Box::new(h.clone())));
+            }
             if let Some(h) = current.filter(|h| tink_api::capi::selection::is_free(h.labels())) {
                 return Ok(
                     match claim_hardware(&api, &h, &self.uid, &machine_ref, cluster).await? {
@@ -493,26 +515,29 @@ impl<'a> Machine<'a> {
             self.tm.spec.hardware_affinity.as_ref(),
             filter.as_ref(),
         );
-        for name in ranked {
-            let Some(h) = hardware.iter().find(|h| h.name_any() == name) else {
-                continue;
-            };
+        // The best candidate only: after a lost race the next reconcile starts over from the
+        // list of this machine's claims, because the Hardware may have been taken by another
+        // reconciler of this same machine (then it is this machine's, and taking a second one
+        // would hold two).
+        if let Some(name) = ranked.first().copied()
+            && let Some(h) = hardware.iter().find(|h| h.name_any() == name)
+        {
             if !self.write_intent(Some(name)).await? {
                 // Another reconciler of this machine chose first: follow its choice.
                 return Ok(Claim::Retry);
             }
-            match claim_hardware(&api, h, &self.uid, &machine_ref, cluster).await? {
-                Some(claimed) => {
-                    info!(hardware = %name, "Hardware claimed");
-                    return Ok(Claim::Got(Box::new(claimed)));
-                }
-                None => {
-                    debug!(hardware = %name, "lost the race for this Hardware; trying the next");
-                    if !self.write_intent(None).await? {
-                        return Ok(Claim::Retry);
+            return Ok(
+                match claim_hardware(&api, h, &self.uid, &machine_ref, cluster).await? {
+                    Some(claimed) => {
+                        info!(hardware = %name, "Hardware claimed");
+                        Claim::Got(Box::new(claimed))
                     }
-                }
-            }
+                    None => {
+                        debug!(hardware = %name, "lost the race for this Hardware; looking again");
+                        Claim::Retry
+                    }
+                },
+            );
         }
         let msg = match &domain {
             Some(d) => format!(
