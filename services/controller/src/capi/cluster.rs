@@ -14,7 +14,7 @@ use serde_json::json;
 use tink_api::capi::DEFAULT_FAILURE_DOMAIN_LABEL;
 use tink_api::capi::selection::failure_domains;
 use tink_api::capi::v1beta1::{FailureDomain, Initialization, TinkerbellCluster, conditions as c};
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, warn};
 
 use super::{Context, Error, core, kube_err, set_condition};
 
@@ -23,7 +23,11 @@ pub(crate) async fn reconcile(
     tc: Arc<TinkerbellCluster>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let r = reconcile_inner(&tc, &ctx).await;
+    let span = tracing::info_span!(
+        "capi_cluster",
+        cluster = %format!("{}/{}", tc.namespace().unwrap_or_default(), tc.name_any())
+    );
+    let r = reconcile_inner(&tc, &ctx).instrument(span).await;
     if r.is_err() {
         ctx.metrics.error("capi");
     }

@@ -42,7 +42,7 @@ use tink_api::capi::{
 use tink_api::v1alpha2::{
     ConditionType, Hardware, LocalObjectReference, Template, TemplateSpec, Workflow, WorkflowState,
 };
-use tracing::{debug, info, warn};
+use tracing::{Instrument as _, debug, info, warn};
 
 use super::{Context, Error, core, kube_err, set_condition};
 
@@ -56,9 +56,7 @@ pub(crate) async fn reconcile(
 ) -> Result<Action, Error> {
     let ns = tm.namespace().unwrap_or_default();
     let span = tracing::info_span!("capi_machine", machine = %format!("{ns}/{}", tm.name_any()));
-    let _enter = span.enter();
-    drop(_enter);
-    let r = Machine::new(&ctx, &tm).run().await;
+    let r = Machine::new(&ctx, &tm).run().instrument(span).await;
     if r.is_err() {
         ctx.metrics.error("capi");
     }
