@@ -495,6 +495,12 @@ async fn three_machines_get_three_of_five_hardware_by_affinity_and_failure_domai
             .wait_condition(m, c::HARDWARE_CLAIMED, "True", c::CLAIMED)
             .await;
         assert_eq!(claimed_hardware(&tm).as_deref(), Some(hw), "{m}");
+        let domain = if hw == "hw-3" { "z2" } else { "z1" };
+        assert_eq!(
+            tm.status.as_ref().and_then(|s| s.failure_domain.as_deref()),
+            Some(domain),
+            "{m}"
+        );
         let h = capi.hw(hw).await;
         assert_eq!(
             h.labels().get(HARDWARE_CLAIM_LABEL),

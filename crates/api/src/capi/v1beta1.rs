@@ -297,6 +297,10 @@ pub struct TinkerbellMachineStatus {
     /// The Hardware claimed (the claim itself is the Hardware's label).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware_ref: Option<LocalObjectReference>,
+    /// The failure domain the machine is in: the claimed Hardware's value of the cluster's
+    /// failure domain label (Cluster API copies it to `Machine.status.failureDomain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domain: Option<String>,
     /// `Ready`, `HardwareClaimed`, `Provisioned`, `Paused` (see the provider's documentation
     /// for their reasons).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

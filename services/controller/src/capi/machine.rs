@@ -270,6 +270,8 @@ impl<'a> Machine<'a> {
         };
         let hw_name = hw.name_any();
         self.status.hardware_ref = Some(LocalObjectReference::new(&hw_name));
+        let domain_label = self.failure_domain_label(&cluster_name).await?;
+        self.status.failure_domain = hw.labels().get(&domain_label).cloned();
         self.cond(
             c::HARDWARE_CLAIMED,
             true,
