@@ -992,8 +992,9 @@ fn workflow_failure(wf: &Workflow) -> String {
     }
 }
 
-/// The default Template: stream `{{ .image_url }}` to the Hardware's first disk, then reboot
-/// into it.
+/// The default Template: stream `{{ .image_url }}` to the Hardware's first disk, then ask the
+/// agent to reboot into it (the agent's power contract, `/tinkerbell/power`: the reboot happens
+/// only once the Workflow's success is stored).
 pub fn default_template() -> TemplateSpec {
     let yaml = r#"
 actions:
@@ -1005,14 +1006,8 @@ actions:
       IMG_URL: "{{ .image_url }}"
       COMPRESSED: "true"
   - name: reboot
-    image: ghcr.io/jacobweinstock/waitdaemon:0.2.2
-    pidNamespace: host
-    cmd: reboot
-    env:
-      IMAGE: alpine
-      WAIT_SECONDS: "5"
-    volumes:
-      - /var/run/docker.sock:/var/run/docker.sock
+    image: busybox
+    args: ["sh", "-c", "echo reboot > /tinkerbell/power"]
 "#;
     // A constant that is tested to parse (`default_template_parses`).
     tink_api::from_yaml(yaml).unwrap_or_default()
@@ -1027,5 +1022,11 @@ mod tests {
         let t = default_template();
         let names: Vec<&str> = t.actions.iter().map(|a| a.name.as_str()).collect();
         assert_eq!(names, ["stream-image", "reboot"]);
+        assert!(
+            t.actions[1]
+                .args
+                .iter()
+                .any(|a| a.contains("/tinkerbell/power"))
+        );
     }
 }
