@@ -121,6 +121,14 @@ impl Capi {
             .expect("create TinkerbellCluster");
     }
 
+    /// The setting of most tests: Hardware `hw-0` (the first MAC), an unpaused cluster, and
+    /// its infrastructure reported provisioned.
+    async fn one_hardware_and_a_ready_cluster(&self) {
+        self.create_hardware("hw-0", 0, json!({})).await;
+        self.cluster(false, json!({})).await;
+        self.cluster_infrastructure_provisioned().await;
+    }
+
     /// What Cluster API's Cluster controller does once the TinkerbellCluster is provisioned.
     async fn cluster_infrastructure_provisioned(&self) {
         let patch = json!({"status": {"initialization": {"infrastructureProvisioned": true}}});
@@ -591,9 +599,7 @@ fn cond_ok(conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition], 
 async fn a_failing_workflow_shows_on_the_machine() {
     let capi = Capi::start().await;
     let _ctl = capi.leader().await;
-    capi.create_hardware("hw-0", 0, json!({})).await;
-    capi.cluster(false, json!({})).await;
-    capi.cluster_infrastructure_provisioned().await;
+    capi.one_hardware_and_a_ready_cluster().await;
     let mut agent = capi.stack.agent(&mac(0)).await;
     capi.machine("m-0", None, json!({"imageURL": IMAGE}), true)
         .await;
@@ -629,9 +635,7 @@ async fn a_failing_workflow_shows_on_the_machine() {
 async fn deleting_a_machine_wipes_and_releases_its_hardware_for_the_next_claim() {
     let capi = Capi::start().await;
     let _ctl = capi.leader().await;
-    capi.create_hardware("hw-0", 0, json!({})).await;
-    capi.cluster(false, json!({})).await;
-    capi.cluster_infrastructure_provisioned().await;
+    capi.one_hardware_and_a_ready_cluster().await;
     let mut agent = capi.stack.agent(&mac(0)).await;
     let spec = json!({"imageURL": IMAGE, "deprovisionTemplate": {"inline": {"actions": [
         {"name": "wipe", "image": "busybox", "args": ["wipefs", "-a", "{{ index .Hardware.Disks 0 }}"]},
@@ -684,9 +688,7 @@ async fn deleting_a_machine_wipes_and_releases_its_hardware_for_the_next_claim()
 async fn deleting_a_machine_whose_hardware_was_deleted_first_completes() {
     let capi = Capi::start().await;
     let _ctl = capi.leader().await;
-    capi.create_hardware("hw-0", 0, json!({})).await;
-    capi.cluster(false, json!({})).await;
-    capi.cluster_infrastructure_provisioned().await;
+    capi.one_hardware_and_a_ready_cluster().await;
     let spec = json!({"imageURL": IMAGE, "deprovisionTemplate": {"inline": {"actions": [
         {"name": "wipe", "image": "busybox"},
     ]}}});
@@ -1136,9 +1138,7 @@ async fn every_call_the_provider_makes_is_allowed_by_deploy_rbac() {
 async fn a_failed_wipe_keeps_the_hardware_claimed_and_is_retried() {
     let capi = Capi::start().await;
     let _ctl = capi.leader().await;
-    capi.create_hardware("hw-0", 0, json!({})).await;
-    capi.cluster(false, json!({})).await;
-    capi.cluster_infrastructure_provisioned().await;
+    capi.one_hardware_and_a_ready_cluster().await;
     let mut agent = capi.stack.agent(&mac(0)).await;
     let spec = json!({"imageURL": IMAGE, "deprovisionTemplate": {"inline": {"actions": [
         {"name": "wipe", "image": "busybox"},
@@ -1191,9 +1191,7 @@ async fn a_failed_wipe_keeps_the_hardware_claimed_and_is_retried() {
 async fn deleting_a_machine_mid_workflow_cancels_it_before_the_hardware_is_released() {
     let capi = Capi::start().await;
     let _ctl = capi.leader().await;
-    capi.create_hardware("hw-0", 0, json!({})).await;
-    capi.cluster(false, json!({})).await;
-    capi.cluster_infrastructure_provisioned().await;
+    capi.one_hardware_and_a_ready_cluster().await;
     let mut agent = capi.stack.agent(&mac(0)).await;
     capi.machine("m-0", None, json!({"imageURL": IMAGE}), true)
         .await;
