@@ -745,6 +745,51 @@ async fn a_claim_with_a_stale_resource_version_is_refused() {
 }
 
 #[tokio::test]
+async fn twenty_reconcilers_racing_for_the_last_free_hardware_never_both_win() {
+    let capi = Capi::start().await;
+    capi.create_hardware("hw-0", 0, json!({})).await;
+    let api = capi.hardware();
+    // Twenty reconcilers (of twenty machines) each read the Hardware and, when it is free,
+    // claim it, all at once: some read it free, some after another's claim.
+    let claims = (0..20).map(|i| {
+        let api = api.clone();
+        tokio::spawn(async move {
+            let uid = format!("uid-{i}");
+            let seen = api.get("hw-0").await.expect("get");
+            if !tink_api::capi::selection::is_free(seen.labels()) {
+                return None;
+            }
+            let got = tink_controller::capi::machine::claim_hardware(
+                &api,
+                &seen,
+                &uid,
+                &format!("tink/m-{i}"),
+                CLUSTER,
+            )
+            .await
+            .expect("claim");
+            got.map(|_| uid)
+        })
+    });
+    let mut winners = Vec::new();
+    for c in futures::future::join_all(claims).await {
+        if let Some(uid) = c.expect("task") {
+            winners.push(uid);
+        }
+    }
+    assert_eq!(winners.len(), 1, "winners: {winners:?}");
+    assert_eq!(
+        capi.hw("hw-0")
+            .await
+            .labels()
+            .get(HARDWARE_CLAIM_LABEL)
+            .map(String::as_str),
+        Some(winners[0].as_str())
+    );
+    capi.stack.stop().await;
+}
+
+#[tokio::test]
 async fn two_replicas_racing_for_the_last_free_hardware_never_both_claim_it() {
     let capi = Capi::start().await;
     // Two replicas that both lead (separate Leases: a split brain, the worst case), so two
