@@ -10,7 +10,7 @@ use tink_api::ConversionWebhook;
 /// Arguments of `tinkctl crds`.
 #[derive(Args, Debug, Clone)]
 pub struct CrdsArgs {
-    /// Write one `<plural>.tinkerbell.org.yaml` file per CRD into this directory (created if
+    /// Write one `<plural>.<group>.yaml` file per CRD into this directory (created if
     /// missing) instead of printing a multi-document YAML stream to stdout.
     #[arg(long, env = "TINKCTL_CRDS_OUT")]
     pub out: Option<PathBuf>,
@@ -149,6 +149,9 @@ mod tests {
                 "hardware.tinkerbell.org.yaml",
                 "osies.tinkerbell.org.yaml",
                 "templates.tinkerbell.org.yaml",
+                "tinkerbellclusters.infrastructure.cluster.x-k8s.io.yaml",
+                "tinkerbellmachines.infrastructure.cluster.x-k8s.io.yaml",
+                "tinkerbellmachinetemplates.infrastructure.cluster.x-k8s.io.yaml",
                 "workflows.tinkerbell.org.yaml"
             ]
         );
@@ -163,7 +166,8 @@ mod tests {
         let mut out = Vec::new();
         run(&w.args, &mut out).expect("run");
         let text = String::from_utf8(out).expect("utf8");
-        assert_eq!(text.matches("kind: CustomResourceDefinition").count(), 4);
-        assert_eq!(text.matches("\n---\n").count(), 3);
+        // tinkerbell.org's four and the Cluster API provider's three.
+        assert_eq!(text.matches("kind: CustomResourceDefinition").count(), 7);
+        assert_eq!(text.matches("\n---\n").count(), 6);
     }
 }

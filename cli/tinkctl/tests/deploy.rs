@@ -73,7 +73,15 @@ fn the_base_renders_with_every_part() {
             );
         }
     }
-    assert_eq!(kinds.get("CustomResourceDefinition"), Some(&4), "{kinds:?}");
+    // tinkerbell.org's four and the Cluster API provider's three.
+    assert_eq!(kinds.get("CustomResourceDefinition"), Some(&7), "{kinds:?}");
+    // The provider's role is aggregated into Cluster API's manager.
+    let aggregated: Vec<&str> = by_kind(&docs, "ClusterRole")
+        .into_iter()
+        .filter(|r| r["metadata"]["labels"]["cluster.x-k8s.io/aggregate-to-manager"] == "true")
+        .map(name)
+        .collect();
+    assert_eq!(aggregated, ["tink-capi-manager"]);
     assert_eq!(kinds.get("Namespace"), Some(&1), "{kinds:?}");
 
     let replicas: BTreeMap<&str, i64> = by_kind(&docs, "Deployment")

@@ -8,7 +8,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::CustomResourceExt;
 use kube::core::crd::{MergeError, merge_crds};
 
-use crate::{v1alpha1, v1alpha2};
+use crate::{capi, v1alpha1, v1alpha2};
 
 /// Where the API server sends ConversionReviews (a Service in the cluster).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,10 +111,23 @@ fn merged(
     Ok(with_webhook(crd, webhook))
 }
 
-/// The four CRDs: Hardware, Template and Workflow serve v1alpha1 and v1alpha2 (stored) with
-/// webhook conversion; OSIE exists only in v1alpha2 (no conversion).
+/// A Cluster API provider CRD, labelled with the contract versions it satisfies.
+fn capi_crd(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let labels = crd.metadata.labels.get_or_insert_with(Default::default);
+    for (k, v) in [capi::CONTRACT_LABEL, capi::CONTRACT_LABEL_V1BETA1] {
+        labels.insert(k.into(), v.into());
+    }
+    crd
+}
+
+/// The seven CRDs: Hardware, Template and Workflow serve v1alpha1 and v1alpha2 (stored) with
+/// webhook conversion; OSIE exists only in v1alpha2 (no conversion); the Cluster API provider's
+/// TinkerbellCluster, TinkerbellMachine and TinkerbellMachineTemplate serve v1beta1.
 pub fn crds(webhook: &ConversionWebhook) -> Result<Vec<CustomResourceDefinition>, CrdError> {
     Ok(vec![
+        capi_crd(capi::v1beta1::TinkerbellCluster::crd()),
+        capi_crd(capi::v1beta1::TinkerbellMachine::crd()),
+        capi_crd(capi::v1beta1::TinkerbellMachineTemplate::crd()),
         merged(
             "Hardware",
             v1alpha2::Hardware::crd(),

@@ -4,7 +4,8 @@
 //! - [`v1alpha2`]: Hardware, OSIE, Template, Workflow as seeds/000 defines them, plus the
 //!   execution additions of seeds/004 (documented on each type).
 //! - [`conversion`]: lossless conversion both ways, typed and on raw JSON ([`conversion::convert`]).
-//! - [`crds`] / [`render_crds`]: the CustomResourceDefinitions, both versions merged.
+//! - [`crds`] / [`render_crds`]: the CustomResourceDefinitions, both versions merged, and the
+//!   Cluster API provider's ([`capi`]).
 //! - [`Timeout`]: the Go-syntax duration (`90m`, `1h30m`) of `Workflow.spec.timeout` and
 //!   `Action.timeout`.
 //! - [`from_yaml`] / [`from_json`] / [`from_value`]: typed parsing whose errors name the field
@@ -14,6 +15,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod agent_secret;
+pub mod capi;
 pub mod conversion;
 mod crds;
 mod duration;

@@ -69,6 +69,93 @@ fn schema(name: &str, version: &str) -> Value {
 }
 
 #[test]
+fn cluster_api_crds_carry_the_contract_labels_and_a_status_subresource() {
+    for (name, kind, short, status) in [
+        (
+            "tinkerbellclusters.infrastructure.cluster.x-k8s.io",
+            "TinkerbellCluster",
+            "tc",
+            true,
+        ),
+        (
+            "tinkerbellmachines.infrastructure.cluster.x-k8s.io",
+            "TinkerbellMachine",
+            "tm",
+            true,
+        ),
+        (
+            "tinkerbellmachinetemplates.infrastructure.cluster.x-k8s.io",
+            "TinkerbellMachineTemplate",
+            "tmt",
+            false,
+        ),
+    ] {
+        let c = crd(name);
+        assert_eq!(c.spec.group, tink_api::capi::GROUP);
+        assert_eq!(c.spec.names.kind, kind);
+        assert_eq!(
+            c.spec.names.short_names.as_deref(),
+            Some(&[short.to_string()][..])
+        );
+        assert_eq!(
+            c.spec.names.categories.as_deref(),
+            Some(&["cluster-api".to_string()][..])
+        );
+        let labels = c.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get("cluster.x-k8s.io/v1beta2").map(String::as_str),
+            Some("v1beta1"),
+            "{name}"
+        );
+        assert_eq!(
+            labels.get("cluster.x-k8s.io/v1beta1").map(String::as_str),
+            Some("v1beta1"),
+            "{name}"
+        );
+        let versions: Vec<_> = c
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.served, v.storage))
+            .collect();
+        assert_eq!(versions, [("v1beta1", true, true)], "{name}");
+        assert!(
+            c.spec.conversion.is_none(),
+            "{name}: one version, no conversion"
+        );
+        let has_status = c.spec.versions[0]
+            .subresources
+            .as_ref()
+            .and_then(|s| s.status.as_ref())
+            .is_some();
+        assert_eq!(has_status, status, "{name}");
+    }
+    let tm = schema(
+        "tinkerbellmachines.infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+    );
+    let status = &tm["properties"]["status"]["properties"];
+    for field in ["initialization", "ready", "addresses", "conditions"] {
+        assert!(
+            status[field].is_object(),
+            "TinkerbellMachine status.{field}"
+        );
+    }
+    let tc = schema(
+        "tinkerbellclusters.infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+    );
+    let port =
+        &tc["properties"]["spec"]["properties"]["controlPlaneEndpoint"]["properties"]["port"];
+    assert_eq!(port["default"], 6443);
+    let tmt = schema(
+        "tinkerbellmachinetemplates.infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+    );
+    assert!(tmt["properties"]["spec"]["properties"]["template"]["properties"]["spec"]["properties"]["hardwareAffinity"].is_object());
+}
+
+#[test]
 fn crd_shape() {
     let cases = [
         ("hardware.tinkerbell.org", "Hardware", "hw", true),
@@ -872,7 +959,10 @@ fn cel_rules_compile_and_stay_within_the_cost_budget() {
             }
         }
     }
-    assert_eq!(checked, 10, "every CEL rule was analysed");
+    // 10 in the tinkerbell.org kinds; 19 in the Cluster API kinds (each template override
+    // embeds a TemplateSpec's two rules plus its own; providerID's two on the machine and
+    // again inside the machine template).
+    assert_eq!(checked, 29, "every CEL rule was analysed");
 }
 
 fn corpus_dir() -> PathBuf {
@@ -1095,4 +1185,78 @@ fn a_200_kb_template_fits_in_its_annotation() {
     );
     assert!(ann.len() < 64 * 1024, "annotation is {} bytes", ann.len());
     let _ = convert(v2, v1alpha1::API_VERSION).expect("down");
+}
+
+#[test]
+fn cluster_api_rules_refuse_what_they_should() {
+    let s = schema(
+        "tinkerbellmachines.infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+    );
+    let tm = |spec: Value| {
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TinkerbellMachine",
+            "metadata": {"name": "m", "namespace": "n"}, "spec": spec})
+    };
+    let messages = |obj: &Value, old: Option<&Value>| -> Vec<String> {
+        violations(&s, obj, old)
+            .into_iter()
+            .map(|v| v.rule)
+            .collect()
+    };
+    let with_id = tm(json!({"providerID": "tinkerbell://n/a", "imageURL": "http://x/img"}));
+    let valid = [
+        tm(json!({})),
+        with_id.clone(),
+        tm(json!({"templateOverride": {"templateRef": {"name": "t"}}})),
+        tm(
+            json!({"templateOverride": {"inline": {"actions": [{"name": "a", "image": "busybox"}]}}}),
+        ),
+        tm(json!({"hardwareAffinity": {
+            "required": [{"labelSelector": {"matchLabels": {"role": "cp"}}}],
+            "preferred": [{"weight": 100, "hardwareAffinityTerm": {"labelSelector": {}}}],
+        }})),
+    ];
+    for obj in &valid {
+        assert!(
+            messages(obj, Some(obj)).is_empty(),
+            "{obj}: {:?}",
+            messages(obj, Some(obj))
+        );
+    }
+    // providerID: set once, then neither changed nor removed.
+    assert!(
+        messages(&with_id, Some(&tm(json!({})))).is_empty(),
+        "setting it is fine"
+    );
+    let changed = tm(json!({"providerID": "tinkerbell://n/b", "imageURL": "http://x/img"}));
+    assert!(
+        messages(&changed, Some(&with_id))
+            .iter()
+            .any(|m| m.contains("providerID is immutable")),
+        "{:?}",
+        messages(&changed, Some(&with_id))
+    );
+    let removed = tm(json!({"imageURL": "http://x/img"}));
+    assert!(
+        messages(&removed, Some(&with_id))
+            .iter()
+            .any(|m| m.contains("providerID cannot be removed")),
+        "{:?}",
+        messages(&removed, Some(&with_id))
+    );
+    // A template override is inline or a reference, exactly one.
+    for bad in [
+        json!({"templateOverride": {}}),
+        json!({"templateOverride": {"templateRef": {"name": "t"}, "inline": {"actions": [{"name": "a", "image": "b"}]}}}),
+        json!({"deprovisionTemplate": {}}),
+    ] {
+        let obj = tm(bad);
+        assert!(
+            messages(&obj, None)
+                .iter()
+                .any(|m| m.contains("exactly one of inline and templateRef")),
+            "{obj}: {:?}",
+            messages(&obj, None)
+        );
+    }
 }

@@ -94,6 +94,9 @@ pub struct ControllerConfig {
     /// How often the agent secrets bucket is reconciled with every Hardware (rotated Secrets,
     /// removed annotations, deleted Hardware). Default 30 s.
     pub agent_secrets_sweep: Duration,
+    /// The Cluster API infrastructure provider (off by default here; the binary's `--capi`
+    /// defaults to auto).
+    pub capi: crate::capi::CapiConfig,
 }
 
 impl ControllerConfig {
@@ -118,6 +121,7 @@ impl ControllerConfig {
             trigger_queue: 16_384,
             forget_after: Duration::from_secs(3600),
             agent_secrets_sweep: Duration::from_secs(30),
+            capi: crate::capi::CapiConfig::default(),
         }
     }
 }

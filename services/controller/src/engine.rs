@@ -182,6 +182,16 @@ pub(crate) async fn lead(
             "agent secrets sweep"
         });
     }
+    if crate::capi::enabled(&client, &config.capi).await {
+        crate::capi::start(
+            client.clone(),
+            config.capi.clone(),
+            metrics.clone(),
+            config.namespace.clone(),
+            &mut tasks,
+            &term,
+        );
+    }
     if !config.resync_period.is_zero() {
         let (shared, term) = (shared.clone(), term.clone());
         let period = config.resync_period;

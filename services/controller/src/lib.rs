@@ -11,7 +11,9 @@
 //!   `tink_workflow::step_all`;
 //! - a durable JetStream consumer of agent events, applying each batch per Workflow in one
 //!   status write and acknowledging after it;
-//! - a watch of the presence bucket, Kubernetes Events for transitions, metrics.
+//! - a watch of the presence bucket, Kubernetes Events for transitions, metrics;
+//! - when enabled ([`capi::CapiConfig`]), the Cluster API infrastructure provider's reconcilers
+//!   ([`capi`]).
 //!
 //! Tests and the binary start it the same way:
 //!
@@ -33,6 +35,7 @@
 
 pub mod agent_reset;
 pub mod agent_secrets;
+pub mod capi;
 mod config;
 mod engine;
 mod events;

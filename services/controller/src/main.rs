@@ -61,6 +61,14 @@ struct Args {
     /// (rotated Secrets, removed annotations, deleted Hardware).
     #[arg(long, env = "TINK_AGENT_SECRETS_SWEEP_SECONDS", default_value_t = 30)]
     agent_secrets_sweep_seconds: u64,
+    /// The Cluster API infrastructure provider (TinkerbellCluster, TinkerbellMachine): `auto`
+    /// runs it when the API server serves Cluster API's Machines (checked when a replica starts
+    /// leading; restart the controller after installing Cluster API), `on` always, `off` never.
+    #[arg(long, env = "TINK_CAPI", default_value = "auto")]
+    capi: tink_controller::capi::CapiMode,
+    /// The version of Cluster API's core kinds (Cluster, Machine) the provider reads.
+    #[arg(long, env = "TINK_CAPI_CORE_VERSION", default_value = "v1beta2")]
+    capi_core_version: String,
     /// The most reconciles at once.
     #[arg(long, env = "TINK_CONTROLLER_CONCURRENCY", default_value_t = 64)]
     concurrency: u16,
@@ -96,6 +104,8 @@ async fn main() -> anyhow::Result<()> {
     config.resync_period = Duration::from_secs(args.resync_seconds);
     config.agent_secrets_sweep = Duration::from_secs(args.agent_secrets_sweep_seconds.max(1));
     config.trigger_queue = args.trigger_queue.max(1);
+    config.capi.mode = args.capi;
+    config.capi.core_version = args.capi_core_version;
     config.forget_after = Duration::from_secs(args.forget_after_seconds.max(60));
     let duration = Duration::from_secs(args.lease_duration_seconds.max(3));
     config.lease = tink_controller::LeaseConfig {
