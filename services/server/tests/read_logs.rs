@@ -2,7 +2,7 @@
 //! deploy/rbac, a real nats-server, an in-process replica. Kubernetes RBAC decides who reads a
 //! workflow's logs: the log-reader binding reads them in order, everyone else is refused with
 //! the right code, a binding in one namespace does not reach another, and `follow` delivers
-//! lines published after the call started.
+//! lines published after the call started; `since`, an unknown action and a missing workflow.
 
 mod common;
 
@@ -365,4 +365,42 @@ async fn without_kubernetes_access_log_reading_is_not_configured() {
     );
     assert_eq!(replica.metrics.log_read_count("not_configured"), 1);
     replica.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn since_keeps_recent_lines_and_an_unknown_action_is_named() {
+    let stack = stack().await;
+    let a = workflow(&stack.admin, "a", "wf").await;
+    publish(&stack.js, &a, "0-wipe", &[1]).await;
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    publish(&stack.js, &a, "1-image", &[1]).await;
+    let mut client = log_client(&stack).await;
+
+    let mut recent = request(Some("alice-token"), "a", "wf", false);
+    recent.get_mut().since_seconds = 1;
+    let lines = read_all(&mut client, recent).await.expect("recent lines");
+    assert_eq!(texts(&lines), ["[image] 1-image line 1"]);
+
+    let mut unknown = request(Some("alice-token"), "a", "wf", false);
+    unknown.get_mut().action = "boot".into();
+    let status = read_all(&mut client, unknown)
+        .await
+        .expect_err("no such action");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("\"boot\"") && status.message().contains("wipe, image"),
+        "{}",
+        status.message()
+    );
+
+    // A workflow that does not exist, for a reader allowed in the namespace.
+    let status = read_all(
+        &mut client,
+        request(Some("alice-token"), "a", "gone", false),
+    )
+    .await
+    .expect_err("no such workflow");
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    stack.replica.stop().await.expect("clean stop");
+    stack.kube.shutdown().await;
 }
