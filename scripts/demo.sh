@@ -35,9 +35,8 @@ echo "== tinkctl dev up --data-dir $data"
 "$tinkctl" dev up --data-dir "$data"
 echo "== tinkctl demo"
 "$tinkctl" demo --kubeconfig "$data/kubeconfig"
-echo "== tinkctl workflow logs: the actions' output"
-NATS_URL="$(. "$data/env" && echo "$NATS_URL")"
-"$tinkctl" workflow logs provision-machine-1 -n tink-demo --kubeconfig "$data/kubeconfig" --nats-url "$NATS_URL"
+echo "== tinkctl workflow logs: the actions' output, through a server under Kubernetes RBAC"
+( . "$data/env" && "$tinkctl" workflow logs provision-machine-1 -n tink-demo --kubeconfig "$data/kubeconfig" )
 echo "== kubectl describe: the Workflow's Events"
 kubectl --kubeconfig "$data/kubeconfig" -n tink-demo describe workflow provision-machine-1 | sed -n '/^Events:/,$p'
 if [ "${KEEP:-}" = 1 ]; then
