@@ -132,6 +132,9 @@ pub struct ServerConfig {
     pub kube: Option<KubeClient>,
     /// How long a positive TokenReview or SubjectAccessReview answer is reused (0: never).
     pub log_access_cache: Duration,
+    /// `PublishLogs` calls stored at once by this replica; more wait their turn. Action output
+    /// also travels on a NATS connection of its own, so events never queue behind it.
+    pub logs_max_in_flight: usize,
 }
 
 impl ServerConfig {
@@ -148,6 +151,7 @@ impl ServerConfig {
             allow_unauthenticated_agents: false,
             kube: None,
             log_access_cache: Duration::from_secs(5),
+            logs_max_in_flight: 8,
         }
     }
 }
@@ -363,9 +367,21 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, replica = %config.replica_id, tls = config.tls.is_some(), "serving WorkflowService");
     }
+    // Action output on a connection of its own: a large log batch never sits in front of an
+    // event in the same socket (here or in nats-server's reader of this client).
+    let logs_client = tink_bus::connect(&config.nats_url, &config.nats_auth, || {
+        async_nats::ConnectOptions::new()
+            .name(format!("{name} logs"))
+            .max_reconnects(None)
+    })
+    .await
+    .map_err(ServerError::Nats)?;
     let gateway = service::Gateway {
         shared: shared.clone(),
-        logs: Arc::default(),
+        logs: Arc::new(logs::Logs::new(
+            async_nats::jetstream::new(logs_client.clone()),
+            config.logs_max_in_flight,
+        )),
     };
     let log_reader = read_logs::LogReader {
         jetstream: shared.bus.jetstream.clone(),

@@ -21,13 +21,26 @@ use crate::session::{Auth, Shared};
 const OWNERS_MAX: usize = 16_384;
 
 /// State of the logs endpoint shared by the requests of one replica.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Logs {
     /// (agent id, workflow id) pairs checked to be the agent's own workflow.
     owned: Mutex<HashMap<(String, String), Instant>>,
+    /// JetStream on the replica's logs connection (not the events').
+    jetstream: async_nats::jetstream::Context,
+    /// Log batches being stored at once; the rest wait.
+    in_flight: tokio::sync::Semaphore,
 }
 
 impl Logs {
+    /// Stores through `jetstream` (the logs connection), at most `max_in_flight` at once.
+    pub(crate) fn new(jetstream: async_nats::jetstream::Context, max_in_flight: usize) -> Self {
+        Logs {
+            owned: Mutex::default(),
+            jetstream,
+            in_flight: tokio::sync::Semaphore::new(max_in_flight.max(1)),
+        }
+    }
+
     fn remembered(&self, agent: &str, workflow: &str) -> bool {
         let owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
         owned.contains_key(&(agent.to_string(), workflow.to_string()))
@@ -69,8 +82,14 @@ pub(crate) async fn publish(
         return Err(Status::invalid_argument(e.to_string()));
     }
     check_owner(shared, logs, &batch.agent_id, &batch.workflow_id).await?;
+    // Closed only if the semaphore were closed, which it never is.
+    let _permit = logs
+        .in_flight
+        .acquire()
+        .await
+        .map_err(|_| Status::unavailable("shutting down"))?;
     let started = Instant::now();
-    match tink_bus::publish_log_batch(&shared.bus.jetstream, &batch).await {
+    match tink_bus::publish_log_batch(&logs.jetstream, &batch).await {
         Ok(ack) => {
             metrics
                 .publish_logs_seconds

@@ -56,6 +56,10 @@ struct Args {
         default_value_t = 5
     )]
     log_access_cache_seconds: u64,
+    /// PublishLogs calls (action output) stored at once; more wait their turn, so action output
+    /// can never crowd out events (which also have a NATS connection of their own).
+    #[arg(long, env = "TINK_SERVER_LOGS_MAX_IN_FLIGHT", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    logs_max_in_flight: u32,
     #[command(flatten)]
     admin: tink_runtime::AdminArgs,
     #[command(flatten)]
@@ -98,6 +102,7 @@ async fn main() -> anyhow::Result<()> {
     config.nats_auth = args.bus.nats_auth();
     config.allow_unauthenticated_agents = args.allow_unauthenticated_agents;
     config.log_access_cache = std::time::Duration::from_secs(args.log_access_cache_seconds);
+    config.logs_max_in_flight = args.logs_max_in_flight as usize;
     config.kube = kube_client(&args).await?;
     match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
