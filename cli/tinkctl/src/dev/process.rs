@@ -67,10 +67,10 @@ pub fn http_status(url: &str, timeout: Duration) -> anyhow::Result<u16> {
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
-    write!(
-        s,
-        "GET /{path} HTTP/1.0\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
-    )?;
+    // One write: `write!` on the socket would send the request in pieces, and a server that
+    // answers after its first read and closes would make the later pieces fail (EPIPE).
+    let request = format!("GET /{path} HTTP/1.0\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes())?;
     let mut head = [0u8; 12];
     s.read_exact(&mut head)?;
     let text = std::str::from_utf8(&head).unwrap_or_default();
@@ -208,8 +208,15 @@ mod tests {
         let addr = l.local_addr().expect("addr");
         let t = std::thread::spawn(move || {
             let (mut s, _) = l.accept().expect("accept");
+            // The whole request head, then the answer.
+            let mut head = Vec::new();
             let mut buf = [0u8; 256];
-            let _ = s.read(&mut buf);
+            while !head.ends_with(b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
             s.write_all(b"HTTP/1.1 503 Service Unavailable\r\n\r\n")
                 .expect("write");
         });
