@@ -178,7 +178,9 @@ docker tag tink-netboot-demo/actions:latest "127.0.0.1:$push_port/tink/actions:d
 docker push -q "127.0.0.1:$push_port/tink/actions:demo" >/dev/null
 docker rmi "127.0.0.1:$push_port/tink/actions:demo" >/dev/null
 kill "$push_pid"; wait "$push_pid" 2>/dev/null || true
-nsx docker-registry serve "$out/registry.yml" >"$out/registry.log" 2>&1 &
+# `ip netns exec` itself, not the nsx function: a backgrounded function is a subshell, and
+# killing it at the end would leave the registry running.
+ip netns exec "$ns" docker-registry serve "$out/registry.yml" >"$out/registry.log" 2>&1 &
 pids+=($!)
 for i in $(seq 1 50); do nsx curl -sf "http://$bridge_ip:$registry_port/v2/tink/actions/tags/list" >/dev/null && break; sleep 0.2; done
 nsx curl -sf "http://$bridge_ip:$registry_port/v2/tink/actions/tags/list"; echo
@@ -261,7 +263,7 @@ printf '%s\n' "$userdata" > "$out/userdata.expected"
 
 stage "provisioning boot: PXE, OSIE, workflow, reboot ($accel)"
 qemu-img create -q -f qcow2 "$out/disk.qcow2" 1G
-nsx timeout "$timeout_s" qemu-system-x86_64 "${qemu_accel[@]}" -m 2048 -smp 2 \
+ip netns exec "$ns" timeout "$timeout_s" qemu-system-x86_64 "${qemu_accel[@]}" -m 2048 -smp 2 \
   -nographic -no-reboot -boot order=nc \
   -drive file="$out/disk.qcow2",format=qcow2,if=virtio \
   -netdev tap,id=n0,ifname=tap0,script=no,downscript=no \
