@@ -51,7 +51,7 @@ impl Root {
     }
 
     /// The real path of `name` (relative, `/`-separated) inside the root.
-    pub fn resolve(&self, name: &str) -> Result<PathBuf, FileError> {
+    pub async fn resolve(&self, name: &str) -> Result<PathBuf, FileError> {
         if name.is_empty() || name.contains('\0') || name.contains('\\') {
             return Err(FileError::Refused);
         }
@@ -66,7 +66,8 @@ impl Root {
                 }
             }
         }
-        let real = match std::fs::canonicalize(&joined) {
+        // On the runtime's blocking pool: a slow disk never stalls the DHCP or TFTP loops.
+        let real = match tokio::fs::canonicalize(&joined).await {
             Ok(p) => p,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(FileError::NotFound);
@@ -81,7 +82,7 @@ impl Root {
 
     /// Opens `name` for reading: the file and its length.
     pub async fn open(&self, name: &str) -> Result<(tokio::fs::File, u64), FileError> {
-        let path = self.resolve(name)?;
+        let path = self.resolve(name).await?;
         let file = tokio::fs::File::open(&path)
             .await
             .map_err(|e| match e.kind() {
@@ -101,8 +102,8 @@ impl Root {
 mod tests {
     use super::*;
 
-    #[test]
-    fn traversal_is_refused() {
+    #[tokio::test]
+    async fn traversal_is_refused() {
         let outer = tempfile::tempdir().unwrap();
         let root_dir = outer.path().join("root");
         std::fs::create_dir_all(root_dir.join("sub")).unwrap();
@@ -111,9 +112,12 @@ mod tests {
         std::os::unix::fs::symlink(outer.path().join("secret"), root_dir.join("link")).unwrap();
         std::os::unix::fs::symlink("sub/a.bin", root_dir.join("inside")).unwrap();
         let root = Root::new(&root_dir).unwrap();
-        assert!(root.resolve("sub/a.bin").is_ok());
-        assert!(root.resolve("./sub/a.bin").is_ok());
-        assert!(root.resolve("inside").is_ok(), "a link inside the root");
+        assert!(root.resolve("sub/a.bin").await.is_ok());
+        assert!(root.resolve("./sub/a.bin").await.is_ok());
+        assert!(
+            root.resolve("inside").await.is_ok(),
+            "a link inside the root"
+        );
         for bad in [
             "../secret",
             "sub/../../secret",
@@ -124,10 +128,13 @@ mod tests {
             "..\\secret",
         ] {
             assert!(
-                matches!(root.resolve(bad), Err(FileError::Refused)),
+                matches!(root.resolve(bad).await, Err(FileError::Refused)),
                 "{bad:?}"
             );
         }
-        assert!(matches!(root.resolve("nope"), Err(FileError::NotFound)));
+        assert!(matches!(
+            root.resolve("nope").await,
+            Err(FileError::NotFound)
+        ));
     }
 }
