@@ -135,6 +135,8 @@ pub struct ServerConfig {
     /// `PublishLogs` calls stored at once by this replica; more wait their turn. Action output
     /// also travels on a NATS connection of its own, so events never queue behind it.
     pub logs_max_in_flight: usize,
+    /// `ReadLogs` calls served at once by this replica; more are refused (RESOURCE_EXHAUSTED).
+    pub log_readers_max: usize,
 }
 
 impl ServerConfig {
@@ -152,6 +154,7 @@ impl ServerConfig {
             kube: None,
             log_access_cache: Duration::from_secs(5),
             logs_max_in_flight: 8,
+            log_readers_max: 256,
         }
     }
 }
@@ -390,6 +393,7 @@ pub async fn serve(
         }),
         metrics: shared.metrics.clone(),
         shutdown: shutdown.clone(),
+        readers: Arc::new(tokio::sync::Semaphore::new(config.log_readers_max)),
     };
     let result = builder
         .add_service(health_service)

@@ -60,6 +60,10 @@ struct Args {
     /// can never crowd out events (which also have a NATS connection of their own).
     #[arg(long, env = "TINK_SERVER_LOGS_MAX_IN_FLIGHT", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     logs_max_in_flight: u32,
+    /// ReadLogs calls (operators reading action output) served at once; more are refused with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TINK_SERVER_LOG_READERS_MAX", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    log_readers_max: u32,
     #[command(flatten)]
     admin: tink_runtime::AdminArgs,
     #[command(flatten)]
@@ -103,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
     config.allow_unauthenticated_agents = args.allow_unauthenticated_agents;
     config.log_access_cache = std::time::Duration::from_secs(args.log_access_cache_seconds);
     config.logs_max_in_flight = args.logs_max_in_flight as usize;
+    config.log_readers_max = args.log_readers_max as usize;
     config.kube = kube_client(&args).await?;
     match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {

@@ -41,6 +41,9 @@ pub(crate) struct LogReader {
     pub metrics: Metrics,
     /// Ends followers on shutdown.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// Calls being served at once (each holds a stream and, following, re-reads its Workflow);
+    /// one more is refused with RESOURCE_EXHAUSTED.
+    pub readers: Arc<tokio::sync::Semaphore>,
 }
 
 type LineStream = Pin<Box<dyn Stream<Item = Result<ReadLogsResponse, Status>> + Send>>;
@@ -61,6 +64,7 @@ impl LogService for LogReader {
                 tonic::Code::PermissionDenied => "denied",
                 tonic::Code::InvalidArgument | tonic::Code::NotFound => "invalid",
                 tonic::Code::FailedPrecondition => "not_configured",
+                tonic::Code::ResourceExhausted => "busy",
                 _ => "error",
             },
         });
@@ -79,6 +83,11 @@ impl LogReader {
             ));
         };
         let token = bearer_token(request.metadata())?.to_string();
+        let permit = self.readers.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(
+                "this server serves as many log readers as --log-readers-max allows; retry later or on another server",
+            )
+        })?;
         let request = request.into_inner();
         for (field, value) in [("namespace", &request.namespace), ("name", &request.name)] {
             if value.is_empty() || value.len() > MAX_NAME_LEN {
@@ -131,6 +140,8 @@ impl LogReader {
         let shutdown = self.shutdown.clone();
         let name = request.name.clone();
         tokio::spawn(async move {
+            // Held until the stream ends.
+            let _permit = permit;
             let ended = || {
                 let api = api.clone();
                 let name = name.clone();

@@ -44,6 +44,11 @@ struct Stack {
 /// kube-lite (CRDs, namespaces `a` and `b`, the shipped ClusterRole, alice bound in `a`), NATS,
 /// and a replica whose Kubernetes client is kube-lite's.
 async fn stack() -> Stack {
+    stack_with(|_| {}).await
+}
+
+/// [`stack`] with the replica's configuration adjusted by `adjust`.
+async fn stack_with(adjust: impl FnOnce(&mut ServerConfig)) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, TOKENS).expect("token file");
@@ -96,6 +101,7 @@ async fn stack() -> Stack {
     let mut config = ServerConfig::new(nats.url(), "server-logs");
     config.bus = bus_config();
     config.kube = Some(tink_server::KubeClient(admin.clone()));
+    adjust(&mut config);
     let replica = Replica::start_config(config).await;
     let js = jetstream(&nats.url()).await;
     Stack {
@@ -340,6 +346,58 @@ async fn follow_delivers_lines_published_after_the_call_until_the_workflow_ends(
         .await
         .expect("ends cleanly");
     assert!(end.is_none(), "{end:?}");
+    stack.replica.stop().await.expect("clean stop");
+    stack.kube.shutdown().await;
+}
+
+#[tokio::test]
+async fn readers_beyond_the_bound_are_refused_until_one_ends() {
+    let stack = stack_with(|c| c.log_readers_max = 1).await;
+    let a = workflow(&stack.admin, "a", "wf").await;
+    publish(&stack.js, &a, "0-wipe", &[1]).await;
+    let mut client = log_client(&stack).await;
+    let mut follower = within(
+        "ReadLogs to answer",
+        client.read_logs(request(Some("alice-token"), "a", "wf", true)),
+    )
+    .await
+    .expect("the first reader is served")
+    .into_inner();
+    within("the stored line", follower.message())
+        .await
+        .expect("ok")
+        .expect("a line");
+    // The one slot is taken: a second reader is refused at once, naming the flag.
+    let refused = read_all(&mut client, request(Some("alice-token"), "a", "wf", false))
+        .await
+        .expect_err("a second reader is refused");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("--log-readers-max"),
+        "{refused:?}"
+    );
+    // The follower ends with its workflow, and its slot is free again.
+    set_state(&stack.admin, "a", "wf", &a, "Succeeded").await;
+    let end = within("the stream to end", follower.message())
+        .await
+        .expect("ends cleanly");
+    assert!(end.is_none(), "{end:?}");
+    within("a slot to free up", async {
+        loop {
+            match read_all(&mut client, request(Some("alice-token"), "a", "wf", false)).await {
+                Ok(lines) => break lines,
+                Err(e) if e.code() == tonic::Code::ResourceExhausted => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await
+                }
+                Err(e) => panic!("unexpected: {e:?}"),
+            }
+        }
+    })
+    .await;
     stack.replica.stop().await.expect("clean stop");
     stack.kube.shutdown().await;
 }
