@@ -137,6 +137,8 @@ pub struct ServerConfig {
     pub logs_max_in_flight: usize,
     /// `ReadLogs` calls served at once by this replica; more are refused (RESOURCE_EXHAUSTED).
     pub log_readers_max: usize,
+    /// How often a `ReadLogs` follower's token and permission are checked again.
+    pub log_reauthorize: Duration,
 }
 
 impl ServerConfig {
@@ -155,6 +157,7 @@ impl ServerConfig {
             log_access_cache: Duration::from_secs(5),
             logs_max_in_flight: 8,
             log_readers_max: 256,
+            log_reauthorize: Duration::from_secs(30),
         }
     }
 }
@@ -394,6 +397,7 @@ pub async fn serve(
         metrics: shared.metrics.clone(),
         shutdown: shutdown.clone(),
         readers: Arc::new(tokio::sync::Semaphore::new(config.log_readers_max)),
+        reauthorize: config.log_reauthorize,
     };
     let result = builder
         .add_service(health_service)

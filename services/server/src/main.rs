@@ -64,6 +64,10 @@ struct Args {
     /// RESOURCE_EXHAUSTED.
     #[arg(long, env = "TINK_SERVER_LOG_READERS_MAX", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     log_readers_max: u32,
+    /// Seconds between checks of a following ReadLogs caller's token and permission (TokenReview
+    /// and SubjectAccessReview again): a removed RoleBinding ends its stream within this long.
+    #[arg(long, env = "TINK_SERVER_LOG_REAUTHORIZE_SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    log_reauthorize_seconds: u64,
     #[command(flatten)]
     admin: tink_runtime::AdminArgs,
     #[command(flatten)]
@@ -108,6 +112,7 @@ async fn main() -> anyhow::Result<()> {
     config.log_access_cache = std::time::Duration::from_secs(args.log_access_cache_seconds);
     config.logs_max_in_flight = args.logs_max_in_flight as usize;
     config.log_readers_max = args.log_readers_max as usize;
+    config.log_reauthorize = std::time::Duration::from_secs(args.log_reauthorize_seconds);
     config.kube = kube_client(&args).await?;
     match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {

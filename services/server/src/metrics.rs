@@ -27,7 +27,10 @@ pub struct ErrorLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReadResultLabel {
     /// `allowed`, `denied` (RBAC said no), `unauthenticated`, `invalid` (bad request or no such
-    /// workflow), `not_configured` (no Kubernetes access), `error` (the API server failed).
+    /// workflow), `not_configured` (no Kubernetes access), `error` (the API server failed),
+    /// `busy` (--log-readers-max reached). An allowed follower is counted a second time when a
+    /// later check ends it: `revoked` (permission gone), `token_revoked`, `recheck_failed` (the
+    /// API server could not be asked for two periods).
     pub result: String,
 }
 

@@ -44,6 +44,9 @@ pub(crate) struct LogReader {
     /// Calls being served at once (each holds a stream and, following, re-reads its Workflow);
     /// one more is refused with RESOURCE_EXHAUSTED.
     pub readers: Arc<tokio::sync::Semaphore>,
+    /// How often a follower's token and permission are checked again: a revoked token or a
+    /// removed RoleBinding ends its stream within this long.
+    pub reauthorize: Duration,
 }
 
 type LineStream = Pin<Box<dyn Stream<Item = Result<ReadLogsResponse, Status>> + Send>>;
@@ -100,6 +103,13 @@ impl LogReader {
         access
             .authorize(&caller, &request.namespace, &request.name)
             .await?;
+        let recheck = Recheck {
+            access: access.clone(),
+            token,
+            namespace: request.namespace.clone(),
+            name: request.name.clone(),
+            every: self.reauthorize,
+        };
         debug!(user = %caller.user, namespace = %request.namespace, name = %request.name, "reading logs");
 
         let api: Api<Workflow> = Api::namespaced(access.client().clone(), &request.namespace);
@@ -180,6 +190,15 @@ impl LogReader {
                     return;
                 }
                 _ = tx.closed() => return,
+                status = recheck.until_refused(), if options.follow => {
+                    metrics.log_read(match status.code() {
+                        tonic::Code::PermissionDenied => "revoked",
+                        tonic::Code::Unauthenticated => "token_revoked",
+                        _ => "recheck_failed",
+                    });
+                    let _ = tx.send(Err(status)).await;
+                    return;
+                }
             };
             match result {
                 Ok(summary) if summary.malformed > 0 => {
@@ -228,6 +247,58 @@ impl LogReader {
             tokio::select! {
                 _ = self.shutdown.cancelled() => return Err(Status::unavailable("the server is shutting down")),
                 _ = tokio::time::sleep(DISPATCH_POLL) => {}
+            }
+        }
+    }
+}
+
+/// A follower's access, checked again every `every` for as long as it follows.
+struct Recheck {
+    access: Arc<LogAccess>,
+    token: String,
+    namespace: String,
+    name: String,
+    every: Duration,
+}
+
+impl Recheck {
+    /// Returns the refusal once the token is no longer accepted or the permission is gone;
+    /// never while both hold. An API server that cannot be asked is tolerated for one more
+    /// period (a blip must not end every follower), then the stream ends with UNAVAILABLE: an
+    /// unchecked reader must not go on for ever.
+    async fn until_refused(&self) -> Status {
+        let mut failing_since: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::time::sleep(self.every).await;
+            let checked = match self.access.authenticate(&self.token).await {
+                Ok(caller) => {
+                    self.access
+                        .authorize(&caller, &self.namespace, &self.name)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            match checked {
+                Ok(()) => failing_since = None,
+                Err(s)
+                    if matches!(
+                        s.code(),
+                        tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
+                    ) =>
+                {
+                    debug!(namespace = %self.namespace, name = %self.name, "follower's access revoked");
+                    return s;
+                }
+                Err(s) => {
+                    let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                    warn!(error = %s, "cannot re-check a log follower's access");
+                    if since.elapsed() >= self.every {
+                        return Status::unavailable(format!(
+                            "this server cannot re-check your access to the logs: {}",
+                            s.message()
+                        ));
+                    }
+                }
             }
         }
     }

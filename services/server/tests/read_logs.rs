@@ -462,3 +462,57 @@ async fn since_keeps_recent_lines_and_an_unknown_action_is_named() {
     stack.replica.stop().await.expect("clean stop");
     stack.kube.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_follower_whose_binding_is_removed_is_cut_off_at_the_next_check() {
+    let stack = stack_with(|c| {
+        c.log_reauthorize = std::time::Duration::from_millis(500);
+        c.log_access_cache = std::time::Duration::from_millis(100);
+    })
+    .await;
+    let a = workflow(&stack.admin, "a", "wf").await;
+    publish(&stack.js, &a, "0-wipe", &[1]).await;
+    let mut client = log_client(&stack).await;
+    let mut stream = within(
+        "ReadLogs to answer",
+        client.read_logs(request(Some("alice-token"), "a", "wf", true)),
+    )
+    .await
+    .expect("alice follows a/wf")
+    .into_inner();
+    let first = within("the stored line", stream.message())
+        .await
+        .expect("ok")
+        .expect("a line");
+    assert_eq!(texts(&[first]), ["[wipe] 0-wipe line 1"]);
+    // Still bound after several checks: lines keep coming.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    publish(&stack.js, &a, "1-image", &[1]).await;
+    let live = within("the live line", stream.message())
+        .await
+        .expect("ok")
+        .expect("a line");
+    assert_eq!(texts(&[live]), ["[image] 1-image line 1"]);
+
+    // The binding goes: the stream ends with PERMISSION_DENIED, and a line published
+    // afterwards never reaches alice.
+    Api::<RoleBinding>::namespaced(stack.admin.clone(), "a")
+        .delete("alice-reads-logs", &Default::default())
+        .await
+        .expect("binding removed");
+    let status = within("the stream to be cut off", async {
+        loop {
+            match stream.message().await {
+                Ok(Some(line)) => panic!("a line after the binding went: {line:?}"),
+                Ok(None) => panic!("the stream ended without the refusal"),
+                Err(status) => break status,
+            }
+        }
+    })
+    .await;
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    publish(&stack.js, &a, "1-image", &[2]).await;
+    assert_eq!(stack.replica.metrics.log_read_count("revoked"), 1);
+    stack.replica.stop().await.expect("clean stop");
+    stack.kube.shutdown().await;
+}
