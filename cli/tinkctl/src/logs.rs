@@ -28,7 +28,7 @@ use tink_api::v1alpha2::Workflow;
 use tink_bus::proto::log_line::Stream;
 use tink_bus::proto::log_service_client::LogServiceClient;
 use tink_bus::proto::{LogLine, ReadLogsRequest};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::kubeconfig::KubeArgs;
 
@@ -52,8 +52,9 @@ pub struct LogsArgs {
     /// Prefix each line with the time the agent read it (RFC 3339).
     #[arg(long)]
     pub timestamps: bool,
-    /// The server to read from (`HOST:PORT`, or a comma-separated list tried in order); access
-    /// is checked with Kubernetes RBAC (`get` on `workflows/log`).
+    /// The server to read from (`HOST:PORT`, or a comma-separated list tried in order; when the
+    /// serving one fails, the read resumes on the next without repeating a line); access is
+    /// checked with Kubernetes RBAC (`get` on `workflows/log`).
     #[arg(long, env = "TINK_SERVER")]
     pub server: Option<String>,
     /// CA certificate (PEM) of the servers' TLS certificates (default: `TINK_TLS_CA`, else
@@ -129,82 +130,177 @@ fn not_dispatched(args: &LogsArgs) {
     );
 }
 
-/// Reads through a server's `LogService`.
-async fn run_server(server: String, args: LogsArgs) -> anyhow::Result<()> {
+/// Reads through a server's `LogService`. When the server serving the call dies or its
+/// connection drops, the read goes on through the next server of the list (or the same one,
+/// back), from where it was: lines already printed (known by their action and sequence) are not
+/// printed again, and with `--since` the window stays the one asked for.
+async fn run_server(servers: String, args: LogsArgs) -> anyhow::Result<()> {
     let token = match &args.token {
         Some(token) => token.clone(),
         None => crate::kubeconfig::current_user_token(args.kube.kubeconfig.as_deref())?,
     };
-    let channel = connect(&server, &args).await?;
-    let mut client = LogServiceClient::new(channel);
-    let mut request = tonic::Request::new(ReadLogsRequest {
-        namespace: args.namespace.clone(),
-        name: args.name.clone(),
-        action: args.action.clone().unwrap_or_default(),
-        follow: args.follow,
-        since_seconds: args.since.map_or(0, |d| d.as_secs().max(1)),
-    });
-    let value = format!("Bearer {token}")
+    let authorization: tonic::metadata::MetadataValue<_> = format!("Bearer {token}")
         .parse()
         .context("the token holds characters gRPC metadata cannot carry")?;
-    request.metadata_mut().insert("authorization", value);
-    let response = client.read_logs(request).await.map_err(explain)?;
-    if response
-        .metadata()
-        .contains_key(tink_bus::NOT_DISPATCHED_HEADER)
-    {
-        not_dispatched(&args);
-        return Ok(());
+    let servers: Vec<String> = servers
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    if servers.is_empty() {
+        anyhow::bail!("--server is empty: expected HOST:PORT[,HOST:PORT...]");
     }
-    let mut stream = response.into_inner();
+    let tls = tls_config(&args)?;
+    let started = std::time::Instant::now();
+    let mut printed = Printed::default();
     let mut out = std::io::stdout().lock();
-    while let Some(read) = stream.message().await.map_err(explain)? {
-        let line = read.line.unwrap_or_default();
-        show(&read.action_name, &line, args.timestamps, &mut out)?;
+    let mut next = 0;
+    let mut failures: Vec<String> = Vec::new();
+    loop {
+        if failures.len() >= RESUME_ATTEMPTS {
+            anyhow::bail!(
+                "gave up reading the logs after {} failed attempts: {}",
+                failures.len(),
+                failures.join("; ")
+            );
+        }
+        if !failures.is_empty() {
+            // 0.2 s, 0.4 s, ... at most 3.2 s between attempts.
+            let pause = Duration::from_millis(200) * (1 << (failures.len() - 1).min(4));
+            tokio::time::sleep(pause).await;
+        }
+        let server = &servers[next % servers.len()];
+        next += 1;
+        let channel = match endpoint(server, tls.as_ref())?.connect().await {
+            Ok(channel) => channel,
+            Err(e) => {
+                failures.push(format!("{server}: {e}"));
+                continue;
+            }
+        };
+        let since_seconds = args
+            .since
+            .map_or(0, |d| (d + started.elapsed()).as_secs().max(1));
+        let mut request = tonic::Request::new(ReadLogsRequest {
+            namespace: args.namespace.clone(),
+            name: args.name.clone(),
+            action: args.action.clone().unwrap_or_default(),
+            follow: args.follow,
+            since_seconds,
+        });
+        request
+            .metadata_mut()
+            .insert("authorization", authorization.clone());
+        let response = match LogServiceClient::new(channel).read_logs(request).await {
+            Ok(response) => response,
+            Err(status) if resumable(&status) => {
+                failures.push(format!("{server}: {}", status.message()));
+                continue;
+            }
+            Err(status) => return Err(explain(status)),
+        };
+        if response
+            .metadata()
+            .contains_key(tink_bus::NOT_DISPATCHED_HEADER)
+        {
+            not_dispatched(&args);
+            return Ok(());
+        }
+        let mut stream = response.into_inner();
+        loop {
+            match stream.message().await {
+                Ok(Some(read)) => {
+                    let line = read.line.unwrap_or_default();
+                    if printed.is_new(&read.action_id, line.sequence) {
+                        show(&read.action_name, &line, args.timestamps, &mut out)?;
+                        // Progress: a later failure starts a fresh count.
+                        failures.clear();
+                    }
+                }
+                Ok(None) => {
+                    std::io::Write::flush(&mut out)?;
+                    return Ok(());
+                }
+                Err(status) if resumable(&status) => {
+                    std::io::Write::flush(&mut out)?;
+                    failures.push(format!("{server}: {}", status.message()));
+                    break;
+                }
+                Err(status) => return Err(explain(status)),
+            }
+        }
     }
-    std::io::Write::flush(&mut out)?;
-    Ok(())
 }
 
-/// A channel to the first of the servers (`HOST:PORT,...`) that answers.
-async fn connect(servers: &str, args: &LogsArgs) -> anyhow::Result<Channel> {
-    let tls = if args.insecure {
-        None
-    } else {
-        let ca = args
-            .tls_ca
-            .clone()
-            .or_else(|| std::env::var_os("TINK_AGENT_TLS_CA").map(PathBuf::from))
-            .context(
-                "the servers' TLS CA is needed: pass --tls-ca (or set TINK_TLS_CA), or --insecure for a plaintext server",
-            )?;
-        let pem = std::fs::read(&ca).with_context(|| format!("cannot read {}", ca.display()))?;
-        Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
-    };
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let mut failures = Vec::new();
-    for server in servers.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let mut endpoint = Channel::from_shared(format!("{scheme}://{server}"))
-            .with_context(|| format!("--server {server:?}: expected HOST:PORT"))?
-            .connect_timeout(Duration::from_secs(10));
-        if let Some(tls) = &tls {
-            endpoint = endpoint
-                .tls_config(tls.clone())
-                .context("invalid TLS configuration")?;
-        }
-        match endpoint.connect().await {
-            Ok(channel) => return Ok(channel),
-            Err(e) => failures.push(format!("{server}: {e}")),
+/// Attempts in a row (connecting or reading) without a new line before `workflow logs` gives up.
+const RESUME_ATTEMPTS: usize = 8;
+
+/// Whether a failed call is worth resuming on a server: the server or the connection failed,
+/// or it was busy; not a refusal or a bad request.
+fn resumable(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable
+            | tonic::Code::Unknown
+            | tonic::Code::Cancelled
+            | tonic::Code::Aborted
+            | tonic::Code::Internal
+            | tonic::Code::ResourceExhausted
+            | tonic::Code::DeadlineExceeded
+    )
+}
+
+/// The highest line sequence printed per action: a resumed read prints only what follows.
+#[derive(Debug, Default)]
+struct Printed(HashMap<String, u64>);
+
+impl Printed {
+    fn is_new(&mut self, action_id: &str, sequence: u64) -> bool {
+        match self.0.get_mut(action_id) {
+            Some(last) if sequence <= *last => false,
+            Some(last) => {
+                *last = sequence;
+                true
+            }
+            None => {
+                self.0.insert(action_id.to_string(), sequence);
+                true
+            }
         }
     }
-    anyhow::bail!(
-        "cannot connect to a server ({})",
-        if failures.is_empty() {
-            "--server is empty".to_string()
-        } else {
-            failures.join("; ")
-        }
-    )
+}
+
+/// The TLS settings for the servers, `None` with `--insecure`.
+fn tls_config(args: &LogsArgs) -> anyhow::Result<Option<ClientTlsConfig>> {
+    if args.insecure {
+        return Ok(None);
+    }
+    let ca = args
+        .tls_ca
+        .clone()
+        .or_else(|| std::env::var_os("TINK_AGENT_TLS_CA").map(PathBuf::from))
+        .context(
+            "the servers' TLS CA is needed: pass --tls-ca (or set TINK_TLS_CA), or --insecure for a plaintext server",
+        )?;
+    let pem = std::fs::read(&ca).with_context(|| format!("cannot read {}", ca.display()))?;
+    Ok(Some(
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)),
+    ))
+}
+
+/// The endpoint of one server (`HOST:PORT`).
+fn endpoint(server: &str, tls: Option<&ClientTlsConfig>) -> anyhow::Result<Endpoint> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoint = Channel::from_shared(format!("{scheme}://{server}"))
+        .with_context(|| format!("--server {server:?}: expected HOST:PORT"))?
+        .connect_timeout(Duration::from_secs(10));
+    if let Some(tls) = tls {
+        endpoint = endpoint
+            .tls_config(tls.clone())
+            .context("invalid TLS configuration")?;
+    }
+    Ok(endpoint)
 }
 
 /// A server's refusal as an error an operator can act on.
@@ -417,6 +513,30 @@ fn show<W: std::io::Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resumed_read_prints_only_lines_after_the_last_printed_of_each_action() {
+        let mut printed = Printed::default();
+        assert!(printed.is_new("0-wipe", 1));
+        assert!(printed.is_new("0-wipe", 2));
+        assert!(printed.is_new("1-image", 1));
+        // The second server sends everything again.
+        assert!(!printed.is_new("0-wipe", 1));
+        assert!(!printed.is_new("0-wipe", 2));
+        assert!(!printed.is_new("1-image", 1));
+        assert!(printed.is_new("1-image", 2));
+        assert!(printed.is_new("0-wipe", 3));
+    }
+
+    #[test]
+    fn refusals_end_the_read_and_server_failures_resume_it() {
+        assert!(resumable(&tonic::Status::unavailable("gone")));
+        assert!(resumable(&tonic::Status::resource_exhausted("busy")));
+        assert!(!resumable(&tonic::Status::permission_denied("no")));
+        assert!(!resumable(&tonic::Status::unauthenticated("no")));
+        assert!(!resumable(&tonic::Status::not_found("no")));
+        assert!(!resumable(&tonic::Status::invalid_argument("no")));
+    }
 
     #[test]
     fn since_takes_friendly_durations() {

@@ -2,7 +2,8 @@
 //! stored lines in order, prefixed by action name; `--action`; a line stored twice shown once;
 //! nothing of another workflow; `-f` shows lines added later and ends with the Workflow.
 //! Through a server (TLS, the kubeconfig user's token, Kubernetes RBAC) the same lines print
-//! for a user bound to `tink-workflow-log-reader`, and a user without the binding is refused.
+//! for a user bound to `tink-workflow-log-reader`, and a user without the binding is refused;
+//! a follower whose server stops goes on through the next one without losing or repeating a line.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -356,5 +357,119 @@ async fn workflow_logs_through_the_server_follow_kubernetes_rbac() {
 
     shutdown.cancel();
     let _ = serving.await;
+    server.shutdown().await;
+}
+
+/// A TLS replica with Kubernetes access; its address, its shutdown and its task.
+async fn replica(
+    nats: &str,
+    id: &str,
+    client: &kube::Client,
+    certs: &tink_webhook::DevCertificates,
+) -> (
+    String,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<Result<(), tink_server::ServerError>>,
+) {
+    let mut config = tink_server::ServerConfig::new(nats, id);
+    config.kube = Some(tink_server::KubeClient(client.clone()));
+    config.tls = Some(tink_server::TlsConfig {
+        cert_pem: certs.cert_pem.clone().into_bytes(),
+        key_pem: certs.key_pem.clone().into_bytes(),
+        client_ca_pem: None,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let health = tink_runtime::Health::new();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let serving = tokio::spawn(tink_server::serve(
+        config,
+        listener,
+        health.clone(),
+        tink_server::Metrics::default(),
+        shutdown.clone(),
+    ));
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !health.is_ready() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the server gets ready");
+    (addr, shutdown, serving)
+}
+
+#[tokio::test]
+async fn a_follower_goes_on_through_the_next_server_when_its_server_stops() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let server = kube_lite::Server::start(kube_lite::Config::default())
+        .await
+        .expect("kube-lite");
+    let client = server.client().expect("client");
+    apply_crds(&client).await;
+    let api: Api<Workflow> = Api::namespaced(client.clone(), "default");
+    let nats = NatsServer::start().await.expect("nats");
+    let certs =
+        tink_webhook::dev_certificates(&["localhost".into()], &["127.0.0.1".parse().expect("ip")])
+            .expect("certificates");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &certs.ca_pem).expect("ca");
+    let (first, stop_first, first_task) = replica(&nats.url(), "server-0", &client, &certs).await;
+    let (second, stop_second, second_task) =
+        replica(&nats.url(), "server-1", &client, &certs).await;
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("nats"));
+    let one = workflow(&api, "one", "Running").await;
+    publish(&js, &one, "0-disk", 1..=2).await;
+
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let mut follow = tokio::process::Command::new(env!("CARGO_BIN_EXE_tinkctl"));
+    follow
+        .args(["workflow", "logs", "one", "-f", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--server", &format!("{first},{second}"), "--tls-ca"])
+        .arg(&ca)
+        .env_remove("TINK_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = follow.spawn().expect("tinkctl -f runs");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    publish(&js, &one, "1-boot", 1..=2).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The server serving the follower stops (a rolling update); lines go on being stored,
+    // some while no server serves the follower.
+    stop_first.cancel();
+    let _ = first_task.await;
+    publish(&js, &one, "1-boot", 3..=4).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    publish(&js, &one, "1-boot", 5..=5).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    set_status(&api, "one", &one, "Succeeded").await;
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("tinkctl -f ends once the Workflow ended")
+        .expect("output");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "[disk] 0-disk says 1",
+            "[disk] (stderr) 0-disk says 2",
+            "[boot] 1-boot says 1",
+            "[boot] (stderr) 1-boot says 2",
+            "[boot] 1-boot says 3",
+            "[boot] (stderr) 1-boot says 4",
+            "[boot] 1-boot says 5",
+        ],
+        "every line once, in order, across the two servers; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stop_second.cancel();
+    let _ = second_task.await;
     server.shutdown().await;
 }
