@@ -139,6 +139,9 @@ pub struct ServerConfig {
     pub log_readers_max: usize,
     /// How often a `ReadLogs` follower's token and permission are checked again.
     pub log_reauthorize: Duration,
+    /// The nice value (0-19) of the thread that stores action output: above 0, the kernel
+    /// gives the events' threads the CPU first when it is short.
+    pub logs_nice: i32,
 }
 
 impl ServerConfig {
@@ -158,6 +161,7 @@ impl ServerConfig {
             logs_max_in_flight: 8,
             log_readers_max: 256,
             log_reauthorize: Duration::from_secs(30),
+            logs_nice: 5,
         }
     }
 }
@@ -180,6 +184,9 @@ pub enum ServerError {
     /// The takeover or pull inbox subscription could not be made.
     #[error("cannot subscribe: {0}")]
     Subscribe(#[source] async_nats::SubscribeError),
+    /// The log store's thread could not be started.
+    #[error("cannot start the log store thread: {0}")]
+    Thread(#[from] std::io::Error),
 }
 
 /// Runs one replica on `listener` until `shutdown` is cancelled.
@@ -375,19 +382,28 @@ pub async fn serve(
     }
     // Action output on a connection of its own: a large log batch never sits in front of an
     // event in the same socket (here or in nats-server's reader of this client).
-    let logs_client = tink_bus::connect(&config.nats_url, &config.nats_auth, || {
-        async_nats::ConnectOptions::new()
-            .name(format!("{name} logs"))
-            .max_reconnects(None)
-    })
-    .await
-    .map_err(ServerError::Nats)?;
+    let logs_store = {
+        let url = config.nats_url.clone();
+        let auth = config.nats_auth.clone();
+        let name = format!("{name} logs");
+        logs::LogStore::start(
+            move || async move {
+                tink_bus::connect(&url, &auth, || {
+                    async_nats::ConnectOptions::new()
+                        .name(name.clone())
+                        .max_reconnects(None)
+                })
+                .await
+                .map_err(ServerError::Nats)
+            },
+            config.logs_max_in_flight,
+            config.logs_nice,
+        )
+        .await?
+    };
     let gateway = service::Gateway {
         shared: shared.clone(),
-        logs: Arc::new(logs::Logs::new(
-            async_nats::jetstream::new(logs_client.clone()),
-            config.logs_max_in_flight,
-        )),
+        logs: Arc::new(logs::Logs::new(logs_store)),
     };
     let log_reader = read_logs::LogReader {
         jetstream: shared.bus.jetstream.clone(),

@@ -4,12 +4,17 @@
 //! agent must own the workflow: the first event stored on the workflow's events subject (the
 //! agent's receipt of the StartWorkflow, sent before any action runs) must name the same agent.
 //! That is one JetStream read per agent and workflow, remembered in a bounded cache.
+//!
+//! Storing is done by [`LogStore`]: a thread of its own, with its own NATS connection, at a
+//! lower CPU priority (`--logs-nice`), so when the machine is busy the kernel runs the events'
+//! work first and action output waits (the agent buffers it, within its limits).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
+use async_nats::jetstream::publish::PublishAck;
 use tink_bus::BusError;
 use tink_bus::proto::{LogAck, LogBatch};
 use tonic::Status;
@@ -25,19 +30,16 @@ const OWNERS_MAX: usize = 16_384;
 pub(crate) struct Logs {
     /// (agent id, workflow id) pairs checked to be the agent's own workflow.
     owned: Mutex<HashMap<(String, String), Instant>>,
-    /// JetStream on the replica's logs connection (not the events').
-    jetstream: async_nats::jetstream::Context,
-    /// Log batches being stored at once; the rest wait.
-    in_flight: tokio::sync::Semaphore,
+    /// Where batches are stored.
+    store: LogStore,
 }
 
 impl Logs {
-    /// Stores through `jetstream` (the logs connection), at most `max_in_flight` at once.
-    pub(crate) fn new(jetstream: async_nats::jetstream::Context, max_in_flight: usize) -> Self {
+    /// Stores through `store`.
+    pub(crate) fn new(store: LogStore) -> Self {
         Logs {
             owned: Mutex::default(),
-            jetstream,
-            in_flight: tokio::sync::Semaphore::new(max_in_flight.max(1)),
+            store,
         }
     }
 
@@ -82,14 +84,9 @@ pub(crate) async fn publish(
         return Err(Status::invalid_argument(e.to_string()));
     }
     check_owner(shared, logs, &batch.agent_id, &batch.workflow_id).await?;
-    // Closed only if the semaphore were closed, which it never is.
-    let _permit = logs
-        .in_flight
-        .acquire()
-        .await
-        .map_err(|_| Status::unavailable("shutting down"))?;
     let started = Instant::now();
-    match tink_bus::publish_log_batch(&logs.jetstream, &batch).await {
+    let (batch, stored) = logs.store.store(batch).await?;
+    match stored {
         Ok(ack) => {
             metrics
                 .publish_logs_seconds
@@ -173,4 +170,114 @@ async fn check_owner(
     }
     logs.remember(agent, workflow_id);
     Ok(())
+}
+
+/// A batch to store, and where to answer.
+type Job = (
+    LogBatch,
+    tokio::sync::oneshot::Sender<(LogBatch, Result<PublishAck, BusError>)>,
+);
+
+/// Batches waiting for the store thread, beyond those it is storing.
+const QUEUE: usize = 256;
+
+/// The thread that stores action output: its own single-threaded runtime and NATS connection,
+/// at most `max_in_flight` publishes awaiting their acknowledgement at once, at nice `nice`.
+/// It ends when the last [`LogStore`] handle is dropped.
+#[derive(Debug, Clone)]
+pub(crate) struct LogStore {
+    jobs: tokio::sync::mpsc::Sender<Job>,
+}
+
+impl LogStore {
+    /// Starts the thread and connects it to NATS with `connect`; returns once connected (or
+    /// with the connection's error).
+    pub(crate) async fn start<F, Fut, E>(
+        connect: F,
+        max_in_flight: usize,
+        nice: i32,
+    ) -> Result<LogStore, E>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<async_nats::Client, E>>,
+        E: Send + 'static + From<std::io::Error>,
+    {
+        let (jobs, mut queue) = tokio::sync::mpsc::channel::<Job>(QUEUE);
+        let (ready, connected) = tokio::sync::oneshot::channel::<Result<(), E>>();
+        std::thread::Builder::new()
+            .name("tink-logs".into())
+            .spawn(move || {
+                if nice != 0 {
+                    // On Linux the nice value belongs to the thread: only this one is lowered.
+                    if let Err(e) = rustix::process::setpriority_process(None, nice) {
+                        warn!(error = %e, nice, "cannot lower the log store's CPU priority");
+                    }
+                }
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = ready.send(Err(E::from(e)));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let client = match connect().await {
+                        Ok(client) => client,
+                        Err(e) => {
+                            let _ = ready.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = ready.send(Ok(()));
+                    let jetstream = async_nats::jetstream::new(client.clone());
+                    let in_flight =
+                        std::sync::Arc::new(tokio::sync::Semaphore::new(max_in_flight.max(1)));
+                    let mut tasks = tokio::task::JoinSet::new();
+                    while let Some((batch, answer)) = queue.recv().await {
+                        // Never closed: the semaphore lives as long as this loop.
+                        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                            break;
+                        };
+                        let jetstream = jetstream.clone();
+                        tasks.spawn(async move {
+                            let _permit = permit;
+                            let result = tink_bus::publish_log_batch(&jetstream, &batch).await;
+                            let _ = answer.send((batch, result));
+                        });
+                        while tasks.try_join_next().is_some() {}
+                    }
+                    // Every handle is gone (the server stopped): finish what was taken.
+                    while tasks.join_next().await.is_some() {}
+                    if let Err(e) = client.flush().await {
+                        debug!(error = %e, "flushing the logs connection");
+                    }
+                });
+            })
+            .map_err(E::from)?;
+        match connected.await {
+            Ok(Ok(())) => Ok(LogStore { jobs }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(E::from(std::io::Error::other(
+                "the log store thread ended before connecting",
+            ))),
+        }
+    }
+
+    /// Stores `batch` (waiting for a free slot), and gives it back with the result.
+    async fn store(
+        &self,
+        batch: LogBatch,
+    ) -> Result<(LogBatch, Result<PublishAck, BusError>), Status> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.jobs
+            .send((batch, answer))
+            .await
+            .map_err(|_| Status::unavailable("the log store stopped; retry the same batch"))?;
+        answered
+            .await
+            .map_err(|_| Status::unavailable("the log store stopped; retry the same batch"))
+    }
 }
