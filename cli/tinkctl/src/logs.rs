@@ -27,7 +27,7 @@ use kube::api::Api;
 use tink_api::v1alpha2::Workflow;
 use tink_bus::proto::log_line::Stream;
 use tink_bus::proto::log_service_client::LogServiceClient;
-use tink_bus::proto::{LogLine, ReadLogsRequest};
+use tink_bus::proto::{LogLine, ReadLogsRequest, ReadLogsResponse};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::kubeconfig::KubeArgs;
@@ -52,21 +52,8 @@ pub struct LogsArgs {
     /// Prefix each line with the time the agent read it (RFC 3339).
     #[arg(long)]
     pub timestamps: bool,
-    /// The server to read from (`HOST:PORT`, or a comma-separated list tried in order; when the
-    /// serving one fails, the read resumes on the next without repeating a line); access is
-    /// checked with Kubernetes RBAC (`get` on `workflows/log`).
-    #[arg(long, env = "TINK_SERVER")]
-    pub server: Option<String>,
-    /// CA certificate (PEM) of the servers' TLS certificates (default: `TINK_TLS_CA`, else
-    /// `TINK_AGENT_TLS_CA`, which the dev stack's env file sets).
-    #[arg(long, env = "TINK_TLS_CA")]
-    pub tls_ca: Option<PathBuf>,
-    /// Talk plaintext gRPC to the server (a server started with --insecure).
-    #[arg(long, conflicts_with = "tls_ca")]
-    pub insecure: bool,
-    /// The Kubernetes bearer token to present (default: the kubeconfig's current user's token).
-    #[arg(long, env = "TINK_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// Administrator mode: read the lines straight from NATS at this URL (comma separated),
     /// bypassing RBAC (NATS permissions decide). Takes precedence over --server.
     #[arg(long)]
@@ -92,6 +79,26 @@ pub struct LogsArgs {
     pub kube: KubeArgs,
 }
 
+/// How to reach the servers' `LogService` (shared by `workflow logs` and `workflow watch`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ServerArgs {
+    /// The server to read from (`HOST:PORT`, or a comma-separated list tried in order; when the
+    /// serving one fails, the read resumes on the next without repeating a line); access is
+    /// checked with Kubernetes RBAC (`get` on `workflows/log`).
+    #[arg(long, env = "TINK_SERVER")]
+    pub server: Option<String>,
+    /// CA certificate (PEM) of the servers' TLS certificates (default: `TINK_TLS_CA`, else
+    /// `TINK_AGENT_TLS_CA`, which the dev stack's env file sets).
+    #[arg(long, env = "TINK_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Talk plaintext gRPC to the server (a server started with --insecure).
+    #[arg(long, conflicts_with = "tls_ca")]
+    pub insecure: bool,
+    /// The Kubernetes bearer token to present (default: the kubeconfig's current user's token).
+    #[arg(long, env = "TINK_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
 impl LogsArgs {
     fn nats_auth(&self) -> tink_bus::NatsAuth {
         tink_bus::NatsAuth {
@@ -114,9 +121,9 @@ pub fn parse_since(text: &str) -> Result<Duration, String> {
 
 /// Runs `tinkctl workflow logs`.
 pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
-    match (&args.nats_url, &args.server) {
+    match (&args.nats_url, &args.server.server) {
         (Some(nats_url), _) => run_nats(nats_url.clone(), args).await,
-        (None, Some(server)) => run_server(server.clone(), args).await,
+        (None, Some(_)) => run_server(args).await,
         (None, None) => anyhow::bail!(
             "no server to read from: pass --server HOST:PORT (or set TINK_SERVER); administrators can read NATS directly with --nats-url (bypasses RBAC)"
         ),
@@ -130,104 +137,157 @@ fn not_dispatched(args: &LogsArgs) {
     );
 }
 
-/// Reads through a server's `LogService`. When the server serving the call dies or its
-/// connection drops, the read goes on through the next server of the list (or the same one,
-/// back), from where it was: lines already printed (known by their action and sequence) are not
-/// printed again, and with `--since` the window stays the one asked for.
-async fn run_server(servers: String, args: LogsArgs) -> anyhow::Result<()> {
-    let token = match &args.token {
-        Some(token) => token.clone(),
-        None => crate::kubeconfig::current_user_token(args.kube.kubeconfig.as_deref())?,
-    };
-    let authorization: tonic::metadata::MetadataValue<_> = format!("Bearer {token}")
-        .parse()
-        .context("the token holds characters gRPC metadata cannot carry")?;
-    let servers: Vec<String> = servers
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
-    if servers.is_empty() {
-        anyhow::bail!("--server is empty: expected HOST:PORT[,HOST:PORT...]");
-    }
-    let tls = tls_config(&args)?;
-    let started = std::time::Instant::now();
-    let mut printed = Printed::default();
+/// Reads through a server's `LogService`, printing each line.
+async fn run_server(args: LogsArgs) -> anyhow::Result<()> {
+    let access = args.server.access(args.kube.kubeconfig.as_deref())?;
     let mut out = std::io::stdout().lock();
-    let mut next = 0;
-    let mut failures: Vec<String> = Vec::new();
-    loop {
-        if failures.len() >= RESUME_ATTEMPTS {
-            anyhow::bail!(
-                "gave up reading the logs after {} failed attempts: {}",
-                failures.len(),
-                failures.join("; ")
-            );
+    let end = access
+        .read(
+            ReadLogsRequest {
+                namespace: args.namespace.clone(),
+                name: args.name.clone(),
+                action: args.action.clone().unwrap_or_default(),
+                follow: args.follow,
+                since_seconds: 0,
+            },
+            args.since,
+            |read| {
+                let line = read.line.unwrap_or_default();
+                show(&read.action_name, &line, args.timestamps, &mut out)
+            },
+        )
+        .await;
+    std::io::Write::flush(&mut out)?;
+    if end? == ReadEnd::NotDispatched {
+        not_dispatched(&args);
+    }
+    Ok(())
+}
+
+/// How a read through the servers ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadEnd {
+    /// Every line was read (and, following, the Workflow ended).
+    Done,
+    /// The Workflow has no dispatch id and will not get one (not following, or it ended).
+    NotDispatched,
+}
+
+/// The servers, their TLS settings and the caller's token.
+#[derive(Clone)]
+pub struct ServerAccess {
+    servers: Vec<String>,
+    tls: Option<ClientTlsConfig>,
+    authorization: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+}
+
+impl ServerArgs {
+    /// The servers to read from and the token to present (`--token`, else the kubeconfig's
+    /// current user's).
+    pub fn access(&self, kubeconfig: Option<&std::path::Path>) -> anyhow::Result<ServerAccess> {
+        let servers: Vec<String> = self
+            .server
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        if servers.is_empty() {
+            anyhow::bail!("--server is empty: expected HOST:PORT[,HOST:PORT...]");
         }
-        if !failures.is_empty() {
-            // 0.2 s, 0.4 s, ... at most 3.2 s between attempts.
-            let pause = Duration::from_millis(200) * (1 << (failures.len() - 1).min(4));
-            tokio::time::sleep(pause).await;
-        }
-        let server = &servers[next % servers.len()];
-        next += 1;
-        let channel = match endpoint(server, tls.as_ref())?.connect().await {
-            Ok(channel) => channel,
-            Err(e) => {
-                failures.push(format!("{server}: {e}"));
-                continue;
-            }
+        let token = match &self.token {
+            Some(token) => token.clone(),
+            None => crate::kubeconfig::current_user_token(kubeconfig)?,
         };
-        let since_seconds = args
-            .since
-            .map_or(0, |d| (d + started.elapsed()).as_secs().max(1));
-        let mut request = tonic::Request::new(ReadLogsRequest {
-            namespace: args.namespace.clone(),
-            name: args.name.clone(),
-            action: args.action.clone().unwrap_or_default(),
-            follow: args.follow,
-            since_seconds,
-        });
-        request
-            .metadata_mut()
-            .insert("authorization", authorization.clone());
-        let response = match LogServiceClient::new(channel).read_logs(request).await {
-            Ok(response) => response,
-            Err(status) if resumable(&status) => {
-                failures.push(format!("{server}: {}", status.message()));
-                continue;
-            }
-            Err(status) => return Err(explain(status)),
-        };
-        if response
-            .metadata()
-            .contains_key(tink_bus::NOT_DISPATCHED_HEADER)
-        {
-            not_dispatched(&args);
-            return Ok(());
-        }
-        let mut stream = response.into_inner();
+        let authorization = format!("Bearer {token}")
+            .parse()
+            .context("the token holds characters gRPC metadata cannot carry")?;
+        Ok(ServerAccess {
+            servers,
+            tls: tls_config(self)?,
+            authorization,
+        })
+    }
+}
+
+impl ServerAccess {
+    /// Reads `request`'s lines through the servers, handing each new one to `on_line`. When
+    /// the server serving the call dies or its connection drops, the read goes on through the
+    /// next server of the list (or the same one, back), from where it was: lines already handed
+    /// over (known by their action and sequence) are not handed over again, and `since` (lines
+    /// stored within this long before the call) keeps the window first asked for.
+    pub async fn read(
+        &self,
+        request: ReadLogsRequest,
+        since: Option<Duration>,
+        mut on_line: impl FnMut(ReadLogsResponse) -> anyhow::Result<()>,
+    ) -> anyhow::Result<ReadEnd> {
+        let started = std::time::Instant::now();
+        let mut printed = Printed::default();
+        let mut next = 0;
+        let mut failures: Vec<String> = Vec::new();
         loop {
-            match stream.message().await {
-                Ok(Some(read)) => {
-                    let line = read.line.unwrap_or_default();
-                    if printed.is_new(&read.action_id, line.sequence) {
-                        show(&read.action_name, &line, args.timestamps, &mut out)?;
-                        // Progress: a later failure starts a fresh count.
-                        failures.clear();
-                    }
+            if failures.len() >= RESUME_ATTEMPTS {
+                anyhow::bail!(
+                    "gave up reading the logs after {} failed attempts: {}",
+                    failures.len(),
+                    failures.join("; ")
+                );
+            }
+            if !failures.is_empty() {
+                // 0.2 s, 0.4 s, ... at most 3.2 s between attempts.
+                let pause = Duration::from_millis(200) * (1 << (failures.len() - 1).min(4));
+                tokio::time::sleep(pause).await;
+            }
+            let server = &self.servers[next % self.servers.len()];
+            next += 1;
+            let channel = match endpoint(server, self.tls.as_ref())?.connect().await {
+                Ok(channel) => channel,
+                Err(e) => {
+                    failures.push(format!("{server}: {e}"));
+                    continue;
                 }
-                Ok(None) => {
-                    std::io::Write::flush(&mut out)?;
-                    return Ok(());
-                }
+            };
+            let mut call = tonic::Request::new(ReadLogsRequest {
+                since_seconds: since.map_or(0, |d| (d + started.elapsed()).as_secs().max(1)),
+                ..request.clone()
+            });
+            call.metadata_mut()
+                .insert("authorization", self.authorization.clone());
+            let response = match LogServiceClient::new(channel).read_logs(call).await {
+                Ok(response) => response,
                 Err(status) if resumable(&status) => {
-                    std::io::Write::flush(&mut out)?;
                     failures.push(format!("{server}: {}", status.message()));
-                    break;
+                    continue;
                 }
                 Err(status) => return Err(explain(status)),
+            };
+            if response
+                .metadata()
+                .contains_key(tink_bus::NOT_DISPATCHED_HEADER)
+            {
+                return Ok(ReadEnd::NotDispatched);
+            }
+            let mut stream = response.into_inner();
+            loop {
+                match stream.message().await {
+                    Ok(Some(read)) => {
+                        let sequence = read.line.as_ref().map_or(0, |l| l.sequence);
+                        if printed.is_new(&read.action_id, sequence) {
+                            on_line(read)?;
+                            // Progress: a later failure starts a fresh count.
+                            failures.clear();
+                        }
+                    }
+                    Ok(None) => return Ok(ReadEnd::Done),
+                    Err(status) if resumable(&status) => {
+                        failures.push(format!("{server}: {}", status.message()));
+                        break;
+                    }
+                    Err(status) => return Err(explain(status)),
+                }
             }
         }
     }
@@ -272,7 +332,7 @@ impl Printed {
 }
 
 /// The TLS settings for the servers, `None` with `--insecure`.
-fn tls_config(args: &LogsArgs) -> anyhow::Result<Option<ClientTlsConfig>> {
+fn tls_config(args: &ServerArgs) -> anyhow::Result<Option<ClientTlsConfig>> {
     if args.insecure {
         return Ok(None);
     }
@@ -430,6 +490,32 @@ impl LastLines {
             m.insert(action_id, text);
         }
     }
+}
+
+/// Starts following the last output lines of workflow `namespace/name` through the servers'
+/// `LogService` (RBAC: `get` on `workflows/log`); a refusal is printed on stderr and the watch
+/// goes on without output.
+pub fn last_lines_through(access: ServerAccess, namespace: String, name: String) -> LastLines {
+    let last = LastLines::default();
+    let out = last.clone();
+    tokio::spawn(async move {
+        let request = ReadLogsRequest {
+            namespace,
+            name,
+            follow: true,
+            ..Default::default()
+        };
+        let read = access.read(request, None, |read| {
+            if let Some(line) = read.line {
+                out.set(read.action_id, line.text);
+            }
+            Ok(())
+        });
+        if let Err(e) = read.await {
+            eprintln!("not showing action output: {e:#}");
+        }
+    });
+    last
 }
 
 /// Starts following the last output lines of workflow `name` (once it has a dispatch id);

@@ -25,8 +25,8 @@ pub enum WorkflowCommand {
     /// Follow a Workflow until it ends (exit status 0 only when it Succeeded).
     Watch(WatchArgs),
     /// Print the output of a Workflow's actions (stored lines, then live ones with -f), each
-    /// line prefixed by its action's name. Reads the Workflow from Kubernetes and the lines from
-    /// NATS (--nats-url).
+    /// line prefixed by its action's name. Read through a server under Kubernetes RBAC
+    /// (--server), or, for administrators, straight from NATS (--nats-url).
     Logs(Box<crate::logs::LogsArgs>),
 }
 
@@ -41,10 +41,15 @@ pub struct WatchArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout_seconds: u64,
-    /// NATS server URL(s): when given, a terminal shows the last output line of the running
-    /// action (from the logs stream; see `tinkctl workflow logs`).
+    /// Administrator mode: NATS server URL(s); when given without a server, a terminal shows
+    /// the last output line of the running action read straight from the logs stream, which
+    /// bypasses RBAC (see `tinkctl workflow logs`).
     #[arg(long, env = "NATS_URL")]
     pub nats_url: Option<String>,
+    /// With a server (`--server`/`TINK_SERVER`), a terminal shows the last output line of the
+    /// running action read through it, under Kubernetes RBAC (`get` on `workflows/log`).
+    #[command(flatten)]
+    pub server: crate::logs::ServerArgs,
     #[command(flatten)]
     pub kube: KubeArgs,
 }
@@ -59,9 +64,20 @@ pub fn run(cmd: WorkflowCommand) -> anyhow::Result<()> {
     rt.block_on(async {
         let client = args.kube.client().await?;
         let api: Api<Workflow> = Api::namespaced(client, &args.namespace);
-        let output = match &args.nats_url {
-            Some(url) => crate::logs::last_lines(url, api.clone(), args.name.clone()).await,
-            None => None,
+        let output = match (&args.server.server, &args.nats_url) {
+            (Some(_), _) => match args.server.access(args.kube.kubeconfig.as_deref()) {
+                Ok(access) => Some(crate::logs::last_lines_through(
+                    access,
+                    args.namespace.clone(),
+                    args.name.clone(),
+                )),
+                Err(e) => {
+                    eprintln!("not showing action output: {e:#}");
+                    None
+                }
+            },
+            (None, Some(url)) => crate::logs::last_lines(url, api.clone(), args.name.clone()).await,
+            (None, None) => None,
         };
         let wf = follow_with_output(
             &api,

@@ -473,3 +473,58 @@ async fn a_follower_goes_on_through_the_next_server_when_its_server_stops() {
     let _ = second_task.await;
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn workflow_watch_shows_the_running_actions_last_line_through_the_server() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let server = kube_lite::Server::start(kube_lite::Config::default())
+        .await
+        .expect("kube-lite");
+    let client = server.client().expect("client");
+    apply_crds(&client).await;
+    let api: Api<Workflow> = Api::namespaced(client.clone(), "default");
+    let nats = NatsServer::start().await.expect("nats");
+    let certs =
+        tink_webhook::dev_certificates(&["localhost".into()], &["127.0.0.1".parse().expect("ip")])
+            .expect("certificates");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &certs.ca_pem).expect("ca");
+    let (addr, stop, task) = replica(&nats.url(), "server-0", &client, &certs).await;
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("nats"));
+    let one = workflow(&api, "one", "Running").await;
+    publish(&js, &one, "1-boot", 1..=2).await;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+
+    // `watch` draws the last line only on a terminal: `script` gives it one.
+    let command = format!(
+        "{} workflow watch one --timeout-seconds 30 --kubeconfig {} --server {addr} --tls-ca {}",
+        env!("CARGO_BIN_EXE_tinkctl"),
+        kubeconfig.display(),
+        ca.display()
+    );
+    let mut watch = tokio::process::Command::new("script");
+    watch
+        .args(["-qfec", &command, "/dev/null"])
+        .env_remove("NATS_URL")
+        .env_remove("TINK_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = watch.spawn().expect("script runs");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    set_status(&api, "one", &one, "Succeeded").await;
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("watch ends with the Workflow")
+        .expect("output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("> 1-boot says 2"),
+        "the running action's last line, read through the server: {text}"
+    );
+    stop.cancel();
+    let _ = task.await;
+    server.shutdown().await;
+}

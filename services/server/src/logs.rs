@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::publish::PublishAck;
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use tink_bus::BusError;
 use tink_bus::proto::{LogAck, LogBatch};
 use tonic::Status;
