@@ -434,56 +434,78 @@ async fn events(agents: usize, seconds: usize, rate: usize) -> anyhow::Result<()
 }
 
 /// Each of `agents` agents sends `lines_per_second` lines of action output in one batch every
-/// `flush_ms` (the agent's `--log-flush-milliseconds`) until `stop`; the lines confirmed.
+/// `flush_ms` (the agent's `--log-flush-milliseconds`) until `stop`, on the agents' own
+/// connections; returns the lines confirmed. The load runs on a thread and runtime of its own,
+/// and each agent's line texts are made once, so making the load does not delay the event
+/// publishers whose latency is measured (their tasks would otherwise queue behind it in one
+/// runtime: a cost of this generator, not of the server).
 fn spawn_log_load(
     clients: &[WorkflowServiceClient<Channel>],
     lines_per_second: usize,
     flush_ms: usize,
     stop: Arc<AtomicBool>,
-) -> tokio::task::JoinSet<anyhow::Result<u64>> {
-    let mut tasks = tokio::task::JoinSet::new();
-    let per_batch = (lines_per_second * flush_ms / 1000).max(1);
-    let agents = clients.len();
-    for (agent, client) in clients.iter().enumerate() {
-        let mut client = client.clone();
-        let stop = stop.clone();
-        tasks.spawn(async move {
-            let period = Duration::from_millis(flush_ms as u64);
-            let start = tokio::time::Instant::now() + period.mul_f64(agent as f64 / agents as f64);
-            let mut sequence = 0u64;
-            let mut stored = 0u64;
-            let mut at = start;
-            while !stop.load(Ordering::Relaxed) {
-                tokio::time::sleep_until(at).await;
-                at += period;
-                let lines = (0..per_batch)
-                    .map(|_| {
-                        sequence += 1;
-                        LogLine {
-                            sequence,
-                            time: None,
-                            stream: log_line::Stream::Stdout.into(),
-                            text: format!(
-                                "[bench] agent {agent} line {sequence}: writing block {} of the image to /dev/nvme0n1",
-                                sequence * 4096
-                            ),
-                        }
-                    })
-                    .collect::<Vec<_>>();
-                let batch = LogBatch {
-                    workflow_id: format!("bench/wf-{agent}"),
-                    action_id: "action-0".into(),
-                    lines,
-                    agent_id: format!("bench-agent-{agent:06}"),
-                    dropped_lines: 0,
-                };
-                client.publish_logs(batch).await?;
-                stored += per_batch as u64;
+) -> std::thread::JoinHandle<anyhow::Result<u64>> {
+    let clients = clients.to_vec();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            let per_batch = (lines_per_second * flush_ms / 1000).max(1);
+            let agents = clients.len();
+            for (agent, mut client) in clients.into_iter().enumerate() {
+                let stop = stop.clone();
+                tasks.spawn(async move {
+                    let texts: Vec<String> = (0..per_batch)
+                        .map(|i| {
+                            format!(
+                                "[bench] agent {agent} line {i}: writing block {} of the image to /dev/nvme0n1",
+                                i * 4096
+                            )
+                        })
+                        .collect();
+                    let period = Duration::from_millis(flush_ms as u64);
+                    let start =
+                        tokio::time::Instant::now() + period.mul_f64(agent as f64 / agents as f64);
+                    let mut sequence = 0u64;
+                    let mut stored = 0u64;
+                    let mut at = start;
+                    while !stop.load(Ordering::Relaxed) {
+                        tokio::time::sleep_until(at).await;
+                        at += period;
+                        let lines = texts
+                            .iter()
+                            .map(|text| {
+                                sequence += 1;
+                                LogLine {
+                                    sequence,
+                                    time: None,
+                                    stream: log_line::Stream::Stdout.into(),
+                                    text: text.clone(),
+                                }
+                            })
+                            .collect::<Vec<_>>();
+                        let batch = LogBatch {
+                            workflow_id: format!("bench/wf-{agent}"),
+                            action_id: "action-0".into(),
+                            lines,
+                            agent_id: format!("bench-agent-{agent:06}"),
+                            dropped_lines: 0,
+                        };
+                        client.publish_logs(batch).await?;
+                        stored += per_batch as u64;
+                    }
+                    Ok::<_, anyhow::Error>(stored)
+                });
             }
-            Ok(stored)
-        });
-    }
-    tasks
+            let mut lines = 0u64;
+            while let Some(done) = tasks.join_next().await {
+                lines += done??;
+            }
+            Ok(lines)
+        })
+    })
 }
 
 /// The events' latency at a fixed offered `rate` without and then with a log load of
@@ -512,13 +534,12 @@ async fn logs(
     // checks the lines' agent against).
     let quiet = publish_run(&clients, seconds, Some(rate as f64), 1, &watched).await?;
     let stop = Arc::new(AtomicBool::new(false));
-    let mut load = spawn_log_load(&clients, lines_per_second, flush_ms, stop.clone());
+    let load = spawn_log_load(&clients, lines_per_second, flush_ms, stop.clone());
     let loaded = publish_run(&clients, seconds, Some(rate as f64), 2, &watched).await?;
     stop.store(true, Ordering::Relaxed);
-    let mut lines = 0u64;
-    while let Some(done) = load.join_next().await {
-        lines += done??;
-    }
+    let lines = tokio::task::spawn_blocking(move || load.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the log load thread panicked"))??;
     let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await?);
     let mut stream = js.get_stream(tink_bus::LOGS_STREAM).await?;
     let info = stream.info().await?;
