@@ -959,10 +959,10 @@ fn cel_rules_compile_and_stay_within_the_cost_budget() {
             }
         }
     }
-    // 10 in the tinkerbell.org kinds; 19 in the Cluster API kinds (each template override
+    // 10 in the tinkerbell.org kinds; 20 in the Cluster API kinds (each template override
     // embeds a TemplateSpec's two rules plus its own; providerID's two on the machine and
-    // again inside the machine template).
-    assert_eq!(checked, 29, "every CEL rule was analysed");
+    // again inside the machine template; the machine template's immutability).
+    assert_eq!(checked, 30, "every CEL rule was analysed");
 }
 
 fn corpus_dir() -> PathBuf {
@@ -1243,6 +1243,31 @@ fn cluster_api_rules_refuse_what_they_should() {
             .any(|m| m.contains("providerID cannot be removed")),
         "{:?}",
         messages(&removed, Some(&with_id))
+    );
+    // A TinkerbellMachineTemplate's template is immutable; its metadata is not.
+    let ts = schema(
+        "tinkerbellmachinetemplates.infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+    );
+    let tmt = |image: &str, label: &str| {
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TinkerbellMachineTemplate",
+            "metadata": {"name": "t", "namespace": "n", "labels": {"l": label}},
+            "spec": {"template": {"spec": {"imageURL": image}}}})
+    };
+    let template_messages = |obj: &Value, old: &Value| -> Vec<String> {
+        violations(&ts, obj, Some(old))
+            .into_iter()
+            .map(|v| v.rule)
+            .collect()
+    };
+    let old = tmt("http://x/a.img", "1");
+    assert!(template_messages(&tmt("http://x/a.img", "2"), &old).is_empty());
+    let edited = template_messages(&tmt("http://x/b.img", "1"), &old);
+    assert!(
+        edited
+            .iter()
+            .any(|m| m.contains("spec.template is immutable")),
+        "{edited:?}"
     );
     // A template override is inline or a reference, exactly one.
     for bad in [

@@ -29,6 +29,11 @@ pub mod rules {
     pub const ONE_TEMPLATE: &str = "has(self.inline) != has(self.templateRef)";
     /// Message of [`ONE_TEMPLATE`].
     pub const ONE_TEMPLATE_MSG: &str = "set exactly one of inline and templateRef";
+    /// On `TinkerbellMachineTemplate.spec.template`: immutable, as Cluster API expects of
+    /// infrastructure templates (a rollout is a new template, not an edited one).
+    pub const TEMPLATE_IMMUTABLE: &str = "self == oldSelf";
+    /// Message of [`TEMPLATE_IMMUTABLE`].
+    pub const TEMPLATE_IMMUTABLE_MSG: &str = "spec.template is immutable: create a new TinkerbellMachineTemplate and point the MachineDeployment or control plane at it";
 }
 
 fn default_port() -> i32 {
@@ -336,7 +341,10 @@ pub struct TinkerbellMachineTemplateResource {
     doc = "TinkerbellMachineTemplate is the template of the TinkerbellMachines of a MachineDeployment or control plane."
 )]
 pub struct TinkerbellMachineTemplateSpec {
-    /// The machine to stamp out.
+    /// The machine to stamp out; immutable.
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": rules::TEMPLATE_IMMUTABLE, "message": rules::TEMPLATE_IMMUTABLE_MSG}
+    ]))]
     pub template: TinkerbellMachineTemplateResource,
 }
 
