@@ -258,33 +258,7 @@ async fn workflow_logs_through_the_server_follow_kubernetes_rbac() {
             .expect("certificates");
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, &certs.ca_pem).expect("ca");
-    let mut config = tink_server::ServerConfig::new(nats.url(), "server-0");
-    config.kube = Some(tink_server::KubeClient(client.clone()));
-    config.tls = Some(tink_server::TlsConfig {
-        cert_pem: certs.cert_pem.into_bytes(),
-        key_pem: certs.key_pem.into_bytes(),
-        client_ca_pem: None,
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr").to_string();
-    let health = tink_runtime::Health::new();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let serving = tokio::spawn(tink_server::serve(
-        config,
-        listener,
-        health.clone(),
-        tink_server::Metrics::default(),
-        shutdown.clone(),
-    ));
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while !health.is_ready() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the server gets ready");
+    let (addr, shutdown, serving) = replica(&nats.url(), "server-0", &client, &certs).await;
     let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("nats"));
 
     let one = workflow(&api, "one", "Running").await;
