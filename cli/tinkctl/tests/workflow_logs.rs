@@ -375,21 +375,57 @@ async fn replica(
     (addr, shutdown, serving)
 }
 
+/// kube-lite as admin (CRDs applied), NATS, and TLS certificates for replicas on 127.0.0.1.
+struct TlsStack {
+    dir: tempfile::TempDir,
+    server: kube_lite::RunningServer,
+    client: kube::Client,
+    api: Api<Workflow>,
+    nats: NatsServer,
+    certs: tink_webhook::DevCertificates,
+    ca: PathBuf,
+}
+
+impl TlsStack {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tmp");
+        let server = kube_lite::Server::start(kube_lite::Config::default())
+            .await
+            .expect("kube-lite");
+        let client = server.client().expect("client");
+        apply_crds(&client).await;
+        let api: Api<Workflow> = Api::namespaced(client.clone(), "default");
+        let nats = NatsServer::start().await.expect("nats");
+        let certs = tink_webhook::dev_certificates(
+            &["localhost".into()],
+            &["127.0.0.1".parse().expect("ip")],
+        )
+        .expect("certificates");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, &certs.ca_pem).expect("ca");
+        TlsStack {
+            dir,
+            server,
+            client,
+            api,
+            nats,
+            certs,
+            ca,
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_follower_goes_on_through_the_next_server_when_its_server_stops() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let server = kube_lite::Server::start(kube_lite::Config::default())
-        .await
-        .expect("kube-lite");
-    let client = server.client().expect("client");
-    apply_crds(&client).await;
-    let api: Api<Workflow> = Api::namespaced(client.clone(), "default");
-    let nats = NatsServer::start().await.expect("nats");
-    let certs =
-        tink_webhook::dev_certificates(&["localhost".into()], &["127.0.0.1".parse().expect("ip")])
-            .expect("certificates");
-    let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, &certs.ca_pem).expect("ca");
+    let TlsStack {
+        dir,
+        server,
+        client,
+        api,
+        nats,
+        certs,
+        ca,
+    } = TlsStack::start().await;
     let (first, stop_first, first_task) = replica(&nats.url(), "server-0", &client, &certs).await;
     let (second, stop_second, second_task) =
         replica(&nats.url(), "server-1", &client, &certs).await;
@@ -450,19 +486,15 @@ async fn a_follower_goes_on_through_the_next_server_when_its_server_stops() {
 
 #[tokio::test]
 async fn workflow_watch_shows_the_running_actions_last_line_through_the_server() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let server = kube_lite::Server::start(kube_lite::Config::default())
-        .await
-        .expect("kube-lite");
-    let client = server.client().expect("client");
-    apply_crds(&client).await;
-    let api: Api<Workflow> = Api::namespaced(client.clone(), "default");
-    let nats = NatsServer::start().await.expect("nats");
-    let certs =
-        tink_webhook::dev_certificates(&["localhost".into()], &["127.0.0.1".parse().expect("ip")])
-            .expect("certificates");
-    let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, &certs.ca_pem).expect("ca");
+    let TlsStack {
+        dir,
+        server,
+        client,
+        api,
+        nats,
+        certs,
+        ca,
+    } = TlsStack::start().await;
     let (addr, stop, task) = replica(&nats.url(), "server-0", &client, &certs).await;
     let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("nats"));
     let one = workflow(&api, "one", "Running").await;
