@@ -240,10 +240,8 @@ impl Cache {
                 .apply_watcher_event(&WatchEvent::InitApply(w));
         }
         writers.workflows.apply_watcher_event(&WatchEvent::InitDone);
-        for w in [&mut writers.templates] {
-            w.apply_watcher_event(&WatchEvent::Init);
-            w.apply_watcher_event(&WatchEvent::InitDone);
-        }
+        writers.templates.apply_watcher_event(&WatchEvent::Init);
+        writers.templates.apply_watcher_event(&WatchEvent::InitDone);
         writers.events.apply_watcher_event(&WatchEvent::Init);
         writers.events.apply_watcher_event(&WatchEvent::InitDone);
         cache.reindex_workflows();
@@ -286,6 +284,7 @@ pub struct WatchEnded(pub &'static str);
 
 /// Runs the four watches until `shutdown`, keeping `cache` current, publishing changes to
 /// `live` and turning `health` ready once every watch has listed.
+#[allow(clippy::too_many_arguments)] // the parts of the service it wires, each used once
 pub async fn feed(
     client: kube::Client,
     namespace: Option<String>,

@@ -469,6 +469,8 @@ pub struct MachinesQuery {
     pub ns: Option<String>,
     /// Label filter.
     pub labels: Option<String>,
+    /// (Live stream) the sequence number the page was rendered at.
+    pub since: Option<u64>,
 }
 
 struct MachinesView {
@@ -572,9 +574,10 @@ impl AppState {
     /// Renders the machines page for `headers`' session (the benchmark measures this).
     pub async fn machines_page(&self, headers: &HeaderMap, q: &MachinesQuery) -> PageResult {
         let s = self.session(headers, "/").await?;
+        let seq = self.inner.live.seq();
         let v = self.machines_view(&s, q).await?;
         let live = format!(
-            "/live/machines?ns={}&labels={}",
+            "/live/machines?ns={}&labels={}&since={seq}",
             encode(nonempty(&q.ns).unwrap_or("")),
             encode(q.labels.as_deref().unwrap_or(""))
         );
@@ -607,24 +610,28 @@ async fn live_machines(
     let r = async {
         let s = st.session(&headers, "/").await?;
         let v = st.machines_view(&s, &q).await?;
-        st.sse(Filter::Machines {
-            namespaces: v.hw_visible,
-            namespace: nonempty(&q.ns).map(str::to_string),
-            selector: v.selector,
-        })
+        st.sse(
+            Filter::Machines {
+                namespaces: v.hw_visible,
+                namespace: nonempty(&q.ns).map(str::to_string),
+                selector: v.selector,
+            },
+            q.since,
+        )
     }
     .await;
     st.done("live", r)
 }
 
 impl AppState {
-    fn sse(&self, filter: Filter) -> PageResult {
+    fn sse(&self, filter: Filter, since: Option<u64>) -> PageResult {
         let permit = self.inner.sse.clone().try_acquire_owned().map_err(|_| {
             PageError::Unavailable("too many live-update streams are open; try again later".into())
         })?;
         let body = crate::live::stream(
             &self.inner.live,
             filter,
+            since,
             self.inner.limits,
             permit,
             self.inner.shutdown.clone(),
@@ -652,6 +659,8 @@ pub struct WorkflowsQuery {
     pub name: Option<String>,
     /// Sort key.
     pub sort: Option<String>,
+    /// (Live stream) the sequence number the page was rendered at.
+    pub since: Option<u64>,
 }
 
 async fn workflows(
@@ -696,6 +705,7 @@ async fn workflows(
             )));
         }
         let name = nonempty(&q.name).unwrap_or("").to_ascii_lowercase();
+        let seq = st.inner.live.seq();
         let all = st.inner.cache.workflows.state();
         let known = namespaces_of(all.iter());
         let visible = st
@@ -742,7 +752,10 @@ async fn workflows(
                 &s,
                 "Workflows",
                 "workflows",
-                format!("/live/workflows?ns={}", encode(filter.unwrap_or(""))),
+                format!(
+                    "/live/workflows?ns={}&since={seq}",
+                    encode(filter.unwrap_or(""))
+                ),
             ),
             rows: &rows,
             namespaces: known.into_iter().filter(|n| visible.contains(n)).collect(),
@@ -773,10 +786,13 @@ async fn live_workflows(
         let visible = st
             .visible(&s.user, crate::access::GROUP, "workflows", filter, known)
             .await?;
-        st.sse(Filter::Workflows {
-            namespaces: visible,
-            namespace: filter.map(str::to_string),
-        })
+        st.sse(
+            Filter::Workflows {
+                namespaces: visible,
+                namespace: filter.map(str::to_string),
+            },
+            q.since,
+        )
     }
     .await;
     st.done("live", r)
@@ -805,6 +821,7 @@ async fn workflow(
         access
             .authorize(&s.user, &Permission::tink("get", "workflows", &ns, &name))
             .await?;
+        let seq = st.inner.live.seq();
         let (w, deleted) = st
             .inner
             .cache
@@ -823,7 +840,7 @@ async fn workflow(
             _ => "",
         };
         let page = WorkflowPage {
-            layout: st.layout(&s, format!("Workflow {name}"), "workflows", format!("/live/workflows/{ns}/{name}")),
+            layout: st.layout(&s, format!("Workflow {name}"), "workflows", format!("/live/workflows/{ns}/{name}?since={seq}")),
             d: &detail,
             hardware: w.spec.hardware_ref.name.clone(),
             template: w.spec.template_ref.name.clone(),
@@ -838,10 +855,18 @@ async fn workflow(
     st.done("workflow", r)
 }
 
+/// Query of a live stream.
+#[derive(Debug, Default, Deserialize)]
+pub struct LiveQuery {
+    /// The sequence number the page was rendered at.
+    pub since: Option<u64>,
+}
+
 async fn live_workflow(
     State(st): State<AppState>,
     headers: HeaderMap,
     Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<LiveQuery>,
 ) -> Response {
     let r = async {
         let s = st
@@ -856,11 +881,14 @@ async fn live_workflow(
         let events = access
             .may(&s.user, &Permission::events("list", &ns))
             .await?;
-        st.sse(Filter::Workflow {
-            namespace: ns,
-            name,
-            events,
-        })
+        st.sse(
+            Filter::Workflow {
+                namespace: ns,
+                name,
+                events,
+            },
+            q.since,
+        )
     }
     .await;
     st.done("live", r)
@@ -1084,6 +1112,8 @@ fn action_item(a: &tink_api::v1alpha2::Action) -> ActionItem {
 pub struct TemplateQuery {
     /// The machine to preview against.
     pub hardware: Option<String>,
+    /// The `templateData` (a JSON object); default: that of the newest Workflow of the template.
+    pub data: Option<String>,
 }
 
 async fn template(
@@ -1125,6 +1155,25 @@ async fn template(
         machines.truncate(500);
         let hardware = nonempty(&q.hardware).unwrap_or("").to_string();
         let (mut rendered, mut error) = (Vec::new(), String::new());
+        let data: std::collections::BTreeMap<String, serde_json::Value> = match nonempty(&q.data) {
+            Some(text) => serde_json::from_str(text).map_err(|e| {
+                PageError::BadRequest(format!("templateData must be a JSON object: {e}"))
+            })?,
+            None => st
+                .inner
+                .cache
+                .workflows
+                .state()
+                .iter()
+                .filter(|w| {
+                    w.metadata.namespace.as_deref() == Some(ns.as_str())
+                        && w.spec.template_ref.name == name
+                })
+                .max_by_key(|w| w.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                .map(|w| w.spec.template_data.clone())
+                .unwrap_or_default(),
+        };
+        let data_text = serde_json::to_string(&data).unwrap_or_default();
         if !hardware.is_empty() {
             object_name("hardware", &hardware)?;
             access
@@ -1136,7 +1185,8 @@ async fn template(
             match st.inner.cache.machine(&ns, &hardware) {
                 None => error = format!("machine {ns}/{hardware} does not exist"),
                 Some(hw) => {
-                    let preview = preview_workflow(&ns, &name, &hardware);
+                    let mut preview = preview_workflow(&ns, &name, &hardware);
+                    preview.spec.template_data = data;
                     let data = tink_controller::render::template_data(&preview, &hw);
                     match tink_controller::render::render_actions(&t.spec, &data) {
                         Ok(actions) => rendered = actions.iter().map(action_item).collect(),
@@ -1157,6 +1207,7 @@ async fn template(
             source: t.spec.actions.iter().map(action_item).collect(),
             machines,
             hardware,
+            data: data_text,
             rendered,
             error,
         };

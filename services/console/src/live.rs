@@ -9,8 +9,8 @@
 //! `--sse-max-clients` streams are open at once, and each ends after `--sse-max-age-seconds`
 //! (the page reloads and so checks the user's access again).
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -57,38 +57,84 @@ pub struct Update {
     pub detail: Option<String>,
     /// When the watch delivered it (the benchmark measures delivery from here).
     pub at: Instant,
+    /// Its place in the order of updates (set when sent).
+    pub seq: u64,
 }
 
-/// The broadcaster.
+/// The broadcaster. It also keeps the last `buffer` updates, so a page's stream replays what
+/// changed between rendering the page (at sequence number `since`) and subscribing.
 pub struct Live {
     tx: broadcast::Sender<Arc<Update>>,
+    history: Mutex<History>,
+    buffer: usize,
     metrics: Metrics,
+}
+
+#[derive(Default)]
+struct History {
+    seq: u64,
+    recent: VecDeque<Arc<Update>>,
 }
 
 impl Live {
     /// A broadcaster keeping at most `buffer` updates.
     pub fn new(buffer: usize, metrics: Metrics) -> Live {
-        let (tx, _) = broadcast::channel(buffer.max(1));
-        Live { tx, metrics }
+        let buffer = buffer.max(1);
+        let (tx, _) = broadcast::channel(buffer);
+        Live {
+            tx,
+            history: Mutex::default(),
+            buffer,
+            metrics,
+        }
     }
 
-    /// A new receiver of every update from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Update>> {
-        self.tx.subscribe()
+    /// The sequence number of the last update: a page rendered now embeds it, and its stream
+    /// replays every later update.
+    pub fn seq(&self) -> u64 {
+        self.history.lock().unwrap_or_else(|e| e.into_inner()).seq
     }
 
-    fn send(&self, u: Update) {
-        // No receiver is fine: nobody is looking.
-        let _ = self.tx.send(Arc::new(u));
+    /// A receiver of every update from now on, and the kept updates after `since` (`None`
+    /// when some of those are no longer kept: the page must reload).
+    pub fn subscribe(
+        &self,
+        since: Option<u64>,
+    ) -> (
+        broadcast::Receiver<Arc<Update>>,
+        Option<VecDeque<Arc<Update>>>,
+    ) {
+        let h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let rx = self.tx.subscribe();
+        let backlog = match since {
+            None => Some(VecDeque::new()),
+            Some(since) if since >= h.seq => Some(VecDeque::new()),
+            Some(since) => {
+                let oldest = h.recent.front().map_or(h.seq + 1, |u| u.seq);
+                (since + 1 >= oldest)
+                    .then(|| h.recent.iter().filter(|u| u.seq > since).cloned().collect())
+            }
+        };
+        (rx, backlog)
     }
 
-    fn watched(&self) -> bool {
-        self.tx.receiver_count() > 0
+    fn send(&self, mut u: Update) {
+        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        h.seq += 1;
+        u.seq = h.seq;
+        let u = Arc::new(u);
+        if h.recent.len() >= self.buffer {
+            h.recent.pop_front();
+        }
+        h.recent.push_back(u.clone());
+        // Sent under the lock, so the history and the channel agree on the order. No receiver
+        // is fine: nobody is looking.
+        let _ = self.tx.send(u);
     }
 
     /// Every page reloads (after a relist).
     pub fn resync(&self) {
-        if self.watched() {
+        {
             self.send(Update {
                 kind: Kind::Resync,
                 namespace: String::new(),
@@ -98,15 +144,13 @@ impl Live {
                 html: None,
                 detail: None,
                 at: Instant::now(),
+                seq: 0,
             });
         }
     }
 
     /// Machine `hw` changed (or went).
     pub fn machine_changed(&self, cache: &Cache, hw: &Hardware, deleted: bool) {
-        if !self.watched() {
-            return;
-        }
         let (ns, name) = crate::cache::key_of(hw);
         let html = if deleted {
             None
@@ -124,14 +168,12 @@ impl Live {
             html,
             detail: None,
             at: Instant::now(),
+            seq: 0,
         });
     }
 
     /// Workflow `w` changed (or went): its row, its page and its machine's tile.
     pub fn workflow_changed(&self, cache: &Cache, w: &Workflow, deleted: bool) {
-        if !self.watched() {
-            return;
-        }
         let now = jiff::Timestamp::now();
         let (ns, name) = crate::cache::key_of(w);
         let row = Row::new(w, now);
@@ -149,6 +191,7 @@ impl Live {
             },
             detail: render(&DetailFragment { d: &detail }),
             at: Instant::now(),
+            seq: 0,
         });
         if let Some(hw) = cache.machine(&ns, &w.spec.hardware_ref.name) {
             self.machine_changed(cache, &hw, false);
@@ -157,9 +200,6 @@ impl Live {
 
     /// Event `e` changed (only Events about Workflows are watched).
     pub fn event_changed(&self, _cache: &Cache, e: &Event) {
-        if !self.watched() {
-            return;
-        }
         let row = EventRow::new(e);
         self.send(Update {
             kind: Kind::Event,
@@ -170,6 +210,7 @@ impl Live {
             html: render(&EventFragment { e: &row }),
             detail: None,
             at: Instant::now(),
+            seq: 0,
         });
     }
 
@@ -310,17 +351,21 @@ pub struct StreamLimits {
     pub max_age: Duration,
 }
 
-/// The bytes of one stream: `update` events for `filter`, `resync` when updates were missed
-/// or a watch relisted, keep-alive comments, until `shutdown` or `limits.max_age`.
+/// The bytes of one stream: the updates after `since` (the page's sequence number) then every
+/// new one, as `update` events for `filter`; `resync` when updates were missed or a watch
+/// relisted; keep-alive comments; until `shutdown` or `limits.max_age`.
 pub fn stream(
     live: &Live,
     filter: Filter,
+    since: Option<u64>,
     limits: StreamLimits,
     permit: OwnedSemaphorePermit,
     shutdown: CancellationToken,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static {
     struct State {
         rx: broadcast::Receiver<Arc<Update>>,
+        backlog: VecDeque<Arc<Update>>,
+        last: u64,
         filter: Filter,
         limits: StreamLimits,
         deadline: tokio::time::Instant,
@@ -335,8 +380,12 @@ pub fn stream(
         }
     }
     live.metrics().sse_clients.inc();
+    let (rx, backlog) = live.subscribe(since);
+    let missed = backlog.is_none();
     let state = State {
-        rx: live.subscribe(),
+        rx,
+        backlog: backlog.unwrap_or_default(),
+        last: since.unwrap_or(0),
         filter,
         limits,
         deadline: tokio::time::Instant::now() + limits.max_age,
@@ -345,13 +394,27 @@ pub fn stream(
         done: false,
         _permit: permit,
     };
-    let first =
-        futures::stream::once(async { Ok(Bytes::from_static(b"retry: 2000\n: connected\n\n")) });
+    let first = futures::stream::once(async move {
+        Ok(Bytes::from_static(if missed {
+            b"retry: 2000\nevent: resync\ndata: {}\n\n"
+        } else {
+            b"retry: 2000\n: connected\n\n"
+        }))
+    });
     let rest = futures::stream::unfold(state, |mut s| async move {
         if s.done {
             return None;
         }
         loop {
+            if let Some(u) = s.backlog.pop_front() {
+                s.last = s.last.max(u.seq);
+                match message(&s.filter, &u) {
+                    Some(m) => {
+                        return Some((Ok(Bytes::from(format!("event: update\ndata: {m}\n\n"))), s));
+                    }
+                    None => continue,
+                }
+            }
             let chunk = tokio::select! {
                 _ = s.shutdown.cancelled() => return None,
                 _ = tokio::time::sleep_until(s.deadline) => {
@@ -360,6 +423,7 @@ pub fn stream(
                 }
                 _ = tokio::time::sleep(s.limits.keepalive) => ": keepalive\n\n".to_string(),
                 r = s.rx.recv() => match r {
+                    Ok(u) if u.seq <= s.last => continue,
                     Ok(u) if u.kind == Kind::Resync => "event: resync\ndata: {}\n\n".to_string(),
                     Ok(u) => match message(&s.filter, &u) {
                         Some(m) => format!("event: update\ndata: {m}\n\n"),
@@ -396,6 +460,7 @@ mod tests {
             html: Some("<div>x</div>".into()),
             detail: Some("<div>d</div>".into()),
             at: Instant::now(),
+            seq: 0,
         }
     }
 
@@ -452,15 +517,20 @@ mod tests {
             keepalive: Duration::from_secs(60),
             max_age: Duration::from_secs(60),
         };
-        let mut s = Box::pin(stream(&live, f, limits, permit, CancellationToken::new()));
+        let mut s = Box::pin(stream(
+            &live,
+            f,
+            None,
+            limits,
+            permit,
+            CancellationToken::new(),
+        ));
         assert!(
             sem.clone().try_acquire_owned().is_err(),
             "the permit is held"
         );
         for i in 0..20 {
-            let _ = live
-                .tx
-                .send(Arc::new(update(Kind::Workflow, "a", &format!("w{i}"), &[])));
+            live.send(update(Kind::Workflow, "a", &format!("w{i}"), &[]));
         }
         let first = s.next().await.unwrap().unwrap();
         assert!(first.starts_with(b"retry:"));
@@ -472,5 +542,61 @@ mod tests {
         assert!(third.starts_with(b"event: update\n"), "{third:?}");
         drop(s);
         assert!(sem.try_acquire_owned().is_ok(), "the permit is released");
+    }
+
+    async fn next_text(
+        s: &mut (impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Unpin),
+    ) -> String {
+        use futures::StreamExt as _;
+        let b = s.next().await.unwrap().unwrap();
+        String::from_utf8_lossy(&b).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_stream_replays_what_changed_since_its_page_was_rendered() {
+        let live = Live::new(3, Metrics::default());
+        let sem = Arc::new(tokio::sync::Semaphore::new(10));
+        let limits = StreamLimits {
+            keepalive: Duration::from_secs(60),
+            max_age: Duration::from_secs(60),
+        };
+        let f = || Filter::Workflows {
+            namespaces: Namespaces::All,
+            namespace: None,
+        };
+        live.send(update(Kind::Workflow, "a", "w1", &[]));
+        let rendered_at = live.seq();
+        assert_eq!(rendered_at, 1);
+        // Changes between rendering the page and opening its stream...
+        live.send(update(Kind::Workflow, "a", "w2", &[]));
+        live.send(update(Kind::Workflow, "a", "w3", &[]));
+        let permit = sem.clone().try_acquire_owned().unwrap();
+        let mut s = Box::pin(stream(
+            &live,
+            f(),
+            Some(rendered_at),
+            limits,
+            permit,
+            CancellationToken::new(),
+        ));
+        assert!(next_text(&mut s).await.contains(": connected"));
+        // ...are replayed, in order, then live ones follow, none twice.
+        assert!(next_text(&mut s).await.contains("x/a/w2"));
+        assert!(next_text(&mut s).await.contains("x/a/w3"));
+        live.send(update(Kind::Workflow, "a", "w4", &[]));
+        assert!(next_text(&mut s).await.contains("x/a/w4"));
+        // A page older than the kept history reloads.
+        live.send(update(Kind::Workflow, "a", "w5", &[]));
+        live.send(update(Kind::Workflow, "a", "w6", &[]));
+        let permit = sem.clone().try_acquire_owned().unwrap();
+        let mut old = Box::pin(stream(
+            &live,
+            f(),
+            Some(rendered_at),
+            limits,
+            permit,
+            CancellationToken::new(),
+        ));
+        assert!(next_text(&mut old).await.contains("event: resync"));
     }
 }

@@ -168,6 +168,8 @@ pub struct TemplatePage {
     pub machines: Vec<String>,
     /// The chosen machine.
     pub hardware: String,
+    /// The templateData used (JSON).
+    pub data: String,
     /// The rendered actions.
     pub rendered: Vec<ActionItem>,
     /// The rendering error, or why there is no preview.

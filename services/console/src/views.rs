@@ -111,6 +111,15 @@ pub fn human_seconds(secs: i64) -> String {
     }
 }
 
+/// Like [`human_seconds`], with tenths under ten seconds (`0.4s`, `3.2s`).
+pub fn human_millis(ms: i64) -> String {
+    if ms < 10_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        human_seconds(ms / 1000)
+    }
+}
+
 /// One row of the workflows table.
 #[derive(Debug, Clone)]
 pub struct Row {
@@ -266,8 +275,8 @@ pub fn timeline(w: &Workflow, now: Timestamp) -> Timeline {
                 (Some(s), Some(e)) => {
                     let x = scale(s);
                     let w = (scale(e) - x).max(2.0);
-                    let secs = e.duration_since(s).as_secs().max(0);
-                    (x, w, human_seconds(secs))
+                    let ms = e.duration_since(s).as_millis().max(0) as i64;
+                    (x, w, human_millis(ms))
                 }
                 (Some(s), None) => (scale(s), 2.0, String::new()),
                 _ => (t1.map(scale).unwrap_or(0.0), 2.0, String::new()),
@@ -303,7 +312,7 @@ pub fn timeline(w: &Workflow, now: Timestamp) -> Timeline {
         left: LEFT,
         right: LEFT as f64 + AXIS,
         bars,
-        span: human_seconds((span_ms / 1000.0).round() as i64),
+        span: human_millis(span_ms as i64),
     }
 }
 
@@ -415,6 +424,8 @@ pub struct Detail {
     pub deleted: bool,
     /// Whether it is being deleted.
     pub deleting: bool,
+    /// Whether cancelling means something (not ended, not already being deleted).
+    pub cancellable: bool,
     /// Duration text.
     pub duration: String,
     /// The agent it runs on.
@@ -438,6 +449,9 @@ impl Detail {
             class: state.as_str().to_ascii_lowercase(),
             deleted,
             deleting: w.metadata.deletion_timestamp.is_some(),
+            cancellable: !deleted
+                && w.metadata.deletion_timestamp.is_none()
+                && !state.is_terminal(),
             duration: duration(w, now).map(human_seconds).unwrap_or_default(),
             agent: w
                 .status
@@ -619,6 +633,7 @@ mod tests {
         assert_eq!(reboot.class, "pending");
         assert_eq!(reboot.w, 2.0);
         assert_eq!(t.span, "40s");
+        assert_eq!(human_millis(400), "0.4s");
         assert!(reboot.y > image.y && image.y > wipe.y);
     }
 
@@ -632,6 +647,9 @@ mod tests {
         let t = timeline(&w, ts("2026-01-01T00:00:30Z"));
         assert_eq!(t.bars[0].w, AXIS);
         assert_eq!(t.bars[0].duration, "30s");
+        let d = Detail::new(&w, false, ts("2026-01-01T00:00:30Z"));
+        assert!(d.cancellable);
+        assert!(!Detail::new(&w, true, ts("2026-01-01T00:00:30Z")).cancellable);
         assert_eq!(duration(&w, ts("2026-01-01T00:00:30Z")), Some(30));
         assert_eq!(timeline(&wf(json!({})), Timestamp::now()).bars.len(), 0);
     }

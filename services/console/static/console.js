@@ -25,6 +25,10 @@
       var node = document.getElementById(id);
       if (node) { node.parentNode.removeChild(node); }
     });
+    // The machines page's legend counts the tiles of each colour.
+    Array.prototype.forEach.call(document.querySelectorAll("[data-count]"), function (c) {
+      c.textContent = document.querySelectorAll("#tiles .tile." + c.getAttribute("data-count")).length;
+    });
   });
   // The stream missed updates (a slow tab) or its session ended: start again from the server.
   es.addEventListener("resync", function () { es.close(); window.location.reload(); });

@@ -267,7 +267,7 @@ async fn every_page_and_action_with_10000_machines() {
     assert!(page.body.contains("ActionFailed"), "the Event");
     assert!(
         page.body
-            .contains("data-live=\"/live/workflows/a/wf-failed\"")
+            .contains("data-live=\"/live/workflows/a/wf-failed?since=")
     );
     assert_eq!(
         get(addr, "/workflows/a/wf-failed", "bob-token")

@@ -74,7 +74,7 @@ pub async fn stack() -> Stack {
             .await
             .expect("CRD");
     }
-    for ns in ["a", "b"] {
+    for ns in ["a", "b", "tink-system"] {
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns");
         Api::<Namespace>::all(admin.clone())
             .create(&PostParams::default(), &ns)
