@@ -93,6 +93,7 @@ fn the_base_renders_with_every_part() {
         ("tink-server", 3),
         ("hegel", 2),
         ("tink-webhook", 2),
+        ("tink-console", 2),
     ]
     .into();
     assert_eq!(replicas, want);
