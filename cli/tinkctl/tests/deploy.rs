@@ -218,7 +218,7 @@ fn the_external_nats_overlay_drops_the_statefulset_and_points_elsewhere() {
         .find(|c| name(c) == "tink-nats")
         .expect("tink-nats");
     assert_eq!(cm["data"]["NATS_URL"], "nats://nats.nats.svc:4222");
-    assert_eq!(by_kind(&docs, "Deployment").len(), 4);
+    assert_eq!(by_kind(&docs, "Deployment").len(), 5);
 }
 
 fn validate(file: &std::path::Path) -> std::process::Output {
