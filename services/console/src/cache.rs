@@ -53,6 +53,8 @@ pub struct Cache {
     tombstones: Mutex<VecDeque<Arc<Workflow>>>,
     tombstones_max: usize,
     synced: [AtomicBool; 4],
+    /// Agent presence (off unless configured).
+    pub presence: crate::presence::Presence,
 }
 
 /// The writers of a [`Cache`]'s stores, consumed by [`feed`].
@@ -87,6 +89,7 @@ impl Cache {
             tombstones: Mutex::default(),
             tombstones_max: tombstones,
             synced: Default::default(),
+            presence: Default::default(),
         });
         (
             cache,

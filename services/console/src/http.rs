@@ -538,7 +538,7 @@ impl AppState {
                 } else {
                     None
                 };
-                Tile::new(h, w, "unknown")
+                Tile::new(h, w, cache.presence.of(h))
             })
             .collect();
         tiles.sort_unstable_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));

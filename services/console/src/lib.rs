@@ -24,6 +24,7 @@ pub mod http;
 pub mod live;
 mod metrics;
 pub mod pages;
+pub mod presence;
 pub mod views;
 
 use std::net::SocketAddr;
@@ -60,6 +61,8 @@ pub struct ConsoleConfig {
     pub limits: StreamLimits,
     /// Deleted workflows remembered (their pages show how they ended).
     pub tombstones: usize,
+    /// Where agent presence comes from (NATS); `None`: tiles say `agent unknown`.
+    pub presence: Option<presence::PresenceConfig>,
 }
 
 impl ConsoleConfig {
@@ -78,6 +81,7 @@ impl ConsoleConfig {
                 max_age: Duration::from_secs(1800),
             },
             tombstones: cache::DEFAULT_TOMBSTONES,
+            presence: None,
         }
     }
 }
@@ -152,13 +156,22 @@ pub async fn run_on(
     let feed = tokio::spawn(cache::feed(
         client,
         config.namespace.clone(),
-        cache,
+        cache.clone(),
         writers,
-        live,
+        live.clone(),
         metrics,
         health.clone(),
         tasks.clone(),
     ));
+    // Presence is best effort: without NATS the tiles say so, the console still serves.
+    let presence = config.presence.clone().map(|p| {
+        tokio::spawn(presence::watch(
+            p,
+            cache.clone(),
+            live.clone(),
+            tasks.clone(),
+        ))
+    });
     let mut server = tokio::spawn(http::serve(listener, router(state), tasks.clone()));
     tokio::pin!(feed);
     let mut server_done = false;
@@ -180,6 +193,9 @@ pub async fn run_on(
     tasks.cancel();
     if !server_done {
         let _ = server.await;
+    }
+    if let Some(p) = presence {
+        let _ = p.await;
     }
     result
 }

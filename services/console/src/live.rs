@@ -156,7 +156,7 @@ impl Live {
             None
         } else {
             let latest = cache.latest_workflow(&ns, &name);
-            let t = Tile::new(hw, latest.as_deref(), "unknown");
+            let t = Tile::new(hw, latest.as_deref(), cache.presence.of(hw));
             render(&TileFragment { t: &t })
         };
         self.send(Update {

@@ -37,6 +37,19 @@ struct Args {
     /// Deleted workflows remembered, so the page of a canceled workflow shows how it ended.
     #[arg(long, env = "TINK_CONSOLE_TOMBSTONES", default_value_t = 1000)]
     tombstones: usize,
+    /// NATS URL(s) of the agent presence bucket the servers write; unset: tiles show
+    /// `agent unknown`.
+    #[arg(long, env = "TINK_CONSOLE_NATS_URL")]
+    nats_url: Option<String>,
+    /// NATS credentials file (JWT and NKey seed) for the presence watch.
+    #[arg(long, env = "NATS_CREDS")]
+    nats_creds: Option<std::path::PathBuf>,
+    /// CA certificate (PEM) of the NATS servers; turns TLS on.
+    #[arg(long, env = "NATS_TLS_CA")]
+    nats_tls_ca: Option<std::path::PathBuf>,
+    /// Seconds a presence entry lives without a heartbeat (the servers' --presence-ttl-seconds).
+    #[arg(long, env = "TINK_PRESENCE_TTL_SECONDS", default_value_t = 30)]
+    presence_ttl_seconds: u64,
     /// This replica's name in logs; defaults to the host name (the pod name).
     #[arg(long, env = "TINK_REPLICA_ID")]
     replica_id: Option<String>,
@@ -64,6 +77,18 @@ async fn main() -> anyhow::Result<()> {
     config.sse_max_clients = args.sse_max_clients;
     config.limits.max_age = Duration::from_secs(args.sse_max_age_seconds.max(10));
     config.tombstones = args.tombstones;
+    config.presence = args
+        .nats_url
+        .filter(|u| !u.trim().is_empty())
+        .map(|nats_url| tink_console::presence::PresenceConfig {
+            nats_url,
+            auth: tink_bus::NatsAuth {
+                credentials_file: args.nats_creds,
+                tls_ca: args.nats_tls_ca,
+                ..Default::default()
+            },
+            ttl: Duration::from_secs(args.presence_ttl_seconds.max(1)),
+        });
 
     let shutdown = tink_runtime::shutdown_token_with_grace(args.admin.shutdown_grace());
     let health = tink_runtime::Health::new();

@@ -67,13 +67,14 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     opentelemetry::global::set_text_map_propagator(
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
-    let stack = stack().await;
+    // The real tink-server and controller on a real NATS, whose presence bucket the console
+    // watches.
+    let nats = NatsServer::start().await.expect("nats-server");
+    let stack = stack_with(Some(nats.url())).await;
     let admin = stack.admin.clone();
     let console = format!("http://{}", stack.console);
     let shots = screenshots();
 
-    // The real tink-server and controller on a real NATS.
-    let nats = NatsServer::start().await.expect("nats-server");
     let bus = controller_common::bus_config();
     let stop = CancellationToken::new();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -197,6 +198,20 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     assert!(
         browser.eval(&tile_is("idle")).await == true,
         "no workflow yet"
+    );
+    browser
+        .wait_for(
+            "the demo machine's agent to show connected",
+            "var t = document.getElementById('m/a/demo'); return !!t && t.querySelector('.agent').textContent === 'agent connected';",
+        )
+        .await;
+    assert_eq!(
+        browser
+            .eval(
+                "return document.getElementById('m/a/node-01').querySelector('.agent').textContent"
+            )
+            .await,
+        "agent offline"
     );
 
     // The tile turns provisioning, then succeeded, live, while the agent runs the workflow.

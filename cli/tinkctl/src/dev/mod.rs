@@ -568,6 +568,9 @@ impl Stack {
                         loopback(admin),
                         "--secure-cookies".into(),
                         "false".into(),
+                        // Agent presence on the machine tiles.
+                        "--nats-url".into(),
+                        nats_url.clone(),
                     ],
                     &identity("tink-console")?,
                     format!("http://{}/readyz", loopback(admin)),

@@ -54,6 +54,11 @@ impl Drop for Stack {
 /// kube-lite + CRDs + namespaces `a` and `b` + alice's Role in `a`, then `before` (objects
 /// the console should find when it starts), then the console.
 pub async fn stack() -> Stack {
+    stack_with(None).await
+}
+
+/// [`stack`] with the console watching agent presence on `nats_url`.
+pub async fn stack_with(nats_url: Option<String>) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, TOKENS).expect("token file");
@@ -112,6 +117,11 @@ pub async fn stack() -> Stack {
     let uri: http::Uri = kube.url().parse().expect("uri");
     let mut config = tink_console::ConsoleConfig::new(console, kube::Config::new(uri));
     config.secure_cookies = false;
+    config.presence = nats_url.map(|nats_url| tink_console::presence::PresenceConfig {
+        nats_url,
+        auth: Default::default(),
+        ttl: Duration::from_secs(3),
+    });
     let health = tink_runtime::Health::new();
     let metrics = tink_console::Metrics::default();
     let shutdown = CancellationToken::new();
