@@ -344,6 +344,28 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
             && page.matches("<g class=\"bar succeeded\"").count() == 4,
         "the demo workflow with one timeline bar per action:\n{page}"
     );
+    // The demo's action output, read by the console from the servers (TLS, the dev CA) with
+    // the user's token.
+    // (Lines travel apart from the events: they may land just after Succeeded.)
+    let mut output = String::new();
+    for _ in 0..50 {
+        let out = run(Command::new("curl").args([
+            "-sSf",
+            "-H",
+            "Authorization: Bearer kube-lite",
+            &format!("{console_url}/workflows/{NS}/provision-machine-1/logs"),
+        ]));
+        assert!(out.status.success(), "the console serves the action output");
+        output = String::from_utf8_lossy(&out.stdout).into_owned();
+        if output.contains("<td>stream-image</td>") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        output.contains("id=\"logs\"") && output.contains("<td>stream-image</td>"),
+        "the demo's output lines:\n{output}"
+    );
     let login = run(Command::new("curl").args([
         "-s",
         "-o",

@@ -119,6 +119,7 @@ async fn main() {
                 keepalive: Duration::from_secs(15),
                 max_age: Duration::from_secs(3600),
             },
+            logs: None,
         },
         shutdown.clone(),
     );

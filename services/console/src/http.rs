@@ -62,6 +62,7 @@ struct Inner {
     secure_cookies: bool,
     sse: Arc<Semaphore>,
     limits: StreamLimits,
+    logs: Option<crate::logs::Logs>,
     shutdown: CancellationToken,
 }
 
@@ -74,6 +75,8 @@ pub struct HttpSettings {
     pub sse_max_clients: usize,
     /// The live streams' limits.
     pub limits: StreamLimits,
+    /// Where action output is read, if anywhere.
+    pub logs: Option<crate::logs::Logs>,
 }
 
 impl AppState {
@@ -97,6 +100,7 @@ impl AppState {
                 secure_cookies: settings.secure_cookies,
                 sse: Arc::new(Semaphore::new(settings.sse_max_clients)),
                 limits: settings.limits,
+                logs: settings.logs,
                 shutdown,
             }),
         }
@@ -217,6 +221,7 @@ pub fn router(state: AppState) -> Router {
         .route("/workflows/{ns}/{name}", get(workflow))
         .route("/workflows/{ns}/{name}/cancel", post(cancel))
         .route("/workflows/{ns}/{name}/rerun", post(rerun))
+        .route("/workflows/{ns}/{name}/logs", get(logs))
         .route("/templates", get(templates))
         .route("/templates/{ns}/{name}", get(template))
         .route("/search", get(search))
@@ -846,7 +851,7 @@ async fn workflow(
             template: w.spec.template_ref.name.clone(),
             events_allowed,
             events,
-            logs: false,
+            logs: st.inner.logs.is_some(),
             notice: notice.to_string(),
         };
         Ok(html(StatusCode::OK, &page))
@@ -892,6 +897,80 @@ async fn live_workflow(
     }
     .await;
     st.done("live", r)
+}
+
+/// Query of the logs page.
+#[derive(Debug, Default, Deserialize)]
+pub struct LogsQuery {
+    /// Only this action's output (its name).
+    pub action: Option<String>,
+}
+
+async fn logs(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<LogsQuery>,
+) -> Response {
+    let r = async {
+        let here = format!("/workflows/{ns}/{name}/logs");
+        let s = st.session(&headers, &here).await?;
+        object_name("namespace", &ns)?;
+        object_name("workflow", &name)?;
+        st.inner
+            .access
+            .authorize(&s.user, &Permission::tink("get", "workflows", &ns, &name))
+            .await?;
+        let logs = st.inner.logs.as_ref().ok_or_else(|| {
+            PageError::NotFound(
+                "no tink-server is configured (--server-url): use tinkctl workflow logs".into(),
+            )
+        })?;
+        let action = nonempty(&q.action).unwrap_or("").to_string();
+        if action.len() > 253 {
+            return Err(PageError::BadRequest(
+                "the action name is longer than 253 characters".into(),
+            ));
+        }
+        // The server decides, with the user's own token.
+        let read = logs
+            .read(&s.token, &ns, &name, &action)
+            .await
+            .map_err(|e| match e {
+                crate::logs::LogsError::Unauthenticated(m) => PageError::Unauthenticated(m),
+                crate::logs::LogsError::Forbidden(m) => PageError::Forbidden(m),
+                crate::logs::LogsError::NotFound(m) => PageError::NotFound(m),
+                crate::logs::LogsError::Unavailable(m) => PageError::Unavailable(m),
+            })?;
+        let actions = st
+            .inner
+            .cache
+            .workflow(&ns, &name)
+            .map(|(w, _)| {
+                w.status
+                    .as_ref()
+                    .map(|s| s.actions.iter().map(|a| a.rendered.name.clone()).collect())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        let (lines, truncated, dispatched) = match read {
+            Some((lines, truncated)) => (lines, truncated, true),
+            None => (Vec::new(), false, false),
+        };
+        let page = LogsPage {
+            layout: st.layout(&s, format!("Output of {name}"), "workflows", String::new()),
+            namespace: ns.clone(),
+            name: name.clone(),
+            actions,
+            action,
+            lines,
+            truncated,
+            dispatched,
+        };
+        Ok(html(StatusCode::OK, &page))
+    }
+    .await;
+    st.done("logs", r)
 }
 
 /// The fields of a posted form.

@@ -22,6 +22,7 @@ pub mod access;
 pub mod cache;
 pub mod http;
 pub mod live;
+pub mod logs;
 mod metrics;
 pub mod pages;
 pub mod presence;
@@ -63,6 +64,8 @@ pub struct ConsoleConfig {
     pub tombstones: usize,
     /// Where agent presence comes from (NATS); `None`: tiles say `agent unknown`.
     pub presence: Option<presence::PresenceConfig>,
+    /// The tink-servers that serve action output; `None`: no output on workflow pages.
+    pub logs: Option<logs::LogsConfig>,
 }
 
 impl ConsoleConfig {
@@ -82,6 +85,7 @@ impl ConsoleConfig {
             },
             tombstones: cache::DEFAULT_TOMBSTONES,
             presence: None,
+            logs: None,
         }
     }
 }
@@ -97,8 +101,8 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
-    /// The Kubernetes client could not be built.
-    #[error("cannot build the Kubernetes client: {0}")]
+    /// A client (Kubernetes, tink-server) could not be built.
+    #[error("cannot build a client: {0}")]
     Client(String),
     /// The server failed.
     #[error("serving: {0}")]
@@ -137,6 +141,10 @@ pub async fn run_on(
     health.set_ready(false);
     let client =
         kube::Client::try_from(config.kube.clone()).map_err(|e| Error::Client(e.to_string()))?;
+    let logs = match config.logs.clone() {
+        Some(c) => Some(logs::Logs::new(c).map_err(Error::Client)?),
+        None => None,
+    };
     let (cache, writers) = cache::Cache::new(config.tombstones);
     let live = Arc::new(live::Live::new(config.sse_buffer, metrics.clone()));
     let tasks = shutdown.child_token();
@@ -150,6 +158,7 @@ pub async fn run_on(
             secure_cookies: config.secure_cookies,
             sse_max_clients: config.sse_max_clients,
             limits: config.limits,
+            logs,
         },
         tasks.clone(),
     );

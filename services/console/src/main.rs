@@ -50,6 +50,16 @@ struct Args {
     /// Seconds a presence entry lives without a heartbeat (the servers' --presence-ttl-seconds).
     #[arg(long, env = "TINK_PRESENCE_TTL_SECONDS", default_value_t = 30)]
     presence_ttl_seconds: u64,
+    /// tink-server addresses (`HOST:PORT`, comma separated) whose LogService shows action
+    /// output on workflow pages, read with the user's own token; unset: no output shown.
+    #[arg(long, env = "TINK_CONSOLE_SERVER_URL")]
+    server_url: Option<String>,
+    /// CA certificate (PEM) of the servers; plaintext gRPC when unset.
+    #[arg(long, env = "TINK_CONSOLE_SERVER_TLS_CA")]
+    server_tls_ca: Option<std::path::PathBuf>,
+    /// The most output lines one page shows.
+    #[arg(long, env = "TINK_CONSOLE_LOG_LINES_MAX", default_value_t = 5000)]
+    log_lines_max: usize,
     /// This replica's name in logs; defaults to the host name (the pod name).
     #[arg(long, env = "TINK_REPLICA_ID")]
     replica_id: Option<String>,
@@ -77,6 +87,15 @@ async fn main() -> anyhow::Result<()> {
     config.sse_max_clients = args.sse_max_clients;
     config.limits.max_age = Duration::from_secs(args.sse_max_age_seconds.max(10));
     config.tombstones = args.tombstones;
+    config.logs = args
+        .server_url
+        .filter(|u| !u.trim().is_empty())
+        .map(|servers| tink_console::logs::LogsConfig {
+            servers,
+            tls_ca: args.server_tls_ca,
+            max_lines: args.log_lines_max.max(1),
+            timeout: Duration::from_secs(15),
+        });
     config.presence = args
         .nats_url
         .filter(|u| !u.trim().is_empty())

@@ -215,6 +215,28 @@ pub struct LoginPage {
     pub error: String,
 }
 
+/// A workflow's action output.
+#[derive(Template)]
+#[template(path = "logs.html")]
+pub struct LogsPage {
+    /// Frame.
+    pub layout: Layout,
+    /// Namespace.
+    pub namespace: String,
+    /// Workflow.
+    pub name: String,
+    /// The workflow's actions (for the filter).
+    pub actions: Vec<String>,
+    /// The chosen action, or empty.
+    pub action: String,
+    /// The lines.
+    pub lines: Vec<crate::logs::Line>,
+    /// Whether lines were left out.
+    pub truncated: bool,
+    /// Whether the workflow was dispatched (else there is no output yet).
+    pub dispatched: bool,
+}
+
 /// An error page.
 #[derive(Template)]
 #[template(path = "error.html")]

@@ -70,19 +70,21 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     // The real tink-server and controller on a real NATS, whose presence bucket the console
     // watches.
     let nats = NatsServer::start().await.expect("nats-server");
-    let stack = stack_with(Some(nats.url())).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let server_addr = listener.local_addr().expect("addr");
+    let stack = stack_with(Some(nats.url()), Some(server_addr)).await;
     let admin = stack.admin.clone();
     let console = format!("http://{}", stack.console);
     let shots = screenshots();
 
     let bus = controller_common::bus_config();
     let stop = CancellationToken::new();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let server_addr = listener.local_addr().expect("addr");
     let mut server = tink_server::ServerConfig::new(nats.url(), "server-0");
     server.bus = bus.clone();
+    // ReadLogs checks the caller's token with kube-lite.
+    server.kube = Some(tink_server::KubeClient(admin.clone()));
     tokio::spawn(tink_server::serve(
         server,
         listener,
@@ -276,6 +278,52 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
         "{label}"
     );
     browser.screenshot(&shots.join("workflow-failed.png")).await;
+
+    // The action output, read from tink-server with alice's own token.
+    let js =
+        async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("nats client"));
+    for (n, a) in actions.iter().enumerate() {
+        let batch = tink_bus::proto::LogBatch {
+            workflow_id: id.clone(),
+            action_id: a.clone(),
+            agent_id: MAC.into(),
+            lines: (1..=2)
+                .map(|s| tink_bus::proto::LogLine {
+                    sequence: s,
+                    text: format!("action {n} says <hello> {s}"),
+                    ..Default::default()
+                })
+                .collect(),
+            dropped_lines: 0,
+        };
+        tink_bus::publish_log_batch(&js, &batch)
+            .await
+            .expect("log batch stored");
+    }
+    browser
+        .goto(&format!("{console}/workflows/a/demo-install"))
+        .await;
+    browser.click("#logs-link").await;
+    browser
+        .wait_for(
+            "the action output",
+            &format!(
+                "return document.querySelectorAll('#logs tbody tr').length === {};",
+                2 * actions.len()
+            ),
+        )
+        .await;
+    let first = browser
+        .eval("return document.querySelector('#logs tbody tr pre').textContent")
+        .await;
+    assert_eq!(first, "action 0 says <hello> 1");
+    assert_eq!(
+        get(stack.console, "/workflows/a/demo-install/logs", "bob-token")
+            .await
+            .status,
+        403
+    );
+    browser.screenshot(&shots.join("logs.png")).await;
 
     // The workflows list, a template with its preview, the search.
     browser.goto(&format!("{console}/workflows")).await;

@@ -279,6 +279,20 @@ async fn every_page_and_action_with_10000_machines() {
         get(addr, "/workflows/a/nope", "alice-token").await.status,
         404
     );
+    // No tink-server configured: no action output, and the page says where to find it.
+    assert!(page.body.contains("tinkctl workflow logs wf-failed -n a"));
+    assert_eq!(
+        get(addr, "/workflows/a/wf-failed/logs", "alice-token")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        get(addr, "/workflows/a/wf-failed/logs", "bob-token")
+            .await
+            .status,
+        403
+    );
     assert_eq!(
         get(addr, "/workflows/a/Bad%20Name", "alice-token")
             .await

@@ -571,6 +571,11 @@ impl Stack {
                         // Agent presence on the machine tiles.
                         "--nats-url".into(),
                         nats_url.clone(),
+                        // Action output from the servers, read with the user's token.
+                        "--server-url".into(),
+                        grpc.join(","),
+                        "--server-tls-ca".into(),
+                        pki.ca_cert.display().to_string(),
                     ],
                     &identity("tink-console")?,
                     format!("http://{}/readyz", loopback(admin)),

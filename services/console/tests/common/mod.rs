@@ -54,11 +54,12 @@ impl Drop for Stack {
 /// kube-lite + CRDs + namespaces `a` and `b` + alice's Role in `a`, then `before` (objects
 /// the console should find when it starts), then the console.
 pub async fn stack() -> Stack {
-    stack_with(None).await
+    stack_with(None, None).await
 }
 
-/// [`stack`] with the console watching agent presence on `nats_url`.
-pub async fn stack_with(nats_url: Option<String>) -> Stack {
+/// [`stack`] with the console watching agent presence on `nats_url` and reading action output
+/// from the tink-server at `logs`.
+pub async fn stack_with(nats_url: Option<String>, logs: Option<SocketAddr>) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, TOKENS).expect("token file");
@@ -91,6 +92,7 @@ pub async fn stack_with(nats_url: Option<String>) -> Stack {
         "rules": [
             {"apiGroups": ["tinkerbell.org"], "resources": ["hardware", "templates", "workflows"],
              "verbs": ["get", "list", "watch", "create", "delete"]},
+            {"apiGroups": ["tinkerbell.org"], "resources": ["workflows/log"], "verbs": ["get"]},
             {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]},
         ],
     }))
@@ -121,6 +123,12 @@ pub async fn stack_with(nats_url: Option<String>) -> Stack {
         nats_url,
         auth: Default::default(),
         ttl: Duration::from_secs(3),
+    });
+    config.logs = logs.map(|addr| tink_console::logs::LogsConfig {
+        servers: addr.to_string(),
+        tls_ca: None,
+        max_lines: 1000,
+        timeout: Duration::from_secs(10),
     });
     let health = tink_runtime::Health::new();
     let metrics = tink_console::Metrics::default();
