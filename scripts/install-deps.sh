@@ -12,6 +12,7 @@
 #   kmod and zstd (the OSIE initramfs); the kernel is unpacked from linux-image-amd64's package
 #   (wrk and nginx-light only for Hegel's benchmark: apt-get install wrk nginx-light)
 #   kubernetes-validate (PyPI, in a venv at /opt/kubernetes-validate) upstream schemas for the deploy/ test
+#   chromium and chromium-driver (no recommends) the web console's real-browser test (services/console/tests/browser.rs)
 # Docker must already be installed and running; tests that need it fail when it does not answer,
 # unless TINK_SKIP_DOCKER_TESTS=1 is set.
 set -euo pipefail
@@ -33,7 +34,14 @@ command -v docker-registry >/dev/null 2>&1 || netboot+=(docker-registry)
 command -v cpio >/dev/null 2>&1 || netboot+=(cpio)
 command -v depmod >/dev/null 2>&1 || netboot+=(kmod)
 command -v zstd >/dev/null 2>&1 || netboot+=(zstd)
-if [ ${#need[@]} -gt 0 ] || [ ${#netboot[@]} -gt 0 ]; then apt-get update -qq; fi
+browser=()
+[ -x /usr/bin/chromium ] || browser+=(chromium)
+[ -x /usr/bin/chromedriver ] || browser+=(chromium-driver)
+if [ ${#need[@]} -gt 0 ] || [ ${#netboot[@]} -gt 0 ] || [ ${#browser[@]} -gt 0 ]; then apt-get update -qq; fi
+if [ ${#browser[@]} -gt 0 ]; then
+  echo "installing (console browser test): ${browser[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${browser[@]}" >/dev/null
+fi
 if [ ${#netboot[@]} -gt 0 ]; then
   echo "installing (netboot VM run): ${netboot[*]}"
   # no recommends: qemu-system-x86 would bring a desktop's worth of GUI libraries

@@ -93,6 +93,7 @@ fn the_base_renders_with_every_part() {
         ("tink-server", 3),
         ("hegel", 2),
         ("tink-webhook", 2),
+        ("tink-console", 2),
     ]
     .into();
     assert_eq!(replicas, want);
@@ -217,7 +218,7 @@ fn the_external_nats_overlay_drops_the_statefulset_and_points_elsewhere() {
         .find(|c| name(c) == "tink-nats")
         .expect("tink-nats");
     assert_eq!(cm["data"]["NATS_URL"], "nats://nats.nats.svc:4222");
-    assert_eq!(by_kind(&docs, "Deployment").len(), 4);
+    assert_eq!(by_kind(&docs, "Deployment").len(), 5);
 }
 
 fn validate(file: &std::path::Path) -> std::process::Output {

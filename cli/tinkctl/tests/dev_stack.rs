@@ -2,7 +2,8 @@
 //! two controllers, two servers, the agent on the machine's Docker engine; the webhook and Hegel
 //! when this build has them), driven with tinkctl and kubectl as a user would:
 //! - `kubectl explain workflow.spec` answers from kube-lite's OpenAPI;
-//! - `tinkctl demo` runs the sample workflow to Succeeded;
+//! - `tinkctl demo` runs the sample workflow to Succeeded, and the web console shows it to the
+//!   kubeconfig's user (and refuses a request without a token);
 //! - a failing action fails the workflow with its reason (and `tinkctl workflow watch` says so);
 //! - a workflow deleted while running is canceled and its container stopped;
 //! - a server replica killed mid-workflow changes nothing visible (the agent moves to the other);
@@ -25,12 +26,13 @@ use kube::api::{Api, DeleteParams};
 use tink_api::v1alpha2::{ActionState, Workflow, WorkflowState};
 
 const NS: &str = "tink-demo";
-const BINARIES: [&str; 6] = [
+const BINARIES: [&str; 7] = [
     "kube-lite",
     "tink-webhook",
     "tink-controller",
     "tink-server",
     "hegel",
+    "tink-console",
     "tink-agent",
 ];
 
@@ -229,7 +231,7 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
     for b in BINARIES {
         assert!(
             bin_dir.join(b).exists(),
-            "{} missing: build the stack (cargo build -p kube-lite -p tink-webhook -p tink-controller -p tink-server -p hegel -p tink-agent)",
+            "{} missing: build the stack (cargo build -p kube-lite -p tink-webhook -p tink-controller -p tink-server -p hegel -p tink-console -p tink-agent)",
             bin_dir.join(b).display()
         );
     }
@@ -269,6 +271,7 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
         "NATS_URL=",
         "TINK_SERVER=",
         "HEGEL_URL=",
+        "TINK_CONSOLE_URL=",
         "TINK_DEV_AGENT_ID='02:00:00:00:00:01'",
     ] {
         assert!(env.contains(key), "{key} missing from the env file:\n{env}");
@@ -318,6 +321,64 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
         .next()
         .expect("a server")
         .to_string();
+    // The web console shows the demo's workflow to the kubeconfig's user (the dev stack's
+    // admin token), and sends a request without a token to its login page.
+    let console_url = value("TINK_CONSOLE_URL=");
+    assert!(
+        up_text.contains(&format!("Console: {console_url}")),
+        "dev up prints the console's URL:\n{up_text}"
+    );
+    let page = run(Command::new("curl").args([
+        "-sSf",
+        "-H",
+        "Authorization: Bearer kube-lite",
+        &format!("{console_url}/workflows/{NS}/provision-machine-1"),
+    ]));
+    assert!(
+        page.status.success(),
+        "the console serves the workflow page"
+    );
+    let page = String::from_utf8_lossy(&page.stdout);
+    assert!(
+        page.contains("id=\"wf-state\">Succeeded<")
+            && page.matches("<g class=\"bar succeeded\"").count() == 4,
+        "the demo workflow with one timeline bar per action:\n{page}"
+    );
+    // The demo's action output, read by the console from the servers (TLS, the dev CA) with
+    // the user's token.
+    // (Lines travel apart from the events: they may land just after Succeeded.)
+    let mut output = String::new();
+    for _ in 0..50 {
+        let out = run(Command::new("curl").args([
+            "-sSf",
+            "-H",
+            "Authorization: Bearer kube-lite",
+            &format!("{console_url}/workflows/{NS}/provision-machine-1/logs"),
+        ]));
+        assert!(out.status.success(), "the console serves the action output");
+        output = String::from_utf8_lossy(&out.stdout).into_owned();
+        if output.contains("<td>stream-image</td>") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        output.contains("id=\"logs\"") && output.contains("<td>stream-image</td>"),
+        "the demo's output lines:\n{output}"
+    );
+    let login = run(Command::new("curl").args([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code} %{redirect_url}",
+        &format!("{console_url}/workflows"),
+    ]));
+    assert_eq!(
+        String::from_utf8_lossy(&login.stdout),
+        format!("303 {console_url}/login?next=%2Fworkflows")
+    );
+
     let script = run(Command::new("curl").args([
         "-sSf",
         &format!("{hegel_url}/ipxe/script/02:00:00:00:00:01/auto.ipxe"),

@@ -1,13 +1,14 @@
 //! `tinkctl dev up|down|status`: the local development stack, every service its own process on
 //! loopback: kube-lite (persistent), `nats-server -js`, the webhook (HTTPS with a generated
-//! certificate), two controllers, two servers, Hegel and one agent on the local Docker engine.
+//! certificate), two controllers, two servers, Hegel, the web console and one agent on the
+//! local Docker engine.
 //!
 //! Everything lives under the data directory:
 //!
 //! | path | what |
 //! |---|---|
 //! | `state.json` | the running components (pid, executable, readiness URL, log) for `down` and `status` |
-//! | `env` | shell assignments: `KUBECONFIG`, `NATS_URL`, `TINK_SERVER`, `HEGEL_URL`, `TINK_DEV_AGENT_ID` |
+//! | `env` | shell assignments: `KUBECONFIG`, `NATS_URL`, `TINK_SERVER`, `HEGEL_URL`, `TINK_CONSOLE_URL`, `TINK_DEV_AGENT_ID` |
 //! | `kubeconfig` | for kubectl and the services |
 //! | `logs/<component>.log` | one log per component |
 //! | `pki/` | the development CA and the webhook's serving certificate |
@@ -28,6 +29,10 @@ use process::{Component, Started};
 
 /// The agent id (a MAC) of the development agent; the demo Hardware targets it.
 pub const DEV_AGENT_ID: &str = "02:00:00:00:00:01";
+
+/// The token of the kubeconfig kube-lite writes, which its TokenReview knows as its admin: the
+/// dev stack's console login.
+pub const DEV_CONSOLE_TOKEN: &str = "kube-lite";
 
 /// Exit status of a service binary that is not implemented in this build.
 const NOT_IMPLEMENTED: i32 = 2;
@@ -242,7 +247,7 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
     let bin = |name: &str| -> anyhow::Result<PathBuf> {
         let p = bins.join(name);
         let p = std::fs::canonicalize(&p).with_context(|| {
-            format!("{} not found: build the stack first (cargo build -p kube-lite -p tink-webhook -p tink-controller -p tink-server -p hegel -p tink-agent -p tinkctl) or pass --bin-dir", p.display())
+            format!("{} not found: build the stack first (cargo build -p kube-lite -p tink-webhook -p tink-controller -p tink-server -p hegel -p tink-console -p tink-agent -p tinkctl) or pass --bin-dir", p.display())
         })?;
         Ok(p)
     };
@@ -256,6 +261,8 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
         controller: bin("tink-controller")?,
         server: bin("tink-server")?,
         hegel: bin("hegel")?,
+        // Optional: a build without it runs the rest of the stack and says so.
+        console: bin("tink-console").ok(),
         agent: bin("tink-agent")?,
         nats,
     };
@@ -293,6 +300,7 @@ struct Exes {
     controller: PathBuf,
     server: PathBuf,
     hegel: PathBuf,
+    console: Option<PathBuf>,
     agent: PathBuf,
     netboot: Option<PathBuf>,
     nats: PathBuf,
@@ -304,6 +312,8 @@ struct Env {
     nats_url: String,
     tink_server: String,
     hegel_url: String,
+    /// The web console's URL, when it runs.
+    console_url: Option<String>,
     /// The netboot service's HTTP URL, when it runs.
     netboot_url: Option<String>,
 }
@@ -543,6 +553,40 @@ impl Stack {
             &identity("hegel")?,
             format!("http://{}/readyz", loopback(admin)),
         )?;
+        // The web console, on loopback (plain HTTP, so its session cookie is not `Secure`).
+        // Log in with the kubeconfig's token: kube-lite's TokenReview knows it as its admin.
+        let console_url = match &exes.console {
+            Some(exe) => {
+                let (port, admin) = (process::free_port()?, process::free_port()?);
+                let started = self.launch(
+                    "console",
+                    exe,
+                    vec![
+                        "--listen".into(),
+                        loopback(port),
+                        "--admin-addr".into(),
+                        loopback(admin),
+                        "--secure-cookies".into(),
+                        "false".into(),
+                        // Agent presence on the machine tiles.
+                        "--nats-url".into(),
+                        nats_url.clone(),
+                        // Action output from the servers, read with the user's token.
+                        "--server-url".into(),
+                        grpc.join(","),
+                        "--server-tls-ca".into(),
+                        pki.ca_cert.display().to_string(),
+                    ],
+                    &identity("tink-console")?,
+                    format!("http://{}/readyz", loopback(admin)),
+                )?;
+                started.then(|| format!("http://{}", loopback(port)))
+            }
+            None => {
+                self.state.missing.push("console".into());
+                None
+            }
+        };
         let netboot_url = match (&exes.netboot, &args.netboot_interface) {
             (Some(exe), Some(interface)) => {
                 let files = match &args.netboot_files_dir {
@@ -606,6 +650,7 @@ impl Stack {
             nats_url,
             tink_server: grpc.join(","),
             hegel_url,
+            console_url,
             netboot_url,
         };
         write_env(&dir, &env)?;
@@ -711,6 +756,12 @@ fn write_env(dir: &Path, env: &Env) -> anyhow::Result<()> {
         shell_quote(DEV_AGENT_ID),
         shell_quote(&dir.join("pki").join("ca.crt").display().to_string()),
     );
+    if let Some(url) = &env.console_url {
+        text.push_str(&format!(
+            "TINK_CONSOLE_URL={}\nexport TINK_CONSOLE_URL\n",
+            shell_quote(url)
+        ));
+    }
     if let Some(url) = &env.netboot_url {
         text.push_str(&format!(
             "TINK_NETBOOT_URL={}\nexport TINK_NETBOOT_URL\n",
@@ -740,6 +791,12 @@ fn print_summary(dir: &Path, env: &Env, state: &State) {
         env.kubeconfig.display()
     );
     println!("  tinkctl demo --kubeconfig {}", env.kubeconfig.display());
+    if let Some(url) = &env.console_url {
+        println!(
+            "Console: {url}  (log in with the kubeconfig's token: {})",
+            DEV_CONSOLE_TOKEN
+        );
+    }
     println!("  tinkctl dev status --data-dir {}", dir.display());
     println!("  tinkctl dev down --data-dir {}", dir.display());
     if let Some(url) = &env.netboot_url {
@@ -835,13 +892,14 @@ mod tests {
             nats_url: "nats://127.0.0.1:1".into(),
             tink_server: "127.0.0.1:2,127.0.0.1:3".into(),
             hegel_url: "http://127.0.0.1:4".into(),
+            console_url: Some("http://127.0.0.1:5".into()),
             netboot_url: Some("http://10.99.0.1:8080".into()),
         };
         write_env(dir.path(), &env).expect("env");
         let out = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(
-                ". '{}/env' && echo \"$KUBECONFIG|$TINK_SERVER|$TINK_DEV_AGENT_ID|$TINK_NETBOOT_URL\"",
+                ". '{}/env' && echo \"$KUBECONFIG|$TINK_SERVER|$TINK_DEV_AGENT_ID|$TINK_CONSOLE_URL|$TINK_NETBOOT_URL\"",
                 dir.path().display()
             ))
             .output()
@@ -849,7 +907,7 @@ mod tests {
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
             format!(
-                "{}|127.0.0.1:2,127.0.0.1:3|{DEV_AGENT_ID}|http://10.99.0.1:8080",
+                "{}|127.0.0.1:2,127.0.0.1:3|{DEV_AGENT_ID}|http://127.0.0.1:5|http://10.99.0.1:8080",
                 dir.path().join("kube config").display()
             )
         );

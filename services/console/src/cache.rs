@@ -1,0 +1,445 @@
+//! The console's read side: kube-runtime reflectors (watch-fed stores) of Hardware, Workflows,
+//! Templates and Kubernetes Events, an index of each machine's Workflows, and a bounded memory
+//! of deleted Workflows (a canceled Workflow disappears once the controller releases it; its
+//! page still shows how it ended). No page view lists anything from the API server.
+//!
+//! Every change a watch delivers is also handed to [`crate::live`], which renders the affected
+//! fragments once and broadcasts them to the connected browsers.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::{Resource, ResourceExt as _};
+use tink_api::v1alpha2::{Hardware, Template, Workflow};
+use tink_runtime::Health;
+use tokio_util::sync::CancellationToken;
+
+use crate::live::Live;
+use crate::metrics::Metrics;
+
+/// `namespace/name` of an object.
+pub type Key = (String, String);
+
+/// The key of an object.
+pub fn key_of<K: Resource>(o: &K) -> Key {
+    (
+        o.meta().namespace.clone().unwrap_or_default(),
+        o.meta().name.clone().unwrap_or_default(),
+    )
+}
+
+/// How many deleted Workflows are remembered by default.
+pub const DEFAULT_TOMBSTONES: usize = 1000;
+
+/// The stores and indexes pages are rendered from.
+pub struct Cache {
+    /// Every Hardware.
+    pub hardware: Store<Hardware>,
+    /// Every Workflow.
+    pub workflows: Store<Workflow>,
+    /// Every Template.
+    pub templates: Store<Template>,
+    /// Every core Event.
+    pub events: Store<Event>,
+    /// Per machine (`namespace/hardware`), its Workflows by creation time.
+    by_machine: RwLock<HashMap<Key, BTreeSet<(i64, String)>>>,
+    tombstones: Mutex<VecDeque<Arc<Workflow>>>,
+    tombstones_max: usize,
+    synced: [AtomicBool; 4],
+    /// Agent presence (off unless configured).
+    pub presence: crate::presence::Presence,
+}
+
+/// The writers of a [`Cache`]'s stores, consumed by [`feed`].
+pub struct Writers {
+    hardware: reflector::store::Writer<Hardware>,
+    workflows: reflector::store::Writer<Workflow>,
+    templates: reflector::store::Writer<Template>,
+    events: reflector::store::Writer<Event>,
+}
+
+fn created_ms(w: &Workflow) -> i64 {
+    w.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_millisecond())
+        .unwrap_or(0)
+}
+
+impl Cache {
+    /// Empty stores and their writers; `tombstones` deleted Workflows are remembered.
+    pub fn new(tombstones: usize) -> (Arc<Cache>, Writers) {
+        let (hardware, hw) = reflector::store();
+        let (workflows, wf) = reflector::store();
+        let (templates, t) = reflector::store();
+        let (events, ev) = reflector::store();
+        let cache = Arc::new(Cache {
+            hardware,
+            workflows,
+            templates,
+            events,
+            by_machine: RwLock::default(),
+            tombstones: Mutex::default(),
+            tombstones_max: tombstones,
+            synced: Default::default(),
+            presence: Default::default(),
+        });
+        (
+            cache,
+            Writers {
+                hardware: hw,
+                workflows: wf,
+                templates: t,
+                events: ev,
+            },
+        )
+    }
+
+    /// Whether every watch has listed once.
+    pub fn synced(&self) -> bool {
+        self.synced.iter().all(|s| s.load(Ordering::Acquire))
+    }
+
+    /// The Workflow `namespace/name`, or the last state of a deleted one (`true`).
+    pub fn workflow(&self, namespace: &str, name: &str) -> Option<(Arc<Workflow>, bool)> {
+        if let Some(w) = self.workflows.get(&ObjectRef::new(name).within(namespace)) {
+            return Some((w, false));
+        }
+        let tombs = self.tombstones.lock().unwrap_or_else(|e| e.into_inner());
+        tombs
+            .iter()
+            .rev()
+            .find(|w| {
+                w.metadata.namespace.as_deref() == Some(namespace)
+                    && w.metadata.name.as_deref() == Some(name)
+            })
+            .map(|w| (w.clone(), true))
+    }
+
+    /// The Hardware `namespace/name`.
+    pub fn machine(&self, namespace: &str, name: &str) -> Option<Arc<Hardware>> {
+        self.hardware.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The Template `namespace/name`.
+    pub fn template(&self, namespace: &str, name: &str) -> Option<Arc<Template>> {
+        self.templates.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The newest Workflow of machine `namespace/hardware`.
+    pub fn latest_workflow(&self, namespace: &str, hardware: &str) -> Option<Arc<Workflow>> {
+        let index = self.by_machine.read().unwrap_or_else(|e| e.into_inner());
+        let set = index.get(&(namespace.to_string(), hardware.to_string()))?;
+        set.iter()
+            .rev()
+            .find_map(|(_, name)| self.workflows.get(&ObjectRef::new(name).within(namespace)))
+    }
+
+    /// The newest Workflow of every machine that has one (one pass over the index).
+    pub fn latest_workflows(&self) -> HashMap<Key, Arc<Workflow>> {
+        let index = self.by_machine.read().unwrap_or_else(|e| e.into_inner());
+        let mut out = HashMap::with_capacity(index.len());
+        for ((ns, hw), set) in index.iter() {
+            if let Some(w) = set
+                .iter()
+                .rev()
+                .find_map(|(_, name)| self.workflows.get(&ObjectRef::new(name).within(ns)))
+            {
+                out.insert((ns.clone(), hw.clone()), w);
+            }
+        }
+        out
+    }
+
+    /// The Kubernetes Events about Workflow `namespace/name`, oldest first.
+    pub fn workflow_events(&self, namespace: &str, name: &str) -> Vec<Arc<Event>> {
+        let mut events: Vec<Arc<Event>> = self
+            .events
+            .state()
+            .into_iter()
+            .filter(|e| {
+                e.involved_object.kind.as_deref() == Some("Workflow")
+                    && e.involved_object.namespace.as_deref() == Some(namespace)
+                    && e.involved_object.name.as_deref() == Some(name)
+            })
+            .collect();
+        events.sort_by_key(|e| event_time(e));
+        events
+    }
+
+    fn index_workflow(&self, w: &Workflow) {
+        let (ns, name) = key_of(w);
+        let hw = w.spec.hardware_ref.name.clone();
+        let mut index = self.by_machine.write().unwrap_or_else(|e| e.into_inner());
+        index
+            .entry((ns, hw))
+            .or_default()
+            .insert((created_ms(w), name));
+    }
+
+    fn unindex_workflow(&self, w: &Workflow) {
+        let (ns, name) = key_of(w);
+        let key = (ns, w.spec.hardware_ref.name.clone());
+        let mut index = self.by_machine.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(set) = index.get_mut(&key) {
+            set.remove(&(created_ms(w), name));
+            if set.is_empty() {
+                index.remove(&key);
+            }
+        }
+    }
+
+    fn reindex_workflows(&self) {
+        let mut fresh: HashMap<Key, BTreeSet<(i64, String)>> = HashMap::new();
+        for w in self.workflows.state() {
+            let (ns, name) = key_of(w.as_ref());
+            fresh
+                .entry((ns, w.spec.hardware_ref.name.clone()))
+                .or_default()
+                .insert((created_ms(&w), name));
+        }
+        *self.by_machine.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+    }
+
+    fn bury(&self, w: Workflow) {
+        if self.tombstones_max == 0 {
+            return;
+        }
+        let mut tombs = self.tombstones.lock().unwrap_or_else(|e| e.into_inner());
+        let key = key_of(&w);
+        tombs.retain(|t| key_of(t.as_ref()) != key);
+        if tombs.len() >= self.tombstones_max {
+            tombs.pop_front();
+        }
+        tombs.push_back(Arc::new(w));
+    }
+
+    /// Fills the stores directly (benchmarks and tests that do not run watches) and marks the
+    /// cache synced.
+    pub fn fill(
+        writers: &mut Writers,
+        cache: &Cache,
+        hardware: Vec<Hardware>,
+        workflows: Vec<Workflow>,
+    ) {
+        writers.hardware.apply_watcher_event(&WatchEvent::Init);
+        for h in hardware {
+            writers
+                .hardware
+                .apply_watcher_event(&WatchEvent::InitApply(h));
+        }
+        writers.hardware.apply_watcher_event(&WatchEvent::InitDone);
+        writers.workflows.apply_watcher_event(&WatchEvent::Init);
+        for w in workflows {
+            writers
+                .workflows
+                .apply_watcher_event(&WatchEvent::InitApply(w));
+        }
+        writers.workflows.apply_watcher_event(&WatchEvent::InitDone);
+        writers.templates.apply_watcher_event(&WatchEvent::Init);
+        writers.templates.apply_watcher_event(&WatchEvent::InitDone);
+        writers.events.apply_watcher_event(&WatchEvent::Init);
+        writers.events.apply_watcher_event(&WatchEvent::InitDone);
+        cache.reindex_workflows();
+        for s in &cache.synced {
+            s.store(true, Ordering::Release);
+        }
+    }
+
+    /// Applies one Workflow change as the watch would (benchmarks drive the live path with it).
+    pub fn apply_workflow(&self, writers: &mut Writers, live: &Live, w: Workflow) {
+        writers
+            .workflows
+            .apply_watcher_event(&WatchEvent::Apply(w.clone()));
+        self.index_workflow(&w);
+        live.workflow_changed(self, &w, false);
+    }
+}
+
+/// When an Event last happened.
+pub fn event_time(e: &Event) -> i64 {
+    e.last_timestamp
+        .as_ref()
+        .map(|t| t.0.as_millisecond())
+        .or_else(|| e.event_time.as_ref().map(|t| t.0.as_millisecond()))
+        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0.as_millisecond()))
+        .or_else(|| {
+            e.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond())
+        })
+        .unwrap_or(0)
+}
+
+/// A watch stream ended on its own (it retries errors itself, so this is a bug or a shutdown
+/// of the client).
+#[derive(Debug, thiserror::Error)]
+#[error("the {0} watch ended")]
+pub struct WatchEnded(pub &'static str);
+
+/// Runs the four watches until `shutdown`, keeping `cache` current, publishing changes to
+/// `live` and turning `health` ready once every watch has listed.
+#[allow(clippy::too_many_arguments)] // the parts of the service it wires, each used once
+pub async fn feed(
+    client: kube::Client,
+    namespace: Option<String>,
+    cache: Arc<Cache>,
+    writers: Writers,
+    live: Arc<Live>,
+    metrics: Metrics,
+    health: Health,
+    shutdown: CancellationToken,
+) -> Result<(), WatchEnded> {
+    fn api<K>(client: &kube::Client, ns: &Option<String>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let ready = {
+        let cache = cache.clone();
+        let health = health.clone();
+        move |i: usize| {
+            cache.synced[i].store(true, Ordering::Release);
+            if cache.synced() {
+                health.set_ready(true);
+            }
+        }
+    };
+
+    let hardware = {
+        let (cache, live, metrics, ready) =
+            (cache.clone(), live.clone(), metrics.clone(), ready.clone());
+        reflector::reflector(
+            writers.hardware,
+            watcher::watcher(
+                api::<Hardware>(&client, &namespace),
+                watcher::Config::default(),
+            )
+            .default_backoff(),
+        )
+        .for_each(move |ev| {
+            match ev {
+                Ok(WatchEvent::Apply(h)) | Ok(WatchEvent::InitApply(h)) => {
+                    live.machine_changed(&cache, &h, false)
+                }
+                Ok(WatchEvent::Delete(h)) => live.machine_changed(&cache, &h, true),
+                Ok(WatchEvent::InitDone) => {
+                    ready(0);
+                    live.resync();
+                }
+                Ok(WatchEvent::Init) => {}
+                Err(e) => {
+                    metrics.watch_errors.inc();
+                    tracing::warn!(error = %e, "Hardware watch failed; retrying");
+                }
+            }
+            futures::future::ready(())
+        })
+    };
+    let workflows = {
+        let (cache, live, metrics, ready) =
+            (cache.clone(), live.clone(), metrics.clone(), ready.clone());
+        reflector::reflector(
+            writers.workflows,
+            watcher::watcher(
+                api::<Workflow>(&client, &namespace),
+                watcher::Config::default(),
+            )
+            .default_backoff(),
+        )
+        .for_each(move |ev| {
+            match ev {
+                Ok(WatchEvent::Apply(w)) | Ok(WatchEvent::InitApply(w)) => {
+                    cache.index_workflow(&w);
+                    live.workflow_changed(&cache, &w, false);
+                }
+                Ok(WatchEvent::Delete(w)) => {
+                    cache.unindex_workflow(&w);
+                    live.workflow_changed(&cache, &w, true);
+                    cache.bury(w);
+                }
+                Ok(WatchEvent::InitDone) => {
+                    cache.reindex_workflows();
+                    ready(1);
+                    live.resync();
+                }
+                Ok(WatchEvent::Init) => {}
+                Err(e) => {
+                    metrics.watch_errors.inc();
+                    tracing::warn!(error = %e, "Workflow watch failed; retrying");
+                }
+            }
+            futures::future::ready(())
+        })
+    };
+    let templates = {
+        let (metrics, ready) = (metrics.clone(), ready.clone());
+        reflector::reflector(
+            writers.templates,
+            watcher::watcher(
+                api::<Template>(&client, &namespace),
+                watcher::Config::default(),
+            )
+            .default_backoff(),
+        )
+        .for_each(move |ev| {
+            match ev {
+                Ok(WatchEvent::InitDone) => ready(2),
+                Ok(_) => {}
+                Err(e) => {
+                    metrics.watch_errors.inc();
+                    tracing::warn!(error = %e, "Template watch failed; retrying");
+                }
+            }
+            futures::future::ready(())
+        })
+    };
+    let events = {
+        let (cache, live, metrics, ready) = (cache.clone(), live.clone(), metrics.clone(), ready);
+        // Only Events about Workflows: the console shows no others.
+        let config = watcher::Config::default().fields("involvedObject.kind=Workflow");
+        reflector::reflector(
+            writers.events,
+            watcher::watcher(api::<Event>(&client, &namespace), config).default_backoff(),
+        )
+        .for_each(move |ev| {
+            match ev {
+                Ok(WatchEvent::Apply(e)) => live.event_changed(&cache, &e),
+                Ok(WatchEvent::InitDone) => ready(3),
+                Ok(_) => {}
+                Err(e) => {
+                    metrics.watch_errors.inc();
+                    tracing::warn!(error = %e, "Event watch failed; retrying");
+                }
+            }
+            futures::future::ready(())
+        })
+    };
+    let result = tokio::select! {
+        _ = shutdown.cancelled() => Ok(()),
+        _ = hardware => Err(WatchEnded("Hardware")),
+        _ = workflows => Err(WatchEnded("Workflow")),
+        _ = templates => Err(WatchEnded("Template")),
+        _ = events => Err(WatchEnded("Event")),
+    };
+    health.set_ready(false);
+    result
+}
+
+/// The name of a Hardware's Workflow, for logs.
+pub fn describe(w: &Workflow) -> String {
+    format!("{}/{}", w.namespace().unwrap_or_default(), w.name_any())
+}

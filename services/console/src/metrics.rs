@@ -1,0 +1,71 @@
+//! Prometheus metrics of the console (prefix `console`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Labels of a request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// The page, from a fixed set (`machines`, `workflow`, `cancel`, ...), never the raw path.
+    pub page: &'static str,
+    /// The HTTP status code.
+    pub status: u16,
+}
+
+/// The console's metrics; clones share the same values.
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    /// Requests by page and status.
+    pub requests: Family<RequestLabels, Counter>,
+    /// Open live-update streams.
+    pub sse_clients: Gauge,
+    /// Streams that fell behind and were told to resync.
+    pub sse_resyncs: Counter,
+    /// Errors of the watches (retried with back-off).
+    pub watch_errors: Counter,
+}
+
+impl Metrics {
+    /// New metrics registered in `registry` under the `console` prefix.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        let r = registry.sub_registry_with_prefix("console");
+        r.register(
+            "requests",
+            "HTTP requests by page and status",
+            m.requests.clone(),
+        );
+        r.register(
+            "sse_clients",
+            "Open live-update (server-sent events) streams",
+            m.sse_clients.clone(),
+        );
+        r.register(
+            "sse_resyncs",
+            "Live-update streams that fell behind the buffer and were told to reload",
+            m.sse_resyncs.clone(),
+        );
+        r.register(
+            "watch_errors",
+            "Errors of the Hardware, Workflow, Template and Event watches (retried with back-off)",
+            m.watch_errors.clone(),
+        );
+        m
+    }
+
+    pub(crate) fn request(&self, page: &'static str, status: u16) {
+        self.requests
+            .get_or_create(&RequestLabels { page, status })
+            .inc();
+    }
+
+    /// Requests to `page` answered with `status` so far.
+    pub fn requests_of(&self, page: &'static str, status: u16) -> u64 {
+        self.requests
+            .get_or_create(&RequestLabels { page, status })
+            .get()
+    }
+}

@@ -1,0 +1,250 @@
+//! The askama templates (services/console/templates/): every value is HTML-escaped; nothing a
+//! user or an object supplied is ever marked safe.
+
+use askama::Template;
+
+use crate::views::{Detail, EventRow, Row, Tile};
+
+/// What every page's frame shows.
+#[derive(Debug, Clone, Default)]
+pub struct Layout {
+    /// The page title.
+    pub title: String,
+    /// The user's name (empty on the login page).
+    pub user: String,
+    /// The session's anti-CSRF value, posted back by every form.
+    pub csrf: String,
+    /// The live-update stream of the page, or empty.
+    pub live: String,
+    /// The navigation entry to highlight.
+    pub nav: &'static str,
+    /// The search box's text.
+    pub q: String,
+}
+
+/// The machines page.
+#[derive(Template)]
+#[template(path = "machines.html")]
+pub struct MachinesPage<'a> {
+    /// Frame.
+    pub layout: Layout,
+    /// Tiles.
+    pub tiles: &'a [Tile],
+    /// Namespaces to filter on.
+    pub namespaces: Vec<String>,
+    /// The namespace filter.
+    pub ns: String,
+    /// The label filter.
+    pub labels: String,
+    /// Counts per class, for the legend.
+    pub counts: Vec<(&'static str, usize)>,
+}
+
+/// One tile (also pushed live).
+#[derive(Template)]
+#[template(path = "tile.html")]
+pub struct TileFragment<'a> {
+    /// The tile.
+    pub t: &'a Tile,
+}
+
+/// The workflows page.
+#[derive(Template)]
+#[template(path = "workflows.html")]
+pub struct WorkflowsPage<'a> {
+    /// Frame.
+    pub layout: Layout,
+    /// Rows.
+    pub rows: &'a [Row],
+    /// Namespaces to filter on.
+    pub namespaces: Vec<String>,
+    /// States to filter on.
+    pub states: Vec<&'static str>,
+    /// The namespace filter.
+    pub ns: String,
+    /// The state filter.
+    pub state: String,
+    /// The name filter.
+    pub name: String,
+    /// The sort key.
+    pub sort: String,
+    /// The query string without `sort`, for the header links.
+    pub base: String,
+    /// Rows left out beyond the page limit.
+    pub more: usize,
+}
+
+/// One workflow row (also pushed live).
+#[derive(Template)]
+#[template(path = "row.html")]
+pub struct RowFragment<'a> {
+    /// The row.
+    pub w: &'a Row,
+}
+
+/// A workflow's page.
+#[derive(Template)]
+#[template(path = "workflow.html")]
+pub struct WorkflowPage<'a> {
+    /// Frame.
+    pub layout: Layout,
+    /// The live part.
+    pub d: &'a Detail,
+    /// The machine.
+    pub hardware: String,
+    /// The template.
+    pub template: String,
+    /// Whether the user may list Events there.
+    pub events_allowed: bool,
+    /// Events.
+    pub events: Vec<EventRow>,
+    /// Whether action logs can be read (a tink-server is configured).
+    pub logs: bool,
+    /// A message after an action (cancel requested, ...).
+    pub notice: String,
+}
+
+/// The live part of a workflow page (also pushed live).
+#[derive(Template)]
+#[template(path = "workflow_live.html")]
+pub struct DetailFragment<'a> {
+    /// The detail.
+    pub d: &'a Detail,
+}
+
+/// One Event row (also pushed live).
+#[derive(Template)]
+#[template(path = "event.html")]
+pub struct EventFragment<'a> {
+    /// The row.
+    pub e: &'a EventRow,
+}
+
+/// One template in the list.
+#[derive(Debug, Clone)]
+pub struct TemplateItem {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Its actions' names.
+    pub actions: String,
+}
+
+/// The templates page.
+#[derive(Template)]
+#[template(path = "templates.html")]
+pub struct TemplatesPage {
+    /// Frame.
+    pub layout: Layout,
+    /// Templates.
+    pub items: Vec<TemplateItem>,
+}
+
+/// One action of a template (source or rendered).
+#[derive(Debug, Clone)]
+pub struct ActionItem {
+    /// Name.
+    pub name: String,
+    /// Image.
+    pub image: String,
+    /// Command, args and environment, one per line.
+    pub details: String,
+}
+
+/// A template's page, with its preview.
+#[derive(Template)]
+#[template(path = "template.html")]
+pub struct TemplatePage {
+    /// Frame.
+    pub layout: Layout,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The source actions.
+    pub source: Vec<ActionItem>,
+    /// Machines of the namespace to preview against (at most 500).
+    pub machines: Vec<String>,
+    /// The chosen machine.
+    pub hardware: String,
+    /// The templateData used (JSON).
+    pub data: String,
+    /// The rendered actions.
+    pub rendered: Vec<ActionItem>,
+    /// The rendering error, or why there is no preview.
+    pub error: String,
+}
+
+/// A search hit.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    /// `Hardware`, `Workflow`, `Template`.
+    pub kind: &'static str,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Where it matched (`name`, a MAC, an IP).
+    pub matched: String,
+    /// The link.
+    pub href: String,
+}
+
+/// The search page.
+#[derive(Template)]
+#[template(path = "search.html")]
+pub struct SearchPage {
+    /// Frame.
+    pub layout: Layout,
+    /// Hits.
+    pub hits: Vec<Hit>,
+    /// Whether hits were left out.
+    pub truncated: bool,
+}
+
+/// The login page.
+#[derive(Template)]
+#[template(path = "login.html")]
+pub struct LoginPage {
+    /// Frame.
+    pub layout: Layout,
+    /// Where to go after logging in.
+    pub next: String,
+    /// Why the last attempt failed.
+    pub error: String,
+}
+
+/// A workflow's action output.
+#[derive(Template)]
+#[template(path = "logs.html")]
+pub struct LogsPage {
+    /// Frame.
+    pub layout: Layout,
+    /// Namespace.
+    pub namespace: String,
+    /// Workflow.
+    pub name: String,
+    /// The workflow's actions (for the filter).
+    pub actions: Vec<String>,
+    /// The chosen action, or empty.
+    pub action: String,
+    /// The lines.
+    pub lines: Vec<crate::logs::Line>,
+    /// Whether lines were left out.
+    pub truncated: bool,
+    /// Whether the workflow was dispatched (else there is no output yet).
+    pub dispatched: bool,
+}
+
+/// An error page.
+#[derive(Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage {
+    /// Frame.
+    pub layout: Layout,
+    /// The status code.
+    pub status: u16,
+    /// The message.
+    pub message: String,
+}

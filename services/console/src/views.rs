@@ -1,0 +1,694 @@
+//! View models: what a page shows, computed from the cached objects (pure; no IO). The askama
+//! templates in services/console/templates/ turn them into HTML, escaping every value.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Event;
+use tink_api::v1alpha2::{ActionState, Hardware, Workflow, WorkflowState};
+
+/// The colour class of a machine tile.
+pub fn tile_class(state: Option<WorkflowState>) -> &'static str {
+    match state {
+        None => "idle",
+        Some(WorkflowState::Pending | WorkflowState::Scheduled | WorkflowState::Running) => {
+            "provisioning"
+        }
+        Some(WorkflowState::Cancelling) => "cancelling",
+        Some(WorkflowState::Succeeded) => "succeeded",
+        Some(WorkflowState::Failed) => "failed",
+        Some(WorkflowState::Canceled) => "canceled",
+    }
+}
+
+/// The state of a Workflow (Pending when it has no status yet).
+pub fn state_of(w: &Workflow) -> WorkflowState {
+    w.status.as_ref().map(|s| s.state).unwrap_or_default()
+}
+
+/// The DOM id of a machine's tile.
+pub fn tile_id(namespace: &str, name: &str) -> String {
+    format!("m/{namespace}/{name}")
+}
+
+/// The DOM id of a workflow's row.
+pub fn row_id(namespace: &str, name: &str) -> String {
+    format!("w/{namespace}/{name}")
+}
+
+/// One machine tile.
+#[derive(Debug, Clone)]
+pub struct Tile {
+    /// DOM id.
+    pub id: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// MACs (lower case).
+    pub macs: Vec<String>,
+    /// IPv4 addresses.
+    pub ips: Vec<String>,
+    /// `idle`, `provisioning`, `succeeded`, `failed`, `cancelling`, `canceled`.
+    pub class: &'static str,
+    /// The latest workflow's state, or `no workflow`.
+    pub state: String,
+    /// The latest workflow's name.
+    pub workflow: Option<String>,
+    /// `connected`, `offline` or `unknown` (no presence source configured).
+    pub agent: &'static str,
+}
+
+impl Tile {
+    /// The tile of `hw`, coloured by `latest`.
+    pub fn new(hw: &Hardware, latest: Option<&Workflow>, agent: &'static str) -> Tile {
+        let namespace = hw.metadata.namespace.clone().unwrap_or_default();
+        let name = hw.metadata.name.clone().unwrap_or_default();
+        let mut macs = Vec::new();
+        let mut ips = Vec::new();
+        for (mac, nic) in &hw.spec.network_interfaces {
+            macs.push(mac.clone());
+            if let Some(ip) = nic.dhcp.as_ref().and_then(|d| d.ip.clone()) {
+                ips.push(ip);
+            }
+        }
+        let state = latest.map(state_of);
+        Tile {
+            id: tile_id(&namespace, &name),
+            namespace,
+            name,
+            macs,
+            ips,
+            class: tile_class(state),
+            state: state.map_or("no workflow".to_string(), |s| s.to_string()),
+            workflow: latest.and_then(|w| w.metadata.name.clone()),
+            agent,
+        }
+    }
+}
+
+/// A workflow's duration so far (or in all), `started -> last transition or now`.
+pub fn duration(w: &Workflow, now: Timestamp) -> Option<i64> {
+    let status = w.status.as_ref()?;
+    let start = status.started_at.as_ref()?.0;
+    let end = if status.state.is_terminal() {
+        status.last_transition.as_ref().map_or(now, |t| t.0)
+    } else {
+        now
+    };
+    Some(end.duration_since(start).as_secs().max(0))
+}
+
+/// `1h02m03s`, `4m05s`, `7s`.
+pub fn human_seconds(secs: i64) -> String {
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    if h > 0 {
+        format!("{h}h{m:02}m{s:02}s")
+    } else if m > 0 {
+        format!("{m}m{s:02}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// Like [`human_seconds`], with tenths under ten seconds (`0.4s`, `3.2s`).
+pub fn human_millis(ms: i64) -> String {
+    if ms < 10_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        human_seconds(ms / 1000)
+    }
+}
+
+/// One row of the workflows table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// DOM id.
+    pub id: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The machine.
+    pub hardware: String,
+    /// The template.
+    pub template: String,
+    /// State.
+    pub state: String,
+    /// Lower-case state, the colour class.
+    pub class: String,
+    /// Seconds so far, for sorting.
+    pub seconds: i64,
+    /// Duration, human readable, or empty.
+    pub duration: String,
+    /// Creation time (RFC 3339), for sorting.
+    pub created: String,
+    /// `done/total` actions.
+    pub progress: String,
+}
+
+impl Row {
+    /// The row of `w` at `now`.
+    pub fn new(w: &Workflow, now: Timestamp) -> Row {
+        let namespace = w.metadata.namespace.clone().unwrap_or_default();
+        let name = w.metadata.name.clone().unwrap_or_default();
+        let state = state_of(w);
+        let secs = duration(w, now);
+        let actions = w
+            .status
+            .as_ref()
+            .map(|s| s.actions.as_slice())
+            .unwrap_or(&[]);
+        let done = actions
+            .iter()
+            .filter(|a| a.state == ActionState::Succeeded)
+            .count();
+        Row {
+            id: row_id(&namespace, &name),
+            namespace,
+            name,
+            hardware: w.spec.hardware_ref.name.clone(),
+            template: w.spec.template_ref.name.clone(),
+            state: state.to_string(),
+            class: state.as_str().to_ascii_lowercase(),
+            seconds: secs.unwrap_or(-1),
+            duration: secs.map(human_seconds).unwrap_or_default(),
+            created: w
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default(),
+            progress: format!("{done}/{}", actions.len()),
+        }
+    }
+}
+
+/// One bar of the timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bar {
+    /// The action's name.
+    pub name: String,
+    /// The action's state.
+    pub state: String,
+    /// Lower-case state, the colour class.
+    pub class: String,
+    /// Top of the bar.
+    pub y: u32,
+    /// Baseline of the row's text.
+    pub text_y: u32,
+    /// Left edge.
+    pub x: f64,
+    /// Width (at least 2, so a Pending or instant action is visible).
+    pub w: f64,
+    /// Where the duration and reason text starts (after the bar).
+    pub label_x: f64,
+    /// Duration text, or empty.
+    pub duration: String,
+    /// The failure reason and message on a failed bar, else empty.
+    pub reason: String,
+}
+
+/// The server-drawn SVG timeline of a workflow's actions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeline {
+    /// SVG width.
+    pub width: u32,
+    /// SVG height.
+    pub height: u32,
+    /// Where bars start (after the names).
+    pub left: u32,
+    /// Right end of the time axis.
+    pub right: f64,
+    /// One per action, in order.
+    pub bars: Vec<Bar>,
+    /// The span the axis covers, human readable.
+    pub span: String,
+}
+
+const ROW: u32 = 28;
+const LEFT: u32 = 180;
+const AXIS: f64 = 560.0;
+
+/// Draws `w`'s actions: one bar per action from its start to its end (now while running),
+/// coloured by state; Pending actions as a thin bar after the last start.
+pub fn timeline(w: &Workflow, now: Timestamp) -> Timeline {
+    let actions = w
+        .status
+        .as_ref()
+        .map(|s| s.actions.as_slice())
+        .unwrap_or(&[]);
+    let start_of = |a: &tink_api::v1alpha2::ActionStatus| a.started_at.as_ref().map(|t| t.0);
+    let end_of = |a: &tink_api::v1alpha2::ActionStatus| {
+        if a.state.is_terminal() {
+            a.last_transition.as_ref().map(|t| t.0).or(start_of(a))
+        } else if a.state == ActionState::Running {
+            Some(now)
+        } else {
+            None
+        }
+    };
+    let t0 = w
+        .status
+        .as_ref()
+        .and_then(|s| s.started_at.as_ref().map(|t| t.0))
+        .into_iter()
+        .chain(actions.iter().filter_map(start_of))
+        .min();
+    let t1 = actions.iter().filter_map(end_of).chain(t0).max();
+    let span_ms = match (t0, t1) {
+        (Some(a), Some(b)) => b.duration_since(a).as_millis().max(1) as f64,
+        _ => 1.0,
+    };
+    let scale = |t: Timestamp| -> f64 {
+        match t0 {
+            Some(t0) => (t.duration_since(t0).as_millis() as f64 / span_ms * AXIS).clamp(0.0, AXIS),
+            None => 0.0,
+        }
+    };
+    let bars = actions
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let y = 8 + i as u32 * ROW;
+            let (x, w, duration) = match (start_of(a), end_of(a)) {
+                (Some(s), Some(e)) => {
+                    let x = scale(s);
+                    let w = (scale(e) - x).max(2.0);
+                    let ms = e.duration_since(s).as_millis().max(0) as i64;
+                    (x, w, human_millis(ms))
+                }
+                (Some(s), None) => (scale(s), 2.0, String::new()),
+                _ => (t1.map(scale).unwrap_or(0.0), 2.0, String::new()),
+            };
+            let reason = if a.state == ActionState::Failed {
+                let r = a.failure_reason.clone().unwrap_or_default();
+                match a.failure_message.as_deref().filter(|m| !m.is_empty()) {
+                    Some(m) if !r.is_empty() => format!("{r}: {m}"),
+                    Some(m) => m.to_string(),
+                    None => r,
+                }
+            } else {
+                String::new()
+            };
+            let (x, w) = ((LEFT as f64 + x).round(), w.round().max(2.0));
+            Bar {
+                name: a.rendered.name.clone(),
+                state: a.state.to_string(),
+                class: a.state.as_str().to_ascii_lowercase(),
+                y,
+                text_y: y + 14,
+                x,
+                w,
+                label_x: x + w + 6.0,
+                duration,
+                reason,
+            }
+        })
+        .collect::<Vec<_>>();
+    Timeline {
+        width: LEFT + AXIS as u32 + 260,
+        height: 16 + (bars.len().max(1) as u32) * ROW,
+        left: LEFT,
+        right: LEFT as f64 + AXIS,
+        bars,
+        span: human_millis(span_ms as i64),
+    }
+}
+
+/// One condition of a workflow.
+#[derive(Debug, Clone)]
+pub struct ConditionRow {
+    /// `Started` / `Succeeded`.
+    pub type_: String,
+    /// `True` / `False` / `Unknown`.
+    pub status: String,
+    /// Reason.
+    pub reason: String,
+    /// Message.
+    pub message: String,
+    /// Last transition.
+    pub at: String,
+}
+
+/// The conditions of `w`.
+pub fn conditions(w: &Workflow) -> Vec<ConditionRow> {
+    w.status
+        .as_ref()
+        .map(|s| {
+            s.conditions
+                .iter()
+                .map(|c| {
+                    let json = serde_json::to_value(c).unwrap_or_default();
+                    let text = |k: &str| {
+                        json.get(k)
+                            .and_then(|v| v.as_str())
+                            .unwrap_or("")
+                            .to_string()
+                    };
+                    ConditionRow {
+                        type_: text("type"),
+                        status: text("status"),
+                        reason: c.reason.clone().unwrap_or_default(),
+                        message: c.message.clone().unwrap_or_default(),
+                        at: c
+                            .last_transition
+                            .as_ref()
+                            .map(|t| t.0.to_string())
+                            .unwrap_or_default(),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One action row under the timeline.
+#[derive(Debug, Clone)]
+pub struct ActionRow {
+    /// Name.
+    pub name: String,
+    /// Image.
+    pub image: String,
+    /// State.
+    pub state: String,
+    /// Colour class.
+    pub class: String,
+    /// Started.
+    pub started: String,
+    /// Failure reason and message.
+    pub failure: String,
+}
+
+/// The action rows of `w`.
+pub fn action_rows(w: &Workflow) -> Vec<ActionRow> {
+    w.status
+        .as_ref()
+        .map(|s| {
+            s.actions
+                .iter()
+                .map(|a| ActionRow {
+                    name: a.rendered.name.clone(),
+                    image: a.rendered.image.clone(),
+                    state: a.state.to_string(),
+                    class: a.state.as_str().to_ascii_lowercase(),
+                    started: a
+                        .started_at
+                        .as_ref()
+                        .map(|t| t.0.to_string())
+                        .unwrap_or_default(),
+                    failure: [a.failure_reason.clone(), a.failure_message.clone()]
+                        .into_iter()
+                        .flatten()
+                        .filter(|s| !s.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(": "),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The live part of a workflow page (re-rendered and pushed on every change).
+#[derive(Debug, Clone)]
+pub struct Detail {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// State.
+    pub state: String,
+    /// Colour class.
+    pub class: String,
+    /// Whether the object is gone (the last state seen is shown).
+    pub deleted: bool,
+    /// Whether it is being deleted.
+    pub deleting: bool,
+    /// Whether cancelling means something (not ended, not already being deleted).
+    pub cancellable: bool,
+    /// Duration text.
+    pub duration: String,
+    /// The agent it runs on.
+    pub agent: String,
+    /// Timeline.
+    pub timeline: Timeline,
+    /// Action rows.
+    pub actions: Vec<ActionRow>,
+    /// Conditions.
+    pub conditions: Vec<ConditionRow>,
+}
+
+impl Detail {
+    /// The live part of `w`'s page.
+    pub fn new(w: &Workflow, deleted: bool, now: Timestamp) -> Detail {
+        let state = state_of(w);
+        Detail {
+            namespace: w.metadata.namespace.clone().unwrap_or_default(),
+            name: w.metadata.name.clone().unwrap_or_default(),
+            state: state.to_string(),
+            class: state.as_str().to_ascii_lowercase(),
+            deleted,
+            deleting: w.metadata.deletion_timestamp.is_some(),
+            cancellable: !deleted
+                && w.metadata.deletion_timestamp.is_none()
+                && !state.is_terminal(),
+            duration: duration(w, now).map(human_seconds).unwrap_or_default(),
+            agent: w
+                .status
+                .as_ref()
+                .and_then(|s| s.agent_id.clone())
+                .unwrap_or_default(),
+            timeline: timeline(w, now),
+            actions: action_rows(w),
+            conditions: conditions(w),
+        }
+    }
+}
+
+/// One Kubernetes Event row.
+#[derive(Debug, Clone)]
+pub struct EventRow {
+    /// DOM id.
+    pub id: String,
+    /// `Normal` / `Warning`.
+    pub type_: String,
+    /// Reason.
+    pub reason: String,
+    /// Message.
+    pub message: String,
+    /// Count.
+    pub count: i32,
+    /// Last seen.
+    pub at: String,
+}
+
+impl EventRow {
+    /// The row of `e`.
+    pub fn new(e: &Event) -> EventRow {
+        let at = crate::cache::event_time(e);
+        EventRow {
+            id: format!(
+                "e/{}/{}",
+                e.metadata.namespace.clone().unwrap_or_default(),
+                e.metadata.name.clone().unwrap_or_default()
+            ),
+            type_: e.type_.clone().unwrap_or_default(),
+            reason: e.reason.clone().unwrap_or_default(),
+            message: e.message.clone().unwrap_or_default(),
+            count: e.count.unwrap_or(1),
+            at: Timestamp::from_millisecond(at)
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// A label selector of the machines page: `key=value`, `key!=value`, `key` (exists), `!key`,
+/// comma separated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selector(Vec<(String, Op)>);
+
+/// One requirement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// `key=value`.
+    Eq(String),
+    /// `key!=value`.
+    Ne(String),
+    /// `key`.
+    Exists,
+    /// `!key`.
+    Absent,
+}
+
+impl Selector {
+    /// Parses `text`; a clear message when malformed.
+    pub fn parse(text: &str) -> Result<Selector, String> {
+        let mut out = Vec::new();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let valid = |k: &str| {
+                !k.is_empty()
+                    && k.len() <= 317
+                    && k.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+            };
+            let (key, op) = if let Some((k, v)) = part.split_once("!=") {
+                (k.trim(), Op::Ne(v.trim().to_string()))
+            } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
+                (k.trim(), Op::Eq(v.trim().to_string()))
+            } else if let Some(k) = part.strip_prefix('!') {
+                (k.trim(), Op::Absent)
+            } else {
+                (part, Op::Exists)
+            };
+            if !valid(key) {
+                return Err(format!(
+                    "label selector {text:?}: {key:?} is not a label key (letters, digits, `-_./`)"
+                ));
+            }
+            out.push((key.to_string(), op));
+        }
+        Ok(Selector(out))
+    }
+
+    /// Whether `labels` satisfy every requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|(k, op)| match op {
+            Op::Eq(v) => labels.get(k) == Some(v),
+            Op::Ne(v) => labels.get(k) != Some(v),
+            Op::Exists => labels.contains_key(k),
+            Op::Absent => !labels.contains_key(k),
+        })
+    }
+
+    /// Whether it has no requirement.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn wf(status: serde_json::Value) -> Workflow {
+        tink_api::from_value(json!({
+            "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Workflow",
+            "metadata": {"name": "wf", "namespace": "a"},
+            "spec": {"hardwareRef": {"name": "m1"}, "templateRef": {"name": "t"}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn action(
+        name: &str,
+        state: &str,
+        start: Option<&str>,
+        end: Option<&str>,
+    ) -> serde_json::Value {
+        let mut a = json!({"rendered": {"name": name, "image": "img"}, "id": name, "state": state});
+        if let Some(s) = start {
+            a["startedAt"] = json!(s);
+        }
+        if let Some(e) = end {
+            a["lastTransitioned"] = json!(e);
+        }
+        a
+    }
+
+    #[test]
+    fn the_timeline_has_one_bar_per_action_scaled_to_its_time() {
+        let w = wf(json!({
+            "state": "Failed",
+            "startedAt": "2026-01-01T00:00:00Z",
+            "lastTransitioned": "2026-01-01T00:00:40Z",
+            "actions": [
+                action("wipe", "Succeeded", Some("2026-01-01T00:00:00Z"), Some("2026-01-01T00:00:10Z")),
+                action("image", "Failed", Some("2026-01-01T00:00:10Z"), Some("2026-01-01T00:00:40Z")),
+                action("reboot", "Pending", None, None),
+            ],
+        }));
+        let mut w = w;
+        if let Some(s) = w.status.as_mut() {
+            s.actions[1].failure_reason = Some("DiskFull".into());
+            s.actions[1].failure_message = Some("no space left".into());
+        }
+        let t = timeline(&w, ts("2026-01-01T01:00:00Z"));
+        assert_eq!(t.bars.len(), 3);
+        let (wipe, image, reboot) = (&t.bars[0], &t.bars[1], &t.bars[2]);
+        assert_eq!(wipe.x, LEFT as f64);
+        assert_eq!(wipe.w, (AXIS / 4.0).round());
+        assert_eq!(image.x, (LEFT as f64 + AXIS / 4.0).round());
+        assert_eq!(image.w, (AXIS * 3.0 / 4.0).round());
+        assert_eq!(image.class, "failed");
+        assert_eq!(image.reason, "DiskFull: no space left");
+        assert_eq!(wipe.reason, "");
+        assert_eq!(wipe.duration, "10s");
+        assert_eq!(reboot.class, "pending");
+        assert_eq!(reboot.w, 2.0);
+        assert_eq!(t.span, "40s");
+        assert_eq!(human_millis(400), "0.4s");
+        assert!(reboot.y > image.y && image.y > wipe.y);
+    }
+
+    #[test]
+    fn a_running_action_reaches_now() {
+        let w = wf(json!({
+            "state": "Running",
+            "startedAt": "2026-01-01T00:00:00Z",
+            "actions": [action("wipe", "Running", Some("2026-01-01T00:00:00Z"), None)],
+        }));
+        let t = timeline(&w, ts("2026-01-01T00:00:30Z"));
+        assert_eq!(t.bars[0].w, AXIS);
+        assert_eq!(t.bars[0].duration, "30s");
+        let d = Detail::new(&w, false, ts("2026-01-01T00:00:30Z"));
+        assert!(d.cancellable);
+        assert!(!Detail::new(&w, true, ts("2026-01-01T00:00:30Z")).cancellable);
+        assert_eq!(duration(&w, ts("2026-01-01T00:00:30Z")), Some(30));
+        assert_eq!(timeline(&wf(json!({})), Timestamp::now()).bars.len(), 0);
+    }
+
+    #[test]
+    fn tiles_are_coloured_by_the_latest_state() {
+        assert_eq!(tile_class(None), "idle");
+        assert_eq!(tile_class(Some(WorkflowState::Running)), "provisioning");
+        assert_eq!(tile_class(Some(WorkflowState::Scheduled)), "provisioning");
+        assert_eq!(tile_class(Some(WorkflowState::Succeeded)), "succeeded");
+        assert_eq!(tile_class(Some(WorkflowState::Failed)), "failed");
+        assert_eq!(tile_class(Some(WorkflowState::Canceled)), "canceled");
+    }
+
+    #[test]
+    fn durations_read_like_go() {
+        assert_eq!(human_seconds(7), "7s");
+        assert_eq!(human_seconds(245), "4m05s");
+        assert_eq!(human_seconds(3723), "1h02m03s");
+    }
+
+    #[test]
+    fn label_selectors_parse_and_match() {
+        let s = Selector::parse("rack=r1, !retired,zone, role!=spare").unwrap();
+        let mut l = BTreeMap::new();
+        l.insert("rack".to_string(), "r1".to_string());
+        l.insert("zone".to_string(), "z".to_string());
+        assert!(s.matches(&l));
+        l.insert("role".to_string(), "spare".to_string());
+        assert!(!s.matches(&l));
+        l.remove("role");
+        l.insert("retired".to_string(), "yes".to_string());
+        assert!(!s.matches(&l));
+        assert!(Selector::parse("").unwrap().is_empty());
+        assert!(
+            Selector::parse("a b=c")
+                .unwrap_err()
+                .contains("not a label key")
+        );
+        assert!(Selector::parse("<script>=1").is_err());
+    }
+}
