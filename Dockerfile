@@ -35,10 +35,11 @@ COPY . .
 RUN rm -f .cargo/config.toml \
  && cargo build --release --locked \
       -p tink-controller -p tink-server -p tink-webhook -p hegel -p tink-netboot -p tink-agent -p tinkctl \
-      -p kube-lite \
+      -p kube-lite -p tink-console \
  && mkdir /out \
  && cp target/release/tink-controller target/release/tink-server target/release/tink-webhook \
-      target/release/hegel target/release/tink-netboot target/release/tink-agent target/release/tinkctl target/release/kube-lite /out/
+      target/release/hegel target/release/tink-netboot target/release/tink-agent target/release/tinkctl target/release/kube-lite \
+      target/release/tink-console /out/
 
 FROM runtime AS image
 COPY --from=build /out/ /usr/local/bin/

@@ -25,7 +25,7 @@ if [ -z "${NATS_IMAGE:-}" ]; then
 fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-export TINK_COMPOSE_API_PORT=$(free_port) TINK_COMPOSE_GRPC_PORT=$(free_port) TINK_COMPOSE_HEGEL_PORT=$(free_port)
+export TINK_COMPOSE_API_PORT=$(free_port) TINK_COMPOSE_GRPC_PORT=$(free_port) TINK_COMPOSE_HEGEL_PORT=$(free_port) TINK_COMPOSE_CONSOLE_PORT=$(free_port)
 project="tinkci$$"
 compose=(docker-compose -p "$project" -f compose.yaml)
 work=$(mktemp -d /tmp/tink-compose.XXXXXX)
@@ -58,3 +58,15 @@ target="$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json,
 echo "== tinkctl demo against the compose stack"
 "$target/debug/tinkctl" demo --kubeconfig "$work/kubeconfig"
 echo "compose: demo workflow Succeeded"
+echo "== the web console shows it"
+ns=$(kubectl --kubeconfig "$work/kubeconfig" get workflows -A -o jsonpath='{.items[0].metadata.namespace}')
+wf=$(kubectl --kubeconfig "$work/kubeconfig" get workflows -A -o jsonpath='{.items[0].metadata.name}')
+page="$work/console.html"
+for _ in $(seq 1 60); do
+  curl -sSf -o "$page" -H 'Authorization: Bearer kube-lite' \
+    "http://127.0.0.1:$TINK_COMPOSE_CONSOLE_PORT/workflows/$ns/$wf" 2>/dev/null \
+    && grep -q 'id="wf-state">Succeeded<' "$page" && break
+  sleep 0.5
+done
+grep -q 'id="wf-state">Succeeded<' "$page" || { echo "the console does not show $ns/$wf Succeeded" >&2; exit 1; }
+echo "compose: the console shows $ns/$wf Succeeded"

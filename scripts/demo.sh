@@ -14,7 +14,7 @@ bash scripts/install-deps.sh
 docker info >/dev/null 2>&1 || { echo "error: the Docker engine does not answer (the agent runs the actions there)" >&2; exit 1; }
 
 echo "== building the stack"
-cargo build -q -p kube-lite -p tink-webhook -p tink-server -p tink-controller -p hegel -p tink-agent -p tinkctl
+cargo build -q -p kube-lite -p tink-webhook -p tink-server -p tink-controller -p hegel -p tink-console -p tink-agent -p tinkctl
 tinkctl="$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/tinkctl"
 
 data="${TINK_DEV_DATA_DIR:-$(mktemp -d /tmp/tink-dev.XXXXXX)}"

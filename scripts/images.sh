@@ -39,10 +39,10 @@ fi
 
 echo "== binaries ($profile)"
 flag=(); [ "$profile" = release ] && flag=(--release)
-cargo build -q "${flag[@]}" -p tink-controller -p tink-server -p tink-webhook -p hegel -p tink-netboot -p tink-agent -p tinkctl -p kube-lite
+cargo build -q "${flag[@]}" -p tink-controller -p tink-server -p tink-webhook -p hegel -p tink-netboot -p tink-agent -p tinkctl -p kube-lite -p tink-console
 target="$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/$profile"
 rm -rf target/docker-bin && mkdir -p target/docker-bin
-for b in tink-controller tink-server tink-webhook hegel tink-netboot tink-agent tinkctl kube-lite; do
+for b in tink-controller tink-server tink-webhook hegel tink-netboot tink-agent tinkctl kube-lite tink-console; do
   cp "$target/$b" target/docker-bin/
 done
 strip --strip-debug target/docker-bin/* 2>/dev/null || true
