@@ -541,7 +541,7 @@ fn parse_step(s: &str) -> anyhow::Result<(f64, usize)> {
         .with_context(|| format!("step {s:?}: expected RATExCOUNT, e.g. 200x2000"))?;
     let rate: f64 = r.parse().with_context(|| format!("step {s:?}: rate"))?;
     let count: usize = n.parse().with_context(|| format!("step {s:?}: count"))?;
-    if !(rate > 0.0) || count == 0 {
+    if rate.is_nan() || rate <= 0.0 || count == 0 {
         bail!("step {s:?}: rate and count must be positive");
     }
     Ok((rate, count))
@@ -613,12 +613,13 @@ async fn run_step(
     // The agents' records, and trailing writes (Events, finalizers), follow shortly.
     let wait = Instant::now();
     while wait.elapsed() < Duration::from_secs(5) {
-        let s = lock(seen);
-        let missing = names.iter().any(|n| {
-            matches!(s.finished.get(n), Some((_, WorkflowState::Succeeded)))
-                && !s.agent.contains_key(n)
-        });
-        drop(s);
+        let missing = {
+            let s = lock(seen);
+            names.iter().any(|n| {
+                matches!(s.finished.get(n), Some((_, WorkflowState::Succeeded)))
+                    && !s.agent.contains_key(n)
+            })
+        };
         if !missing {
             break;
         }
@@ -1089,8 +1090,8 @@ async fn run(
         Some(c) => println!("capacity (highest sustained offered rate): {c}/s"),
         None => println!("capacity: no step was sustained"),
     }
-    if let Some(o) = &report.overload {
-        if let Some(c) = report.capacity_per_s {
+    if let (Some(o), Some(c)) = (&report.overload, report.capacity_per_s) {
+        {
             println!(
                 "overload: offered {}/s, completed {}/s = {:.0}% of capacity; {} of {} succeeded",
                 o.offered_per_s,
