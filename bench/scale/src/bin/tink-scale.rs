@@ -306,6 +306,11 @@ struct StepReport {
     api_writes_per_workflow_total: f64,
     /// CPU milliseconds per workflow, by process.
     cpu_ms_per_workflow: BTreeMap<String, f64>,
+    /// The services' sum (nats, kube-lite, controller, servers), ms per workflow.
+    stack_cpu_ms_per_workflow: f64,
+    /// Every process's sum (with the agents and this harness), ms per workflow; `nproc` cores
+    /// divided by it bounds the rate this machine could sustain if nothing else ran on it.
+    all_cpu_ms_per_workflow: f64,
     /// Resident memory at the end of the step, KiB, by process.
     rss_kib: BTreeMap<String, u64>,
     loadavg: String,
@@ -351,10 +356,17 @@ struct Stack {
 
 impl Stack {
     fn cpu(&self) -> BTreeMap<String, f64> {
-        self.procs
+        let mut m: BTreeMap<String, f64> = self
+            .procs
             .iter()
             .map(|p| (p.name.clone(), p.cpu()))
-            .collect()
+            .collect();
+        // This process: the Workflow creates and the watch (what kubectl and a client cost).
+        m.insert(
+            "tink-scale".into(),
+            cpu_seconds(std::process::id()).unwrap_or(f64::NAN),
+        );
+        m
     }
     fn rss(&self) -> BTreeMap<String, u64> {
         self.procs
@@ -535,6 +547,10 @@ async fn start_stack(args: &Args, dir: &Path) -> anyhow::Result<(Stack, kube::Cl
     ))
 }
 
+fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
 fn parse_step(s: &str) -> anyhow::Result<(f64, usize)> {
     let (r, n) = s
         .split_once('x')
@@ -670,6 +686,7 @@ async fn run_step(
     writes.retain(|_, v| *v > 0.0);
     let writes_total = (writes.values().sum::<f64>() * 100.0).round() / 100.0;
     let e2e = latency(e2e);
+    let cpu = cpu_delta(&cpu_before, &cpu_after, per, 1e3);
     let sustained = failed == 0
         && unfinished == 0
         && throughput >= 0.95 * rate
@@ -690,7 +707,14 @@ async fn run_step(
         sustained,
         api_writes_per_workflow: writes,
         api_writes_per_workflow_total: writes_total,
-        cpu_ms_per_workflow: cpu_delta(&cpu_before, &cpu_after, per, 1e3),
+        stack_cpu_ms_per_workflow: round2(
+            cpu.iter()
+                .filter(|(k, _)| *k != "agents" && *k != "tink-scale")
+                .map(|(_, v)| v)
+                .sum(),
+        ),
+        all_cpu_ms_per_workflow: round2(cpu.values().sum()),
+        cpu_ms_per_workflow: cpu,
         rss_kib: stack.rss(),
         loadavg: tink_scale_bench::loadavg(),
     })
@@ -790,8 +814,8 @@ fn print_steps(steps: &[&StepReport]) {
         .map(|s| s.cpu_ms_per_workflow.keys().cloned().collect())
         .unwrap_or_default();
     println!("CPU ms per workflow, and RSS MiB at the end of the step:");
-    println!("| step | {} |", names.join(" | "));
-    println!("|---|{}", "---|".repeat(names.len()));
+    println!("| step | {} | services | all |", names.join(" | "));
+    println!("|---|{}---|---|", "---|".repeat(names.len()));
     for s in steps {
         let cells: Vec<String> = names
             .iter()
@@ -803,7 +827,13 @@ fn print_steps(steps: &[&StepReport]) {
                 )
             })
             .collect();
-        println!("| {} | {} |", s.step, cells.join(" | "));
+        println!(
+            "| {} | {} | {:.2} ms | {:.2} ms |",
+            s.step,
+            cells.join(" | "),
+            s.stack_cpu_ms_per_workflow,
+            s.all_cpu_ms_per_workflow
+        );
     }
     println!();
     println!("API writes per workflow after its creation:");
