@@ -222,13 +222,19 @@ async fn route(core: Arc<Core>, req: http::Request<Body>) -> ApiResult<Response>
             };
             Ok(json_response(StatusCode::CREATED, &answer))
         }
+        ["metrics"] if get => Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            core.requests.render(),
+        )
+            .into_response()),
         ["api", "v1", rest @ ..] => {
             let t = target(&core, "", "v1", rest)?;
-            resource(core, t, parts.method, &parts.headers, q, read_body).await
+            counted(core, t, parts.method, &parts.headers, q, read_body).await
         }
         ["apis", g, v, rest @ ..] if !rest.is_empty() => {
             let t = target(&core, g, v, rest)?;
-            resource(core, t, parts.method, &parts.headers, q, read_body).await
+            counted(core, t, parts.method, &parts.headers, q, read_body).await
         }
         _ => Err(ApiError::no_route()),
     }
@@ -371,6 +377,32 @@ fn target(core: &Core, g: &str, v: &str, rest: &[&str]) -> ApiResult<Target> {
         }
     }
     Ok(t)
+}
+
+/// [`resource`], counted in [`Core::requests`] by verb, resource and answer code.
+async fn counted(
+    core: Arc<Core>,
+    t: Target,
+    method: Method,
+    headers: &HeaderMap,
+    q: Query,
+    body: impl std::future::Future<Output = ApiResult<Bytes>>,
+) -> ApiResult<Response> {
+    let mut key = crate::metrics::RequestKey {
+        verb: crate::metrics::verb(&method, t.name.is_some(), q.flag("watch")),
+        group: t.rt.group.clone(),
+        resource: t.rt.plural.clone(),
+        subresource: t.sub.clone().unwrap_or_default(),
+        code: 0,
+    };
+    let requests = core.clone();
+    let result = resource(core, t, method, headers, q, body).await;
+    key.code = match &result {
+        Ok(r) => r.status().as_u16(),
+        Err(e) => e.code,
+    };
+    requests.requests.add(key);
+    result
 }
 
 async fn resource(

@@ -153,6 +153,7 @@ mod crd;
 pub mod error;
 mod events;
 mod lifecycle;
+mod metrics;
 mod openapi;
 mod proto;
 mod registry;
@@ -168,4 +169,5 @@ mod webhook;
 
 pub use api::{KUBERNETES_VERSION, decode_body};
 pub use error::{ApiError, Error};
+pub use metrics::RequestKey;
 pub use server::{Config, RunningServer, Server, kubeconfig_yaml};

@@ -99,6 +99,8 @@ pub(crate) struct Core {
     /// The tokens `TokenReview` answers from.
     pub(crate) tokens: crate::auth::Tokens,
     doorbell: Option<std::sync::mpsc::SyncSender<()>>,
+    /// Requests answered on resource paths, served at `/metrics`.
+    pub(crate) requests: crate::metrics::Requests,
 }
 
 impl Core {
@@ -168,6 +170,7 @@ impl Server {
             shutdown: shutdown.clone(),
             tokens,
             doorbell,
+            requests: Default::default(),
         });
         let stop_flag = Arc::new(AtomicBool::new(false));
         let persister = match persist_thread {
@@ -356,6 +359,12 @@ impl RunningServer {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(namespaced_name.into(), base_url.into());
+    }
+
+    /// Requests answered so far on resource paths, by verb, resource and code (what `/metrics`
+    /// serves as `kube_lite_requests_total`).
+    pub fn request_counts(&self) -> std::collections::BTreeMap<crate::RequestKey, u64> {
+        self.core.requests.snapshot()
     }
 
     /// `http://127.0.0.1:PORT`.

@@ -19,8 +19,16 @@ use crate::store::{Event, EventType};
 
 type Chunk = Result<Bytes, std::io::Error>;
 
+/// One watch event on the wire, serialized from a borrowed object (`json!` would copy it).
+#[derive(serde::Serialize)]
+struct WatchEvent<'a> {
+    #[serde(rename = "type")]
+    etype: &'a str,
+    object: &'a Value,
+}
+
 fn line(etype: &str, obj: &Value) -> Bytes {
-    let mut v = serde_json::to_vec(&json!({"type": etype, "object": obj})).unwrap_or_default();
+    let mut v = serde_json::to_vec(&WatchEvent { etype, object: obj }).unwrap_or_default();
     v.push(b'\n');
     Bytes::from(v)
 }
@@ -49,6 +57,17 @@ struct Watcher {
 impl Watcher {
     fn selected(&self, obj: &Value) -> bool {
         matches(&self.ls, &self.fs, obj)
+    }
+
+    /// Sends a stored object: serialized in place when the watch wants it as stored (the
+    /// usual case), else copied, converted or turned into a Table row first.
+    async fn send_stored(&self, etype: &str, obj: &Arc<Value>) -> bool {
+        if self.table.is_none()
+            && obj.get("apiVersion").and_then(Value::as_str) == Some(self.t.api_version().as_str())
+        {
+            return self.tx.send(Ok(line(etype, obj))).await.is_ok();
+        }
+        self.send(etype, (**obj).clone()).await
     }
 
     async fn send(&self, etype: &str, obj: Value) -> bool {
@@ -93,7 +112,7 @@ impl Watcher {
             other if now => other.as_str(),
             _ => return true,
         };
-        self.send(etype, (*ev.object).clone()).await
+        self.send_stored(etype, &ev.object).await
     }
 
     async fn bookmark(&self, initial_end: bool) -> bool {
@@ -171,7 +190,7 @@ pub(crate) async fn watch(
     let shutdown = core.shutdown.clone();
     tokio::spawn(async move {
         for obj in initial {
-            if w.selected(&obj) && !w.send("ADDED", (*obj).clone()).await {
+            if w.selected(&obj) && !w.send_stored("ADDED", &obj).await {
                 return;
             }
         }

@@ -105,6 +105,7 @@ pub(crate) async fn lead(
         let workflows = workflows.clone();
         let shared = shared.clone();
         move |h: Hardware| {
+            shared.index_hardware(&h);
             crate::agent_reset::observe(&shared, &h);
             crate::agent_secrets::observe(&shared, &h);
             waiting_for(&workflows, &h.namespace().unwrap_or_default(), |w| {

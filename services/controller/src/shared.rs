@@ -119,6 +119,11 @@ pub(crate) struct Shared {
     kube_events: mpsc::Sender<KubeEvent>,
     /// Agent session resets asked for by Hardware annotations, in flight.
     pub resets: crate::agent_reset::InFlight,
+    /// Normalised agent id -> the Hardware that named it when the watch delivered them, so an
+    /// agent connecting looks at its own machine instead of every Hardware (10,000 agents
+    /// reconnecting at once were 10^8 comparisons). A superset: entries are checked against
+    /// the store when used.
+    machines: RwLock<HashMap<String, HashSet<ObjectRef<Hardware>>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -241,6 +246,7 @@ impl Shared {
             triggers,
             kube_events,
             resets: Default::default(),
+            machines: Default::default(),
         }
     }
 
@@ -430,7 +436,22 @@ impl Shared {
     /// be dispatched; active ones may need a verdict about a restarted agent).
     pub fn trigger_agent(&self, agent: &str) {
         let agent = normalize_agent_id(agent);
-        for hw in self.hardware.state() {
+        let indexed: Vec<Arc<Hardware>> = {
+            let machines = self.machines.read().unwrap_or_else(|e| e.into_inner());
+            machines
+                .get(&agent)
+                .into_iter()
+                .flatten()
+                .filter_map(|r| self.hardware.get(r))
+                .collect()
+        };
+        // An agent no indexed Hardware names (yet): every Hardware, as before the index.
+        let candidates = if indexed.is_empty() {
+            self.hardware.state()
+        } else {
+            indexed
+        };
+        for hw in candidates {
             if agent_ids(&hw.spec).contains(&agent) {
                 let ns = hw.namespace().unwrap_or_default();
                 for w in self.workflows_of_hardware(&ns, &hw.name_any()) {
@@ -441,6 +462,15 @@ impl Shared {
                     }
                 }
             }
+        }
+    }
+
+    /// Records the agent ids a Hardware names (every Hardware the watch delivers comes here).
+    pub fn index_hardware(&self, hw: &Hardware) {
+        let r = ObjectRef::from_obj(hw);
+        let mut machines = self.machines.write().unwrap_or_else(|e| e.into_inner());
+        for id in agent_ids(&hw.spec) {
+            machines.entry(id).or_default().insert(r.clone());
         }
     }
 
