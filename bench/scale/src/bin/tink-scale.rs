@@ -848,6 +848,15 @@ fn print_steps(steps: &[&StepReport]) {
     println!();
 }
 
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -1002,11 +1011,16 @@ async fn run(
     let per_agent =
         (server_rss_after.saturating_sub(server_rss_before)) as f64 / args.agents.max(1) as f64;
 
-    {
+    // Aborted when the steps are done. With a back-off: once kube-lite is stopped, a watcher
+    // without one fails at once on every poll, never yields, and the runtime's shutdown waits
+    // for that worker for ever (the CI short mode hung there).
+    let _watch = {
         let seen = seen.clone();
         let api: Api<Workflow> = Api::namespaced(client.clone(), NAMESPACE);
-        tokio::spawn(async move {
-            let stream = watcher(api, watcher::Config::default()).applied_objects();
+        AbortOnDrop(tokio::spawn(async move {
+            let stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects();
             futures::pin_mut!(stream);
             while let Some(item) = stream.next().await {
                 let Ok(w) = item else { continue };
@@ -1023,8 +1037,8 @@ async fn run(
                         .or_insert((now_ns(), st));
                 }
             }
-        });
-    }
+        }))
+    };
 
     let mut reports = Vec::new();
     let mut index = 0;
