@@ -75,9 +75,7 @@ pub(crate) async fn lead(
         .reflect(hw_writer)
         .applied_objects();
 
-    let controller = Controller::new(api::<Workflow>(&client, ns), wc)
-        .with_config(controller::Config::default().concurrency(config.concurrency));
-    let workflows = controller.store();
+    let (workflows, wf_writer) = reflector::store::<Workflow>();
 
     let (trigger_tx, trigger_rx) = mpsc::channel(config.trigger_queue.max(1));
     let (event_tx, event_rx) = mpsc::channel(4096);
@@ -93,6 +91,24 @@ pub(crate) async fn lead(
         event_tx,
     ));
 
+    // The controller's own Workflow watch. Every delivered Workflow is indexed by its Hardware
+    // before the store has it, so the index never lacks a Workflow the store holds (a
+    // completion looking for the next Pending Workflow of its machine finds it).
+    let wf_stream = {
+        let shared = shared.clone();
+        watcher(api::<Workflow>(&client, ns), wc)
+            .default_backoff()
+            .inspect(move |event| {
+                if let Ok(watcher::Event::Apply(w) | watcher::Event::InitApply(w)) = event {
+                    shared.index_workflow(w);
+                }
+            })
+            .reflect(wf_writer)
+            .applied_objects()
+    };
+    let controller = Controller::for_stream(wf_stream, workflows.clone())
+        .with_config(controller::Config::default().concurrency(config.concurrency));
+
     let by_template = {
         let workflows = workflows.clone();
         move |t: Template| {
@@ -102,15 +118,13 @@ pub(crate) async fn lead(
         }
     };
     let by_hardware = {
-        let workflows = workflows.clone();
         let shared = shared.clone();
         move |h: Hardware| {
             shared.index_hardware(&h);
             crate::agent_reset::observe(&shared, &h);
             crate::agent_secrets::observe(&shared, &h);
-            waiting_for(&workflows, &h.namespace().unwrap_or_default(), |w| {
-                w.spec.hardware_ref.name == h.name_any()
-            })
+            let namespace = h.namespace().unwrap_or_default();
+            pending(shared.workflows_of_hardware(&namespace, &h.name_any()))
         }
     };
     let controller = controller
@@ -261,10 +275,18 @@ fn waiting_for(
     namespace: &str,
     is_ref: impl Fn(&Workflow) -> bool,
 ) -> Vec<ObjectRef<Workflow>> {
+    pending(
+        workflows
+            .state()
+            .into_iter()
+            .filter(|w| w.namespace().as_deref() == Some(namespace) && is_ref(w)),
+    )
+}
+
+/// The Pending ones of `workflows`, as references to reconcile.
+fn pending(workflows: impl IntoIterator<Item = Arc<Workflow>>) -> Vec<ObjectRef<Workflow>> {
     workflows
-        .state()
         .into_iter()
-        .filter(|w| w.namespace().as_deref() == Some(namespace) && is_ref(w))
         .filter(|w| {
             w.status.as_ref().map(|s| s.state).unwrap_or_default() == WorkflowState::Pending
         })

@@ -124,6 +124,12 @@ pub(crate) struct Shared {
     /// reconnecting at once were 10^8 comparisons). A superset: entries are checked against
     /// the store when used.
     machines: RwLock<HashMap<String, HashSet<ObjectRef<Hardware>>>>,
+    /// (namespace, Hardware name) -> the Workflows that named it when the watch delivered
+    /// them, so a dispatch, a completion or a Hardware change looks at one machine's Workflows
+    /// instead of every stored Workflow (the cost per workflow grew with the number stored:
+    /// 10.6 ms of controller CPU per workflow with 50,000 stored, 1.9 with 1,000). A superset:
+    /// entries are checked against the store when used, and the deleted ones dropped then.
+    by_hardware: RwLock<HashMap<(String, String), HashSet<ObjectRef<Workflow>>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -247,6 +253,7 @@ impl Shared {
             kube_events,
             resets: Default::default(),
             machines: Default::default(),
+            by_hardware: Default::default(),
         }
     }
 
@@ -408,17 +415,54 @@ impl Shared {
             .retain(|_, seen| now.duration_since(seen.heartbeat).as_secs_f64() <= forget);
     }
 
-    /// The Workflows of a Hardware (namespace and name), from the cache.
+    /// The Workflows of a Hardware (namespace and name), from the cache, through the index.
     pub fn workflows_of_hardware(&self, namespace: &str, hardware: &str) -> Vec<Arc<Workflow>> {
-        self.workflows
-            .state()
-            .into_iter()
-            // Compare in place: this scans every Workflow, so no String per object.
-            .filter(|w| {
-                w.spec.hardware_ref.name == hardware
-                    && w.metadata.namespace.as_deref() == Some(namespace)
-            })
-            .collect()
+        let key = (namespace.to_string(), hardware.to_string());
+        let mut found = Vec::new();
+        let mut gone = Vec::new();
+        {
+            let index = self.by_hardware.read().unwrap_or_else(|e| e.into_inner());
+            for r in index.get(&key).into_iter().flatten() {
+                match self.workflows.get(r) {
+                    Some(w)
+                        if w.spec.hardware_ref.name == hardware
+                            && w.metadata.namespace.as_deref() == Some(namespace) =>
+                    {
+                        found.push(w)
+                    }
+                    _ => gone.push(r.clone()),
+                }
+            }
+        }
+        if !gone.is_empty() {
+            let mut index = self.by_hardware.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(refs) = index.get_mut(&key) {
+                for r in &gone {
+                    // Still stored (under another Hardware): indexed there by its own delivery.
+                    if self.workflows.get(r).is_none_or(|w| {
+                        w.spec.hardware_ref.name != hardware
+                            || w.metadata.namespace.as_deref() != Some(namespace)
+                    }) {
+                        refs.remove(r);
+                    }
+                }
+                if refs.is_empty() {
+                    index.remove(&key);
+                }
+            }
+        }
+        found
+    }
+
+    /// Records the Hardware a Workflow names (every Workflow the watch delivers comes here).
+    pub fn index_workflow(&self, w: &Workflow) {
+        let key = (
+            w.metadata.namespace.clone().unwrap_or_default(),
+            w.spec.hardware_ref.name.clone(),
+        );
+        let r = ObjectRef::from_obj(w);
+        let mut index = self.by_hardware.write().unwrap_or_else(|e| e.into_inner());
+        index.entry(key).or_default().insert(r);
     }
 
     /// Wakes the Pending Workflows of a Hardware (its agent became idle or connected).
