@@ -360,7 +360,7 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
         if output.contains("<td>stream-image</td>") {
             break;
         }
-        std::thread::sleep(Duration::from_millis(200));
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(
         output.contains("id=\"logs\"") && output.contains("<td>stream-image</td>"),
