@@ -225,7 +225,9 @@ impl ServerAccess {
         mut on_line: impl FnMut(ReadLogsResponse) -> anyhow::Result<()>,
     ) -> anyhow::Result<ReadEnd> {
         let started = std::time::Instant::now();
-        let mut printed = Printed::default();
+        // The highest line sequence handed over per action: a resumed read hands over only what
+        // follows (the same de-duplication the stored lines get).
+        let mut printed = tink_bus::LogDeduplicator::default();
         let mut next = 0;
         let mut failures: Vec<String> = Vec::new();
         loop {
@@ -275,7 +277,7 @@ impl ServerAccess {
                 match stream.message().await {
                     Ok(Some(read)) => {
                         let sequence = read.line.as_ref().map_or(0, |l| l.sequence);
-                        if printed.is_new(&read.action_id, sequence) {
+                        if printed.is_new(&request.name, &read.action_id, sequence) {
                             on_line(read)?;
                             // Progress: a later failure starts a fresh count.
                             failures.clear();
@@ -309,26 +311,6 @@ fn resumable(status: &tonic::Status) -> bool {
             | tonic::Code::ResourceExhausted
             | tonic::Code::DeadlineExceeded
     )
-}
-
-/// The highest line sequence printed per action: a resumed read prints only what follows.
-#[derive(Debug, Default)]
-struct Printed(HashMap<String, u64>);
-
-impl Printed {
-    fn is_new(&mut self, action_id: &str, sequence: u64) -> bool {
-        match self.0.get_mut(action_id) {
-            Some(last) if sequence <= *last => false,
-            Some(last) => {
-                *last = sequence;
-                true
-            }
-            None => {
-                self.0.insert(action_id.to_string(), sequence);
-                true
-            }
-        }
-    }
 }
 
 /// The TLS settings for the servers, `None` with `--insecure`.
@@ -602,16 +584,16 @@ mod tests {
 
     #[test]
     fn a_resumed_read_prints_only_lines_after_the_last_printed_of_each_action() {
-        let mut printed = Printed::default();
-        assert!(printed.is_new("0-wipe", 1));
-        assert!(printed.is_new("0-wipe", 2));
-        assert!(printed.is_new("1-image", 1));
+        let mut printed = tink_bus::LogDeduplicator::default();
+        assert!(printed.is_new("wf", "0-wipe", 1));
+        assert!(printed.is_new("wf", "0-wipe", 2));
+        assert!(printed.is_new("wf", "1-image", 1));
         // The second server sends everything again.
-        assert!(!printed.is_new("0-wipe", 1));
-        assert!(!printed.is_new("0-wipe", 2));
-        assert!(!printed.is_new("1-image", 1));
-        assert!(printed.is_new("1-image", 2));
-        assert!(printed.is_new("0-wipe", 3));
+        assert!(!printed.is_new("wf", "0-wipe", 1));
+        assert!(!printed.is_new("wf", "0-wipe", 2));
+        assert!(!printed.is_new("wf", "1-image", 1));
+        assert!(printed.is_new("wf", "1-image", 2));
+        assert!(printed.is_new("wf", "0-wipe", 3));
     }
 
     #[test]
