@@ -98,10 +98,13 @@ pub(crate) async fn lead(
         let shared = shared.clone();
         watcher(api::<Workflow>(&client, ns), wc)
             .default_backoff()
-            .inspect(move |event| {
-                if let Ok(watcher::Event::Apply(w) | watcher::Event::InitApply(w)) = event {
-                    shared.index_workflow(w);
+            .inspect(move |event| match event {
+                Ok(watcher::Event::Apply(w) | watcher::Event::InitApply(w)) => {
+                    shared.index_workflow(w)
                 }
+                // A Workflow whose Hardware is never looked at again would stay indexed.
+                Ok(watcher::Event::Delete(w)) => shared.unindex_workflow(w),
+                _ => {}
             })
             .reflect(wf_writer)
             .applied_objects()

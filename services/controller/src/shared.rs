@@ -454,6 +454,21 @@ impl Shared {
         found
     }
 
+    /// Forgets a deleted Workflow (the watch delivered its deletion).
+    pub fn unindex_workflow(&self, w: &Workflow) {
+        let key = (
+            w.metadata.namespace.clone().unwrap_or_default(),
+            w.spec.hardware_ref.name.clone(),
+        );
+        let mut index = self.by_hardware.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(refs) = index.get_mut(&key) {
+            refs.remove(&ObjectRef::from_obj(w));
+            if refs.is_empty() {
+                index.remove(&key);
+            }
+        }
+    }
+
     /// Records the Hardware a Workflow names (every Workflow the watch delivers comes here).
     pub fn index_workflow(&self, w: &Workflow) {
         let key = (
