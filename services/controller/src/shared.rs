@@ -129,8 +129,11 @@ pub(crate) struct Shared {
     /// instead of every stored Workflow (the cost per workflow grew with the number stored:
     /// 10.6 ms of controller CPU per workflow with 50,000 stored, 1.9 with 1,000). A superset:
     /// entries are checked against the store when used, and the deleted ones dropped then.
-    by_hardware: RwLock<HashMap<(String, String), HashSet<ObjectRef<Workflow>>>>,
+    by_hardware: RwLock<WorkflowsByHardware>,
 }
+
+/// (namespace, Hardware name) -> Workflows naming it.
+type WorkflowsByHardware = HashMap<(String, String), HashSet<ObjectRef<Workflow>>>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A poisoned lock only means another task panicked while holding it; the data is still
