@@ -8,7 +8,6 @@ use std::time::Duration;
 use async_nats::jetstream;
 use futures::StreamExt as _;
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::events::{Event as KEvent, EventType as KEventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, ResourceExt as _};
@@ -22,6 +21,7 @@ use tracing::{info, warn};
 
 use crate::config::{CONTROLLER_NAME, ControllerConfig};
 use crate::metrics::Metrics;
+use crate::recorder::{self, Occurrence, Recorder};
 use crate::shared::{KubeEvent, Shared, key_of};
 use crate::{Error, events, presence, reconcile};
 
@@ -167,11 +167,7 @@ pub(crate) async fn lead(
     }
     {
         let term = term.clone();
-        let reporter = Reporter {
-            controller: CONTROLLER_NAME.into(),
-            instance: Some(config.replica_id.clone()),
-        };
-        let recorder = Recorder::new(client.clone(), reporter);
+        let recorder = Recorder::new(client.clone(), CONTROLLER_NAME, &config.replica_id);
         let metrics = metrics.clone();
         tasks.spawn(async move {
             publish_kube_events(recorder, event_rx, metrics, term).await;
@@ -334,32 +330,40 @@ fn count_states(shared: &Shared) {
     shared.metrics.set_states(&counts);
 }
 
+/// Events published at once: a slow API server delays Events, it does not drop them until the
+/// queue (4,096) is full.
+const KUBE_EVENTS_IN_FLIGHT: usize = 16;
+
 async fn publish_kube_events(
     recorder: Recorder,
-    mut rx: mpsc::Receiver<KubeEvent>,
+    rx: mpsc::Receiver<KubeEvent>,
     metrics: Metrics,
     term: CancellationToken,
 ) {
-    loop {
-        let event = tokio::select! {
-            _ = term.cancelled() => return,
-            e = rx.recv() => e,
-        };
-        let Some(e) = event else { return };
-        let kevent = KEvent {
-            type_: match e.type_ {
-                EventType::Normal => KEventType::Normal,
-                EventType::Warning => KEventType::Warning,
-            },
-            reason: e.reason.as_str().to_string(),
-            note: Some(e.message),
-            action: e.reason.as_str().to_string(),
-            secondary: None,
-        };
-        metrics.write("event");
-        if let Err(err) = recorder.publish(&kevent, &e.regarding).await {
-            metrics.error("kube_event");
-            warn!(error = %err, "cannot publish a Kubernetes Event");
-        }
+    let publish = tokio_stream::wrappers::ReceiverStream::new(rx)
+        .map(|e| {
+            let (recorder, metrics) = (recorder.clone(), metrics.clone());
+            async move {
+                let occurrence = Occurrence {
+                    regarding: e.regarding,
+                    kind: match e.type_ {
+                        EventType::Normal => recorder::Kind::Normal,
+                        EventType::Warning => recorder::Kind::Warning,
+                    },
+                    reason: e.reason.as_str().to_string(),
+                    note: e.message,
+                };
+                metrics.write("event");
+                if let Err(err) = recorder.publish(&occurrence).await {
+                    metrics.error("kube_event");
+                    warn!(error = %err, "cannot publish a Kubernetes Event");
+                }
+            }
+        })
+        .buffer_unordered(KUBE_EVENTS_IN_FLIGHT)
+        .for_each(|()| async {});
+    tokio::select! {
+        _ = term.cancelled() => {}
+        _ = publish => {}
     }
 }

@@ -44,6 +44,7 @@ pub mod limits;
 mod metrics;
 mod presence;
 mod reconcile;
+pub mod recorder;
 pub mod render;
 mod shared;
 pub mod trace;
