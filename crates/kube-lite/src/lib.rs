@@ -92,7 +92,8 @@
 //!   checked for `name.namespace.svc`, as a real API server does. Plain `http://` URLs are
 //!   accepted too (a real server refuses them).
 //! - Persistence with [`Config::data_dir`]: an embedded redb database written by a background
-//!   thread in batches (a few milliseconds behind the API answer; a clean shutdown flushes).
+//!   thread in batches, at most one commit per 25 ms (so up to a few tens of milliseconds behind
+//!   the API answer; a clean shutdown flushes).
 //! - Server-side printing (`kubectl get` asks for a Table): CRD `additionalPrinterColumns` and
 //!   kubectl's usual columns for Namespace, ConfigMap, Secret, Deployment and Lease.
 //! - RBAC objects (rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding,
