@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::Parser;
 
-/// mimalloc instead of glibc malloc: allocation is a large share of a request's cost here.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+// No mimalloc here, unlike the other services: the server's CPU per event and per workflow is
+// the same with it (BENCHMARKS.md, "Server" and "At scale"), and its RSS per connected agent
+// grew from 33 to 46-57 KiB.
 
 /// The tinkerbell server: agents stream their commands from it and publish events to it.
 #[derive(Debug, Parser)]
