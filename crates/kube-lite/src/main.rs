@@ -31,6 +31,10 @@ struct Args {
     /// Only other components' TokenReviews use them: kube-lite itself still admits every request.
     #[arg(long, env = "KUBE_LITE_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    /// Seconds an Event lives after its last write, as kube-apiserver's `--event-ttl`; 0 keeps
+    /// Events forever.
+    #[arg(long, env = "KUBE_LITE_EVENT_TTL_SECONDS", default_value_t = 3600)]
+    event_ttl_seconds: u64,
 }
 
 #[tokio::main]
@@ -49,6 +53,8 @@ async fn main() -> anyhow::Result<()> {
         listen: args.listen,
         data_dir: args.data_dir,
         token_file: args.token_file,
+        event_ttl: (args.event_ttl_seconds > 0)
+            .then(|| std::time::Duration::from_secs(args.event_ttl_seconds)),
         ..Default::default()
     };
     for s in &args.services {

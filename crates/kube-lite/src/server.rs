@@ -37,6 +37,9 @@ pub struct Config {
     /// Static tokens (kube-apiserver's `--token-auth-file` CSV) that `TokenReview` answers
     /// from, besides the written kubeconfig's own admin token. See [`crate::auth`].
     pub token_file: Option<PathBuf>,
+    /// How long an Event lives after its last write before it is deleted, as kube-apiserver's
+    /// `--event-ttl` (default one hour); `None` keeps Events forever.
+    pub event_ttl: Option<Duration>,
 }
 
 impl Default for Config {
@@ -48,9 +51,15 @@ impl Default for Config {
             watch_history: 10_000,
             bookmark_interval: Duration::from_secs(10),
             token_file: None,
+            event_ttl: Some(DEFAULT_EVENT_TTL),
         }
     }
 }
+
+/// kube-apiserver's default `--event-ttl`.
+pub const DEFAULT_EVENT_TTL: Duration = Duration::from_secs(3600);
+/// How often expired Events are looked for.
+const EVENT_SWEEP: Duration = Duration::from_secs(1);
 
 impl Config {
     /// Sets the data directory.
@@ -149,6 +158,7 @@ impl Server {
         })?;
         let (tx, _) = broadcast::channel(4096);
         let mut state = State::new(config.watch_history, tx, config.data_dir.is_some());
+        state.event_ttl = config.event_ttl;
         let db = match &config.data_dir {
             Some(dir) => Some(open_store(dir, &mut state)?),
             None => None,
@@ -207,6 +217,22 @@ impl Server {
                 tracing::error!(error = %e, "kube-lite server stopped");
             }
         });
+        if core.config.event_ttl.is_some() {
+            let (core, token) = (core.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = token.cancelled() => return,
+                        _ = tokio::time::sleep(EVENT_SWEEP) => {}
+                    }
+                    let expired = core.lock().expire_events(std::time::Instant::now());
+                    if expired > 0 {
+                        tracing::debug!(expired, "kube-lite: expired Events deleted");
+                        core.persist_soon();
+                    }
+                }
+            });
+        }
         tracing::info!(%addr, "kube-lite listening");
         Ok(RunningServer {
             addr,

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -84,6 +85,23 @@ pub struct State {
     tx: broadcast::Sender<Arc<Event>>,
     /// Pending writes when persistence is on.
     pub persist: Option<Vec<PersistOp>>,
+    /// How long an Event lives after its last write (kube-apiserver's `--event-ttl`); `None`
+    /// keeps Events forever.
+    pub event_ttl: Option<Duration>,
+    /// (expiry, key, resourceVersion of that write) of every Event write, in time order; an
+    /// item whose Event was written again since is skipped when it comes up.
+    event_expiry: VecDeque<(Instant, ObjKey, u64)>,
+}
+
+/// Where Events are stored (core `v1`; `events.k8s.io` is a view of it).
+fn is_event(gr: &Gr) -> bool {
+    gr.0.is_empty() && gr.1 == "events"
+}
+
+fn rv_of(obj: &Value) -> u64 {
+    meta_str(obj, "resourceVersion")
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 /// What a watch starting at a resourceVersion gets: the past events to replay, then the live feed.
@@ -132,6 +150,8 @@ impl State {
             dependents: HashMap::new(),
             tx,
             persist: persist.then(Vec::new),
+            event_ttl: None,
+            event_expiry: VecDeque::new(),
         }
     }
 
@@ -142,6 +162,8 @@ impl State {
             .unwrap_or(0);
         self.rv = self.rv.max(rv);
         self.index_owners(&gr, &key, None, &obj);
+        // Events loaded from disk live another TTL from the start.
+        self.schedule_expiry(&gr, &key, rv);
         self.data.entry(gr).or_default().insert(key, Arc::new(obj));
     }
 
@@ -274,7 +296,38 @@ impl State {
             EventType::Added
         };
         self.record(etype, gr, key, obj.clone(), old);
+        self.schedule_expiry(gr, key, self.rv);
         obj
+    }
+
+    fn schedule_expiry(&mut self, gr: &Gr, key: &ObjKey, rv: u64) {
+        if let Some(ttl) = self.event_ttl
+            && is_event(gr)
+        {
+            self.event_expiry
+                .push_back((Instant::now() + ttl, key.clone(), rv));
+        }
+    }
+
+    /// Deletes the Events whose TTL ran out by `now` (each with its DELETED watch event and
+    /// persisted deletion); returns how many.
+    pub fn expire_events(&mut self, now: Instant) -> usize {
+        let gr: Gr = (String::new(), "events".into());
+        let mut removed = 0;
+        while let Some((at, _, _)) = self.event_expiry.front() {
+            if *at > now {
+                break;
+            }
+            let Some((_, key, rv)) = self.event_expiry.pop_front() else {
+                break;
+            };
+            // Only the item of the Event's latest write expires it.
+            let current = self.get(&gr, &key).map(|o| rv_of(&o));
+            if current == Some(rv) && self.remove(&gr, &key).is_some() {
+                removed += 1;
+            }
+        }
+        removed
     }
 
     /// Removes an object and records the DELETED event. Returns the removed object.
@@ -361,6 +414,36 @@ mod tests {
         let gone = s.remove(&gr(), &("ns".into(), "c0".into())).unwrap();
         assert_eq!(meta_str(&gone, "resourceVersion"), Some("6"));
         assert_eq!(s.count_in_namespace("ns"), 4);
+    }
+
+    #[test]
+    fn events_expire_a_ttl_after_their_last_write() {
+        let (tx, _rx) = broadcast::channel(64);
+        let mut s = State::new(100, tx, true);
+        s.event_ttl = Some(Duration::from_secs(60));
+        let ev: Gr = (String::new(), "events".into());
+        let key = |n: &str| ("ns".to_string(), n.to_string());
+        let t0 = Instant::now();
+        s.put(&ev, &key("a"), json!({"metadata": {"name": "a"}}));
+        s.put(&ev, &key("b"), json!({"metadata": {"name": "b"}}));
+        // Other resources never expire.
+        s.put(&gr(), &key("cm"), json!({"metadata": {"name": "cm"}}));
+        assert_eq!(s.expire_events(t0), 0);
+        // "b" is written again (a series count): its TTL starts over.
+        s.put(&ev, &key("b"), json!({"metadata": {"name": "b"}}));
+        let later = Instant::now() + Duration::from_secs(61);
+        s.take_persist();
+        assert_eq!(s.expire_events(later), 2, "a and b, each once");
+        assert!(s.get(&ev, &key("a")).is_none());
+        assert!(s.get(&gr(), &key("cm")).is_some());
+        // The deletions are persisted.
+        assert_eq!(s.take_persist().len(), 2);
+        // A deleted Event's stale item and a re-created Event of the same name.
+        s.put(&ev, &key("c"), json!({"metadata": {"name": "c"}}));
+        s.remove(&ev, &key("c"));
+        s.put(&ev, &key("c"), json!({"metadata": {"name": "c"}}));
+        assert_eq!(s.expire_events(Instant::now() + Duration::from_secs(61)), 1);
+        assert!(s.event_expiry.is_empty());
     }
 
     #[test]

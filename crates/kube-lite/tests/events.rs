@@ -361,3 +361,52 @@ async fn kubectl_describe_shows_recorder_events() {
     assert!(err.contains("field label not supported"), "{err}");
     env.cleanup().await;
 }
+
+/// kube-apiserver deletes an Event `--event-ttl` after its last write (an hour by default);
+/// kube-lite does the same (`Config::event_ttl`), with the DELETED watch event.
+#[tokio::test]
+async fn events_are_deleted_after_their_ttl() {
+    if std::env::var(KUBECONFIG_ENV).is_ok_and(|v| !v.is_empty()) {
+        // A real API server's TTL is its own (an hour): nothing to wait for here.
+        return;
+    }
+    let env = Env::with_config(
+        "event-ttl",
+        kube_lite::Config {
+            event_ttl: Some(Duration::from_secs(2)),
+            ..Default::default()
+        },
+    )
+    .await;
+    let cm = configmap(&env, "ttl").await;
+    let recorder = Recorder::new(env.client.clone(), reporter());
+    recorder
+        .publish(&started("short-lived"), &cm.object_ref(&()))
+        .await
+        .expect("publish");
+    let events: Api<NewEvent> = Api::namespaced(env.client.clone(), &env.ns);
+    let list = events.list(&ListParams::default()).await.expect("list");
+    assert_eq!(list.items.len(), 1);
+    let name = list.items[0].name_any();
+    let rv = list.metadata.resource_version.clone().expect("list rv");
+    let mut watch = events
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let deleted = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(e) = watch.try_next().await.expect("watch event") {
+            if let WatchEvent::Deleted(ev) = e {
+                return ev.name_any();
+            }
+        }
+        panic!("the watch ended without a DELETED event");
+    })
+    .await
+    .expect("the Event is deleted within its TTL and a sweep");
+    assert_eq!(deleted, name);
+    assert!(events.get_opt(&name).await.expect("get").is_none());
+    // The ConfigMap it was about stays.
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    assert!(cms.get_opt("ttl").await.expect("get").is_some());
+}
