@@ -15,6 +15,9 @@ pub struct CompiledVersionSchema {
     regexes: HashMap<String, Regex>,
     cel: Option<kube_cel::CompiledSchema>,
     validator: kube_cel::Validator,
+    /// Every CEL rule sits under `spec` and passes whenever its value equals the old one, so an
+    /// update that leaves `spec` as it was needs no CEL evaluation (see [`spec_rules_ratchet`]).
+    ratchet_unchanged_spec: bool,
 }
 
 impl std::fmt::Debug for CompiledVersionSchema {
@@ -65,6 +68,75 @@ fn collect_patterns(
             }
         }
     }
+}
+
+/// Every `rule` of the `x-kubernetes-validations` in `schema`, at any depth.
+fn cel_rules<'a>(schema: &'a Value, out: &mut Vec<&'a str>) {
+    match schema {
+        Value::Object(m) => {
+            if let Some(rules) = m.get("x-kubernetes-validations").and_then(Value::as_array) {
+                out.extend(
+                    rules
+                        .iter()
+                        .map(|r| r.get("rule").and_then(Value::as_str).unwrap_or("")),
+                );
+            }
+            m.values().for_each(|v| cel_rules(v, out));
+        }
+        Value::Array(a) => a.iter().for_each(|v| cel_rules(v, out)),
+        _ => {}
+    }
+}
+
+/// Whether an update whose `spec` equals the stored one can skip the CEL rules: the root has
+/// no rules of its own, no property but `spec` has any, and every rule under `spec` either does
+/// not read `oldSelf` (kube-apiserver ratchets those: an unchanged value is not re-judged) or
+/// is one of the transition rules that hold whenever `self == oldSelf` (`self == oldSelf`,
+/// `has(self.f) == has(oldSelf.f)`). Status updates and finalizer patches are then as cheap
+/// as they are meant to be; the OpenAPI checks still run on the whole object.
+fn spec_rules_ratchet(raw: &Value) -> bool {
+    let Some(root) = raw.as_object() else {
+        return false;
+    };
+    if root.contains_key("x-kubernetes-validations") {
+        return false;
+    }
+    let Some(props) = root.get("properties").and_then(Value::as_object) else {
+        return false;
+    };
+    let mut outside = Vec::new();
+    for (k, v) in props {
+        if k != "spec" {
+            cel_rules(v, &mut outside);
+        }
+    }
+    // Rules anywhere else in the root (e.g. under allOf) are not accounted for: no shortcut.
+    let mut all = Vec::new();
+    cel_rules(raw, &mut all);
+    let mut under_spec = Vec::new();
+    if let Some(spec) = props.get("spec") {
+        cel_rules(spec, &mut under_spec);
+    }
+    outside.is_empty()
+        && all.len() == under_spec.len()
+        && under_spec.iter().all(|r| holds_when_unchanged(r))
+}
+
+fn holds_when_unchanged(rule: &str) -> bool {
+    let r: String = rule.chars().filter(|c| !c.is_whitespace()).collect();
+    if !r.contains("oldSelf") || r == "self==oldSelf" || r == "oldSelf==self" {
+        return true;
+    }
+    // has(self.f) == has(oldSelf.f)
+    let Some(rest) = r.strip_prefix("has(self.") else {
+        return false;
+    };
+    let Some((field, rest)) = rest.split_once(")==has(oldSelf.") else {
+        return false;
+    };
+    rest.strip_suffix(')') == Some(field)
+        && !field.is_empty()
+        && field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 fn has_cel(schema: &Value) -> bool {
@@ -137,6 +209,7 @@ impl CompiledVersionSchema {
         Ok(Self {
             raw: raw.clone(),
             regexes,
+            ratchet_unchanged_spec: cel.is_some() && spec_rules_ratchet(raw),
             cel,
             validator: kube_cel::Validator::new(),
         })
@@ -162,7 +235,10 @@ impl CompiledVersionSchema {
     ) -> Vec<Cause> {
         let mut causes = Vec::new();
         self.walk(&self.raw, obj, "", true, &mut causes);
+        let spec_unchanged = self.ratchet_unchanged_spec
+            && old.is_some_and(|old| old.get("spec") == obj.get("spec"));
         if causes.is_empty()
+            && !spec_unchanged
             && let Some(cel) = &self.cel
         {
             let ctx = kube_cel::RootContext {
@@ -729,6 +805,83 @@ mod tests {
             .is_empty()
         );
         assert!(check(json!({"spec": {"name": "ab", "port": "http"}}), None).is_empty());
+    }
+
+    #[test]
+    fn an_unchanged_spec_ratchets_its_rules() {
+        let raw = |status_rule: bool| {
+            let mut v = json!({
+                "type": "object",
+                "properties": {
+                    "spec": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "x-kubernetes-validations": [
+                                {"rule": "self == oldSelf", "message": "name is immutable"}]},
+                            "size": {"type": "integer"}
+                        },
+                        "x-kubernetes-validations": [
+                            {"rule": "has(self.name) == has(oldSelf.name)", "message": "name stays"},
+                            {"rule": "self.size < 10", "message": "size below 10"}
+                        ]
+                    },
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                }
+            });
+            if status_rule {
+                v["properties"]["status"]["x-kubernetes-validations"] =
+                    json!([{"rule": "true", "message": "-"}]);
+            }
+            v
+        };
+        let check = |raw: &Value, obj: Value, old: Value| -> Vec<String> {
+            let c = CompiledVersionSchema::compile(raw, "s").unwrap();
+            c.validate(&obj, Some(&old), "x.io/v1", "x.io", "Thing")
+                .iter()
+                .map(Cause::render)
+                .collect()
+        };
+        // Stored before the size rule existed: a status update leaves the spec alone, so it is
+        // not judged again (kube-apiserver ratchets unchanged values the same way).
+        let stored = json!({"spec": {"name": "a", "size": 50}});
+        let status_update = json!({"spec": {"name": "a", "size": 50}, "status": {"x": 1}});
+        assert!(check(&raw(false), status_update.clone(), stored.clone()).is_empty());
+        // A spec change is judged by every rule.
+        let errs = check(
+            &raw(false),
+            json!({"spec": {"name": "b", "size": 50}}),
+            stored.clone(),
+        );
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        // A rule outside spec turns the shortcut off.
+        assert_eq!(check(&raw(true), status_update, stored).len(), 1);
+        assert!(holds_when_unchanged("self == oldSelf"));
+        assert!(holds_when_unchanged(
+            "has(self.templateData) == has(oldSelf.templateData)"
+        ));
+        assert!(holds_when_unchanged("self.size < 10"));
+        assert!(!holds_when_unchanged("self > oldSelf"));
+        assert!(!holds_when_unchanged("has(self.a) == has(oldSelf.b)"));
+        assert!(!holds_when_unchanged(
+            "!has(oldSelf.name) || self.name == oldSelf.name"
+        ));
+    }
+
+    #[test]
+    fn the_workflow_crd_ratchets_status_updates() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/crds/workflows.tinkerbell.org.yaml"
+        );
+        let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let versions = crd["spec"]["versions"].as_array().unwrap();
+        let with_cel: Vec<&Value> = versions
+            .iter()
+            .map(|v| &v["schema"]["openAPIV3Schema"])
+            .filter(|raw| has_cel(raw))
+            .collect();
+        assert!(!with_cel.is_empty());
+        assert!(with_cel.iter().all(|raw| spec_rules_ratchet(raw)));
     }
 
     #[test]
