@@ -60,6 +60,8 @@ impl Default for Config {
 pub const DEFAULT_EVENT_TTL: Duration = Duration::from_secs(3600);
 /// How often expired Events are looked for.
 const EVENT_SWEEP: Duration = Duration::from_secs(1);
+/// The most Events one sweep deletes (one hold of the state's lock).
+const EVENT_SWEEP_MAX: usize = 2000;
 
 impl Config {
     /// Sets the data directory.
@@ -225,7 +227,9 @@ impl Server {
                         _ = token.cancelled() => return,
                         _ = tokio::time::sleep(EVENT_SWEEP) => {}
                     }
-                    let expired = core.lock().expire_events(std::time::Instant::now());
+                    let expired = core
+                        .lock()
+                        .expire_events(std::time::Instant::now(), EVENT_SWEEP_MAX);
                     if expired > 0 {
                         tracing::debug!(expired, "kube-lite: expired Events deleted");
                         core.persist_soon();

@@ -309,13 +309,14 @@ impl State {
         }
     }
 
-    /// Deletes the Events whose TTL ran out by `now` (each with its DELETED watch event and
-    /// persisted deletion); returns how many.
-    pub fn expire_events(&mut self, now: Instant) -> usize {
+    /// Deletes at most `max` of the Events whose TTL ran out by `now` (each with its DELETED
+    /// watch event and persisted deletion; the rest wait for the next call, so Events loaded
+    /// together from disk do not expire in one long hold of the lock); returns how many.
+    pub fn expire_events(&mut self, now: Instant, max: usize) -> usize {
         let gr: Gr = (String::new(), "events".into());
         let mut removed = 0;
         while let Some((at, _, _)) = self.event_expiry.front() {
-            if *at > now {
+            if *at > now || removed >= max {
                 break;
             }
             let Some((_, key, rv)) = self.event_expiry.pop_front() else {
@@ -428,12 +429,13 @@ mod tests {
         s.put(&ev, &key("b"), json!({"metadata": {"name": "b"}}));
         // Other resources never expire.
         s.put(&gr(), &key("cm"), json!({"metadata": {"name": "cm"}}));
-        assert_eq!(s.expire_events(t0), 0);
+        assert_eq!(s.expire_events(t0, 100), 0);
         // "b" is written again (a series count): its TTL starts over.
         s.put(&ev, &key("b"), json!({"metadata": {"name": "b"}}));
         let later = Instant::now() + Duration::from_secs(61);
         s.take_persist();
-        assert_eq!(s.expire_events(later), 2, "a and b, each once");
+        assert_eq!(s.expire_events(later, 1), 1, "at most one per call");
+        assert_eq!(s.expire_events(later, 100), 1, "a and b, each once");
         assert!(s.get(&ev, &key("a")).is_none());
         assert!(s.get(&gr(), &key("cm")).is_some());
         // The deletions are persisted.
@@ -442,7 +444,10 @@ mod tests {
         s.put(&ev, &key("c"), json!({"metadata": {"name": "c"}}));
         s.remove(&ev, &key("c"));
         s.put(&ev, &key("c"), json!({"metadata": {"name": "c"}}));
-        assert_eq!(s.expire_events(Instant::now() + Duration::from_secs(61)), 1);
+        assert_eq!(
+            s.expire_events(Instant::now() + Duration::from_secs(61), 100),
+            1
+        );
         assert!(s.event_expiry.is_empty());
     }
 
