@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use crate::events::storage_gr;
 use crate::registry::Registry;
 
 /// `(group, plural)`.
@@ -93,11 +94,6 @@ pub struct State {
     event_expiry: VecDeque<(Instant, ObjKey, u64)>,
 }
 
-/// Where Events are stored (core `v1`; `events.k8s.io` is a view of it).
-fn is_event(gr: &Gr) -> bool {
-    gr.0.is_empty() && gr.1 == "events"
-}
-
 fn rv_of(obj: &Value) -> u64 {
     meta_str(obj, "resourceVersion")
         .and_then(|s| s.parse::<u64>().ok())
@@ -157,9 +153,7 @@ impl State {
 
     /// Loads an object without an event (startup from disk).
     pub fn load(&mut self, gr: Gr, key: ObjKey, obj: Value) {
-        let rv = meta_str(&obj, "resourceVersion")
-            .and_then(|s| s.parse::<u64>().ok())
-            .unwrap_or(0);
+        let rv = rv_of(&obj);
         self.rv = self.rv.max(rv);
         self.index_owners(&gr, &key, None, &obj);
         // Events loaded from disk live another TTL from the start.
@@ -302,7 +296,9 @@ impl State {
 
     fn schedule_expiry(&mut self, gr: &Gr, key: &ObjKey, rv: u64) {
         if let Some(ttl) = self.event_ttl
-            && is_event(gr)
+            // `crate::events::storage_gr()`, compared without building it on every write.
+            && gr.0.is_empty()
+            && gr.1 == "events"
         {
             self.event_expiry
                 .push_back((Instant::now() + ttl, key.clone(), rv));
@@ -313,7 +309,7 @@ impl State {
     /// watch event and persisted deletion; the rest wait for the next call, so Events loaded
     /// together from disk do not expire in one long hold of the lock); returns how many.
     pub fn expire_events(&mut self, now: Instant, max: usize) -> usize {
-        let gr: Gr = (String::new(), "events".into());
+        let gr = storage_gr();
         let mut removed = 0;
         while let Some((at, _, _)) = self.event_expiry.front() {
             if *at > now || removed >= max {
@@ -422,7 +418,7 @@ mod tests {
         let (tx, _rx) = broadcast::channel(64);
         let mut s = State::new(100, tx, true);
         s.event_ttl = Some(Duration::from_secs(60));
-        let ev: Gr = (String::new(), "events".into());
+        let ev = storage_gr();
         let key = |n: &str| ("ns".to_string(), n.to_string());
         let t0 = Instant::now();
         s.put(&ev, &key("a"), json!({"metadata": {"name": "a"}}));

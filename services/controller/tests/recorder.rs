@@ -106,3 +106,46 @@ async fn repeats_are_counted_and_concurrent_events_all_land() {
         .expect("a long note is cut");
     kube.shutdown().await;
 }
+
+/// A repeat of an Event someone deleted in the meantime (or whose create never landed) is
+/// created anew, not lost, and later repeats count in the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeat_of_a_deleted_event_creates_it_again() {
+    let kube = kube_lite::Server::start(kube_lite::Config::default())
+        .await
+        .expect("kube-lite starts");
+    let client = kube.client().expect("client");
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "rec"}})).expect("ns");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    let recorder = Recorder::new(client.clone(), "tinkerbell.org/workflow-controller", "c0");
+    let events: Api<Event> = Api::namespaced(client.clone(), "rec");
+    let o = occurrence("wf1", "Rejected", "the agent is busy");
+    recorder.publish(&o).await.expect("publish");
+    let first = events
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items;
+    assert_eq!(first.len(), 1);
+    events
+        .delete(
+            &first[0].metadata.name.clone().expect("name"),
+            &Default::default(),
+        )
+        .await
+        .expect("delete");
+    recorder.publish(&o).await.expect("a repeat after a delete");
+    recorder.publish(&o).await.expect("and another");
+    let now = events
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items;
+    assert_eq!(now.len(), 1, "{now:#?}");
+    assert_ne!(now[0].metadata.name, first[0].metadata.name);
+    assert_eq!(now[0].series.as_ref().map(|s| s.count), Some(2));
+    kube.shutdown().await;
+}
