@@ -139,9 +139,6 @@ pub struct ServerConfig {
     pub log_readers_max: usize,
     /// How often a `ReadLogs` follower's token and permission are checked again.
     pub log_reauthorize: Duration,
-    /// The nice value (0-19) of the thread that stores action output: above 0, the kernel
-    /// gives the events' threads the CPU first when it is short.
-    pub logs_nice: i32,
 }
 
 impl ServerConfig {
@@ -161,7 +158,6 @@ impl ServerConfig {
             logs_max_in_flight: 8,
             log_readers_max: 256,
             log_reauthorize: Duration::from_secs(30),
-            logs_nice: 5,
         }
     }
 }
@@ -383,23 +379,15 @@ pub async fn serve(
     // Action output on a connection of its own: a large log batch never sits in front of an
     // event in the same socket (here or in nats-server's reader of this client).
     let logs_store = {
-        let url = config.nats_url.clone();
-        let auth = config.nats_auth.clone();
         let name = format!("{name} logs");
-        logs::LogStore::start(
-            move || async move {
-                tink_bus::connect(&url, &auth, || {
-                    async_nats::ConnectOptions::new()
-                        .name(name.clone())
-                        .max_reconnects(None)
-                })
-                .await
-                .map_err(ServerError::Nats)
-            },
-            config.logs_max_in_flight,
-            config.logs_nice,
-        )
-        .await?
+        let client = tink_bus::connect(&config.nats_url, &config.nats_auth, || {
+            async_nats::ConnectOptions::new()
+                .name(name.clone())
+                .max_reconnects(None)
+        })
+        .await
+        .map_err(ServerError::Nats)?;
+        logs::LogStore::new(client, config.logs_max_in_flight)
     };
     let gateway = service::Gateway {
         shared: shared.clone(),

@@ -5,9 +5,9 @@
 //! agent's receipt of the StartWorkflow, sent before any action runs) must name the same agent.
 //! That is one JetStream read per agent and workflow, remembered in a bounded cache.
 //!
-//! Storing is done by [`LogStore`]: a thread of its own, with its own NATS connection, at a
-//! lower CPU priority (`--logs-nice`), so when the machine is busy the kernel runs the events'
-//! work first and action output waits (the agent buffers it, within its limits).
+//! Storing is done by [`LogStore`]: on a NATS connection of its own, so a large batch never sits
+//! in front of an event in the same socket, with a bounded number of publishes in flight (more
+//! calls wait, and the agent buffers its output within its limits).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -172,112 +172,41 @@ async fn check_owner(
     Ok(())
 }
 
-/// A batch to store, and where to answer.
-type Job = (
-    LogBatch,
-    tokio::sync::oneshot::Sender<(LogBatch, Result<PublishAck, BusError>)>,
-);
-
-/// Batches waiting for the store thread, beyond those it is storing.
-const QUEUE: usize = 256;
-
-/// The thread that stores action output: its own single-threaded runtime and NATS connection,
-/// at most `max_in_flight` publishes awaiting their acknowledgement at once, at nice `nice`.
-/// It ends when the last [`LogStore`] handle is dropped.
+/// Stores action output on a NATS connection of its own, with at most `max_in_flight`
+/// publishes awaiting their acknowledgement at once; more calls wait their turn.
+///
+/// The publishes run in the calling request's task. A thread of its own at a lower CPU priority
+/// was tried (2026-11-25/26, BENCHMARKS.md): the two thread hops per batch cost the server about
+/// 70 µs of its ~230 µs per batch in context switches on this machine's virtual CPUs, more than
+/// the priority ever gave back to the events.
 #[derive(Debug, Clone)]
 pub(crate) struct LogStore {
-    jobs: tokio::sync::mpsc::Sender<Job>,
+    jetstream: async_nats::jetstream::Context,
+    in_flight: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl LogStore {
-    /// Starts the thread and connects it to NATS with `connect`; returns once connected (or
-    /// with the connection's error).
-    pub(crate) async fn start<F, Fut, E>(
-        connect: F,
-        max_in_flight: usize,
-        nice: i32,
-    ) -> Result<LogStore, E>
-    where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<async_nats::Client, E>>,
-        E: Send + 'static + From<std::io::Error>,
-    {
-        let (jobs, mut queue) = tokio::sync::mpsc::channel::<Job>(QUEUE);
-        let (ready, connected) = tokio::sync::oneshot::channel::<Result<(), E>>();
-        std::thread::Builder::new()
-            .name("tink-logs".into())
-            .spawn(move || {
-                if nice != 0 {
-                    // On Linux the nice value belongs to the thread: only this one is lowered.
-                    if let Err(e) = rustix::process::setpriority_process(None, nice) {
-                        warn!(error = %e, nice, "cannot lower the log store's CPU priority");
-                    }
-                }
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => runtime,
-                    Err(e) => {
-                        let _ = ready.send(Err(E::from(e)));
-                        return;
-                    }
-                };
-                runtime.block_on(async move {
-                    let client = match connect().await {
-                        Ok(client) => client,
-                        Err(e) => {
-                            let _ = ready.send(Err(e));
-                            return;
-                        }
-                    };
-                    let _ = ready.send(Ok(()));
-                    let jetstream = async_nats::jetstream::new(client.clone());
-                    let in_flight =
-                        std::sync::Arc::new(tokio::sync::Semaphore::new(max_in_flight.max(1)));
-                    let mut tasks = tokio::task::JoinSet::new();
-                    while let Some((batch, answer)) = queue.recv().await {
-                        // Never closed: the semaphore lives as long as this loop.
-                        let Ok(permit) = in_flight.clone().acquire_owned().await else {
-                            break;
-                        };
-                        let jetstream = jetstream.clone();
-                        tasks.spawn(async move {
-                            let _permit = permit;
-                            let result = tink_bus::publish_log_batch(&jetstream, &batch).await;
-                            let _ = answer.send((batch, result));
-                        });
-                        while tasks.try_join_next().is_some() {}
-                    }
-                    // Every handle is gone (the server stopped): finish what was taken.
-                    while tasks.join_next().await.is_some() {}
-                    if let Err(e) = client.flush().await {
-                        debug!(error = %e, "flushing the logs connection");
-                    }
-                });
-            })
-            .map_err(E::from)?;
-        match connected.await {
-            Ok(Ok(())) => Ok(LogStore { jobs }),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(E::from(std::io::Error::other(
-                "the log store thread ended before connecting",
-            ))),
+    /// Stores through `client` (the logs connection).
+    pub(crate) fn new(client: async_nats::Client, max_in_flight: usize) -> Self {
+        LogStore {
+            jetstream: async_nats::jetstream::new(client),
+            in_flight: std::sync::Arc::new(tokio::sync::Semaphore::new(max_in_flight.max(1))),
         }
     }
 
-    /// Stores `batch` (waiting for a free slot), and gives it back with the result.
+    /// Stores `batch` (waiting for a free slot), and gives it back with the result. A call
+    /// abandoned mid-publish (the agent went away) is harmless: the agent sends the same batch
+    /// again and the stream's duplicate window drops the second copy.
     async fn store(
         &self,
         batch: LogBatch,
     ) -> Result<(LogBatch, Result<PublishAck, BusError>), Status> {
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        self.jobs
-            .send((batch, answer))
+        let _permit = self
+            .in_flight
+            .acquire()
             .await
             .map_err(|_| Status::unavailable("the log store stopped; retry the same batch"))?;
-        answered
-            .await
-            .map_err(|_| Status::unavailable("the log store stopped; retry the same batch"))
+        let result = tink_bus::publish_log_batch(&self.jetstream, &batch).await;
+        Ok((batch, result))
     }
 }

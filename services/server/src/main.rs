@@ -72,11 +72,6 @@ struct Args {
     /// and SubjectAccessReview again): a removed RoleBinding ends its stream within this long.
     #[arg(long, env = "TINK_SERVER_LOG_REAUTHORIZE_SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     log_reauthorize_seconds: u64,
-    /// Nice value of the thread that stores action output (PublishLogs), 0 to 19: when the CPU
-    /// is short the kernel runs the events' work first and action output waits (agents buffer
-    /// it within their limits). 0 gives both the same priority.
-    #[arg(long, env = "TINK_SERVER_LOGS_NICE", default_value_t = 5, value_parser = clap::value_parser!(i32).range(0..=19))]
-    logs_nice: i32,
     #[command(flatten)]
     admin: tink_runtime::AdminArgs,
     #[command(flatten)]
@@ -122,7 +117,6 @@ async fn main() -> anyhow::Result<()> {
     config.logs_max_in_flight = args.logs_max_in_flight as usize;
     config.log_readers_max = args.log_readers_max as usize;
     config.log_reauthorize = std::time::Duration::from_secs(args.log_reauthorize_seconds);
-    config.logs_nice = args.logs_nice;
     config.kube = kube_client(&args).await?;
     match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {

@@ -73,23 +73,6 @@ async fn stored(js: &async_nats::jetstream::Context, filter: String) -> Vec<LogB
     out
 }
 
-/// Each thread of this process: its name and nice value (/proc/self/task/*/stat).
-fn threads() -> Vec<(String, i64)> {
-    std::fs::read_dir("/proc/self/task")
-        .expect("/proc/self/task")
-        .filter_map(Result::ok)
-        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
-        .filter_map(|stat| {
-            let open = stat.find('(')?;
-            let close = stat.rfind(')')?;
-            let name = stat[open + 1..close].to_string();
-            // Fields after the name start at the state (field 3); nice is field 19.
-            let nice = stat[close + 1..].split_whitespace().nth(16)?.parse().ok()?;
-            Some((name, nice))
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn logs_are_stored_per_workflow_and_action_once_and_only_from_the_owner() {
     let nats = NatsServer::start().await.expect("nats");
@@ -154,21 +137,6 @@ async fn logs_are_stored_per_workflow_and_action_once_and_only_from_the_owner() 
     assert_eq!(all_b.len(), 1);
     assert_eq!(replica.metrics.log_lines_received.get(), 9);
     assert_eq!(replica.metrics.log_batches_duplicate.get(), 1);
-    // Stored by a thread of lower CPU priority (--logs-nice, 5 by default); the rest of the
-    // process keeps its own.
-    let logs_nice: Vec<i64> = threads()
-        .into_iter()
-        .filter(|(name, _)| name == "tink-logs")
-        .map(|(_, nice)| nice)
-        .collect();
-    assert!(!logs_nice.is_empty(), "a tink-logs thread runs");
-    assert!(logs_nice.iter().all(|n| *n == 5), "{logs_nice:?}");
-    assert!(
-        threads()
-            .iter()
-            .any(|(name, nice)| name != "tink-logs" && *nice == 0),
-        "the other threads keep nice 0"
-    );
     assert!(replica.metrics.log_bytes_stored.get() > 0);
 
     // Agent b writing workflow one's output, and anybody writing an unknown workflow's.
