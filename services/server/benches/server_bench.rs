@@ -523,8 +523,8 @@ async fn log_load(
 }
 
 /// Runs [`log_load`] on a thread and runtime of its own. On the event publishers' runtime it
-/// costs less CPU (no hop between threads) but its tasks delay the publishers' (p99 1.22 against
-/// 1.03-1.19 here): a cost of this generator, where real agents are separate machines.
+/// would cost less CPU (no hop between threads), but its tasks would share the publishers'
+/// workers and send in bunches; real agents are separate machines.
 fn spawn_log_load(
     clients: &[WorkflowServiceClient<Channel>],
     lines_per_second: usize,
