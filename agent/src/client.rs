@@ -135,10 +135,10 @@ impl ServerPool {
         if let Ok(mut t) = self.token.lock() {
             *t = Some(token.to_owned());
         }
-        if let Some(path) = &self.token_file {
-            if let Err(e) = write_private(path, token) {
-                warn!(path = %path.display(), error = %e, "cannot keep the session token; a restarted agent waits for its session to expire");
-            }
+        if let Some(path) = &self.token_file
+            && let Err(e) = write_private(path, token)
+        {
+            warn!(path = %path.display(), error = %e, "cannot keep the session token; a restarted agent waits for its session to expire");
         }
     }
 

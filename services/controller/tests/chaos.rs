@@ -501,7 +501,7 @@ async fn chaos_every_workflow_ends_right_and_no_dispatch_runs_twice() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         step += 1;
         // Every 3 s a server replica is SIGKILLed and replaced.
-        if step % 3 == 0 && step <= 24 {
+        if step.is_multiple_of(3) && step <= 24 {
             let (addr, child) = server_procs.remove(0);
             child.kill().await;
             server_kills += 1;

@@ -110,8 +110,7 @@ async fn a_machine_with_a_secret_is_admitted_only_with_it() {
     assert!(refused.message().contains(SECRET_HEADER), "{refused:?}");
     let wrong = open(&mut client, STRICT, None, Some("guess"))
         .await
-        .err()
-        .expect("refused with a wrong secret");
+        .expect_err("refused with a wrong secret");
     assert_eq!(wrong.code(), Code::PermissionDenied);
     assert!(
         !wrong.message().contains(SECRET),

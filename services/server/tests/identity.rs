@@ -90,8 +90,7 @@ async fn an_impostor_gets_no_command_and_leaves_the_real_agent_alone() {
     for wrong in [None, Some("not-the-token")] {
         let status = open(&mut impostor, AGENT, wrong)
             .await
-            .err()
-            .expect("refused");
+            .expect_err("refused");
         assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
         assert!(
             status.message().contains("tinkctl agent reset"),
@@ -124,14 +123,12 @@ async fn events_need_the_token_and_are_stamped_with_the_authenticated_agent() {
     // Without a token: refused.
     let status = publish(&mut a, started("ns/a", AGENT), None)
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
     // B forges an event for A's workflow, claiming to be A: refused.
     let status = publish(&mut b, started("ns/a", AGENT), Some(&b_token))
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     // A's own event is stored, stamped with A whatever the body said.
     publish(&mut a, started("ns/a", AGENT), Some(&a_token))
@@ -156,8 +153,7 @@ async fn a_reset_session_lets_a_reinstalled_machine_in() {
     assert_eq!(
         open(&mut new, AGENT, None)
             .await
-            .err()
-            .expect("refused")
+            .expect_err("refused")
             .code(),
         Code::PermissionDenied
     );
@@ -248,7 +244,7 @@ async fn a_client_certificate_names_the_agent() {
     .await;
     let mut client = mtls_client(replica.addr, &ca, &client_cert, &client_key).await;
     // A stream for another agent id than the certificate's is refused.
-    let status = open(&mut client, OTHER, None).await.err().expect("refused");
+    let status = open(&mut client, OTHER, None).await.expect_err("refused");
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     // Its own id is admitted without any token, and events need none.
     let (mut commands, token) = open(&mut client, AGENT, None).await.expect("admitted");
@@ -261,8 +257,7 @@ async fn a_client_certificate_names_the_agent() {
     // An event claiming another agent is refused.
     let status = publish(&mut client, started("ns/c", OTHER), None)
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert_eq!(status.code(), Code::PermissionDenied);
     // The certificate's stream receives the agent's commands.
     dispatch(&js, AGENT, "ns/d").await;
