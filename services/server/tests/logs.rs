@@ -255,3 +255,51 @@ async fn a_batch_resent_after_its_replica_was_killed_is_stored_once() {
     assert_eq!(b.metrics.log_batches_duplicate.get(), 1);
     b.stop().await.expect("stops");
 }
+
+/// The server stores a batch from the call's own task, so an agent that gives up on a call (its
+/// deadline passed, its connection dropped) can cut the store anywhere: before the publish, after
+/// it and before the acknowledgement, or after it. Whatever the point, the agent's resend leaves
+/// each line stored exactly once and the replica keeps serving.
+#[tokio::test]
+async fn a_call_abandoned_anywhere_then_resent_stores_each_line_once() {
+    let nats = NatsServer::start().await.expect("nats");
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let js = jetstream(&nats.url()).await;
+    let agent = "aa:bb:cc:dd:ee:05";
+    let wf = "ns/abandoned/uid/1";
+    let mut client = replica.client().await;
+    client
+        .publish_event(receipt_of(agent, wf))
+        .await
+        .expect("receipt");
+    let mut abandoned = 0;
+    for round in 0..40u64 {
+        let sent = batch(agent, wf, "0-a", round * 10 + 1..=round * 10 + 10);
+        // From cut at once to cut after the store: 0, 50, 100, ... 1,950 microseconds.
+        let wait = std::time::Duration::from_micros(round * 50);
+        let mut impatient = replica.client().await;
+        if tokio::time::timeout(wait, impatient.publish_logs(sent.clone()))
+            .await
+            .is_err()
+        {
+            abandoned += 1;
+        }
+        drop(impatient);
+        client
+            .publish_logs(sent)
+            .await
+            .expect("the resend is answered");
+    }
+    assert!(abandoned > 0, "some calls were cut mid-way");
+    let lines: Vec<u64> = stored(&js, tink_bus::logs_subject(wf, "0-a").unwrap())
+        .await
+        .iter()
+        .flat_map(|b| b.lines.iter().map(|l| l.sequence))
+        .collect();
+    assert_eq!(
+        lines,
+        (1..=400).collect::<Vec<_>>(),
+        "each line once, in order"
+    );
+    replica.stop().await.expect("stops");
+}
