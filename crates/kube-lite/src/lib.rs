@@ -95,7 +95,8 @@
 //!   thread in batches, at most one commit per 25 ms (so up to a few tens of milliseconds behind
 //!   the API answer; a clean shutdown flushes).
 //! - Events are deleted an hour after their last write, as kube-apiserver's `--event-ttl` does
-//!   ([`Config::event_ttl`], `--event-ttl-seconds`; 0 keeps them), with the DELETED watch event.
+//!   ([`Config::event_ttl`], `--event-ttl-seconds`; 0 keeps them), with the DELETED watch event;
+//!   after a restart, by the last write their own times record.
 //! - Server-side printing (`kubectl get` asks for a Table): CRD `additionalPrinterColumns` and
 //!   kubectl's usual columns for Namespace, ConfigMap, Secret, Deployment and Lease.
 //! - RBAC objects (rbac.authorization.k8s.io/v1 Role, ClusterRole, RoleBinding,

@@ -156,14 +156,22 @@ impl State {
         let rv = rv_of(&obj);
         self.rv = self.rv.max(rv);
         self.index_owners(&gr, &key, None, &obj);
-        // Events loaded from disk live another TTL from the start.
-        self.schedule_expiry(&gr, &key, rv);
+        // An Event loaded from disk lives out what is left of its TTL since its last write, as
+        // its own times tell (kube-apiserver's lease survives a restart too).
+        let age = event_written_at(&obj)
+            .and_then(|at| Duration::try_from(jiff::Timestamp::now().duration_since(at)).ok())
+            .unwrap_or(Duration::ZERO);
+        self.schedule_expiry(&gr, &key, rv, age);
         self.data.entry(gr).or_default().insert(key, Arc::new(obj));
     }
 
     /// Watches may start from any resourceVersion from now on (after loading from disk).
+    /// Also puts the loaded Events' expiry in time order (they were loaded in key order).
     pub fn reset_floor(&mut self) {
         self.floor = self.rv;
+        self.event_expiry
+            .make_contiguous()
+            .sort_by_key(|(at, _, _)| *at);
     }
 
     /// One object.
@@ -290,18 +298,22 @@ impl State {
             EventType::Added
         };
         self.record(etype, gr, key, obj.clone(), old);
-        self.schedule_expiry(gr, key, self.rv);
+        self.schedule_expiry(gr, key, self.rv, Duration::ZERO);
         obj
     }
 
-    fn schedule_expiry(&mut self, gr: &Gr, key: &ObjKey, rv: u64) {
+    /// Schedules the expiry of an Event written `age` ago (zero for a write now).
+    fn schedule_expiry(&mut self, gr: &Gr, key: &ObjKey, rv: u64, age: Duration) {
         if let Some(ttl) = self.event_ttl
             // `crate::events::storage_gr()`, compared without building it on every write.
             && gr.0.is_empty()
             && gr.1 == "events"
         {
-            self.event_expiry
-                .push_back((Instant::now() + ttl, key.clone(), rv));
+            self.event_expiry.push_back((
+                Instant::now() + ttl.saturating_sub(age),
+                key.clone(),
+                rv,
+            ));
         }
     }
 
@@ -378,6 +390,20 @@ impl State {
     }
 }
 
+/// When an Event was last written, by its own times: the newest of `series.lastObservedTime`,
+/// `lastTimestamp`, `eventTime` and `metadata.creationTimestamp` that parses (None without any).
+fn event_written_at(obj: &Value) -> Option<jiff::Timestamp> {
+    [
+        "/series/lastObservedTime",
+        "/lastTimestamp",
+        "/eventTime",
+        "/metadata/creationTimestamp",
+    ]
+    .iter()
+    .filter_map(|path| obj.pointer(path)?.as_str()?.parse::<jiff::Timestamp>().ok())
+    .max()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,6 +470,61 @@ mod tests {
             s.expire_events(Instant::now() + Duration::from_secs(61), 100),
             1
         );
+        assert!(s.event_expiry.is_empty());
+    }
+
+    #[test]
+    fn events_loaded_from_disk_live_out_the_rest_of_their_ttl() {
+        let (tx, _rx) = broadcast::channel(64);
+        let mut s = State::new(100, tx, true);
+        s.event_ttl = Some(Duration::from_secs(3600));
+        let ev = storage_gr();
+        let key = |n: &str| ("ns".to_string(), n.to_string());
+        let ago = |minutes: i64| {
+            (jiff::Timestamp::now() - jiff::SignedDuration::from_mins(minutes)).to_string()
+        };
+        // Loaded in key order: "a" was written 2 h ago (its series went on until then), "b" 50
+        // minutes ago, "c" has no time at all, "d" says it was written in the future.
+        s.load(
+            ev.clone(),
+            key("a"),
+            json!({"metadata": {"name": "a", "resourceVersion": "1", "creationTimestamp": ago(300)},
+                   "series": {"count": 9, "lastObservedTime": ago(120)}}),
+        );
+        s.load(
+            ev.clone(),
+            key("b"),
+            json!({"metadata": {"name": "b", "resourceVersion": "2", "creationTimestamp": ago(90)},
+                   "lastTimestamp": ago(50)}),
+        );
+        s.load(
+            ev.clone(),
+            key("c"),
+            json!({"metadata": {"name": "c", "resourceVersion": "3"}}),
+        );
+        s.load(
+            ev.clone(),
+            key("d"),
+            json!({"metadata": {"name": "d", "resourceVersion": "4", "creationTimestamp": ago(-30)}}),
+        );
+        s.reset_floor();
+        let now = Instant::now();
+        assert_eq!(s.expire_events(now, 100), 1, "a is long past its TTL");
+        assert!(s.get(&ev, &key("a")).is_none());
+        let in_minutes = |m: u64| now + Duration::from_secs(m * 60);
+        assert_eq!(s.expire_events(in_minutes(9), 100), 0);
+        assert_eq!(
+            s.expire_events(in_minutes(11), 100),
+            1,
+            "b: 10 minutes left"
+        );
+        assert!(s.get(&ev, &key("b")).is_none());
+        assert_eq!(
+            s.expire_events(in_minutes(59), 100),
+            0,
+            "c and d: a whole TTL"
+        );
+        assert_eq!(s.expire_events(in_minutes(61), 100), 2);
         assert!(s.event_expiry.is_empty());
     }
 
