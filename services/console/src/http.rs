@@ -373,6 +373,7 @@ impl AppState {
             verb: "list",
             group,
             resource,
+            subresource: "",
             namespace: ns.to_string(),
             name: String::new(),
         };

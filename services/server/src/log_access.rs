@@ -7,85 +7,27 @@
 //! deploy/rbac/server.yaml). Positive answers are remembered for a few seconds in bounded maps so
 //! followers and retries do not load the API server; refusals are never remembered.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
-use kube::api::{Api, PostParams};
+use tink_kube_access::{Access, AccessError, Permission};
 use tonic::Status;
 use tonic::metadata::MetadataMap;
 
+pub use tink_kube_access::User;
+
 /// The API group of the permission.
-pub const LOG_GROUP: &str = "tinkerbell.org";
+pub const LOG_GROUP: &str = tink_kube_access::GROUP;
 /// The resource of the permission.
 pub const LOG_RESOURCE: &str = "workflows";
 /// The subresource of the permission.
 pub const LOG_SUBRESOURCE: &str = "log";
 /// The verb of the permission.
 pub const LOG_VERB: &str = "get";
-/// The most answers each cache keeps.
-const CACHE_MAX: usize = 4096;
-
-/// An authenticated caller.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Caller {
-    /// The user name.
-    pub user: String,
-    /// The user's uid.
-    pub uid: String,
-    /// The user's groups.
-    pub groups: Vec<String>,
-}
-
-/// A bounded map whose entries are valid for `ttl`.
-#[derive(Debug)]
-struct Cache<K, V> {
-    ttl: Duration,
-    entries: Mutex<HashMap<K, (V, Instant)>>,
-}
-
-impl<K: std::hash::Hash + Eq, V: Clone> Cache<K, V> {
-    fn new(ttl: Duration) -> Self {
-        Cache {
-            ttl,
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn get(&self, key: &K) -> Option<V> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries
-            .get(key)
-            .filter(|(_, at)| at.elapsed() < self.ttl)
-            .map(|(v, _)| v.clone())
-    }
-
-    fn put(&self, key: K, value: V) {
-        if self.ttl.is_zero() {
-            return;
-        }
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= CACHE_MAX {
-            entries.retain(|_, (_, at)| at.elapsed() < self.ttl);
-            if entries.len() >= CACHE_MAX {
-                entries.clear();
-            }
-        }
-        entries.insert(key, (value, Instant::now()));
-    }
-}
 
 /// Authentication and authorization of log readers through the Kubernetes API.
 pub(crate) struct LogAccess {
     client: kube::Client,
-    /// SHA-256 of a token -> its user.
-    users: Cache<[u8; 32], Caller>,
-    /// (caller, namespace, name) allowed to read the logs.
-    allowed: Cache<(Caller, String, String), ()>,
+    access: Access,
 }
 
 /// The bearer token of a request's `authorization` metadata.
@@ -114,9 +56,8 @@ impl LogAccess {
     /// Checks with `client`'s API server, remembering positive answers for `ttl`.
     pub(crate) fn new(client: kube::Client, ttl: Duration) -> Self {
         LogAccess {
+            access: Access::new(client.clone(), ttl),
             client,
-            users: Cache::new(ttl),
-            allowed: Cache::new(ttl),
         }
     }
 
@@ -126,95 +67,34 @@ impl LogAccess {
     }
 
     /// The user of `token` (TokenReview); UNAUTHENTICATED when the API server does not know it.
-    pub(crate) async fn authenticate(&self, token: &str) -> Result<Caller, Status> {
-        let digest: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
-            .as_ref()
-            .try_into()
-            .map_err(|_| Status::internal("SHA-256 digest of unexpected length"))?;
-        if let Some(caller) = self.users.get(&digest) {
-            return Ok(caller);
-        }
-        let review = TokenReview {
-            spec: TokenReviewSpec {
-                token: Some(token.to_string()),
-                audiences: None,
-            },
-            ..Default::default()
-        };
-        let answer = Api::<TokenReview>::all(self.client.clone())
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| {
-                Status::unavailable(format!("cannot check the token (TokenReview): {e}"))
-            })?;
-        let status = answer.status.unwrap_or_default();
-        let user = status.user.unwrap_or_default();
-        let name = user.username.unwrap_or_default();
-        if status.authenticated != Some(true) || name.is_empty() {
-            let why = status.error.unwrap_or_else(|| "not authenticated".into());
-            return Err(Status::unauthenticated(format!(
+    pub(crate) async fn authenticate(&self, token: &str) -> Result<User, Status> {
+        self.access.authenticate(token).await.map_err(|e| match e {
+            AccessError::Unauthenticated(why) => Status::unauthenticated(format!(
                 "the bearer token was refused by the Kubernetes API: {why}"
-            )));
-        }
-        let caller = Caller {
-            user: name,
-            uid: user.uid.unwrap_or_default(),
-            groups: user.groups.unwrap_or_default(),
-        };
-        self.users.put(digest, caller.clone());
-        Ok(caller)
+            )),
+            e => Status::unavailable(e.to_string()),
+        })
     }
 
-    /// Whether `caller` may `get` `workflows/log` of workflow `namespace/name`
+    /// Whether `user` may `get` `workflows/log` of workflow `namespace/name`
     /// (SubjectAccessReview); PERMISSION_DENIED naming the permission when not.
     pub(crate) async fn authorize(
         &self,
-        caller: &Caller,
+        user: &User,
         namespace: &str,
         name: &str,
     ) -> Result<(), Status> {
-        let key = (caller.clone(), namespace.to_string(), name.to_string());
-        if self.allowed.get(&key).is_some() {
-            return Ok(());
-        }
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(caller.user.clone()),
-                uid: Some(caller.uid.clone()).filter(|u| !u.is_empty()),
-                groups: Some(caller.groups.clone()),
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(LOG_GROUP.into()),
-                    resource: Some(LOG_RESOURCE.into()),
-                    subresource: Some(LOG_SUBRESOURCE.into()),
-                    verb: Some(LOG_VERB.into()),
-                    namespace: Some(namespace.into()),
-                    name: Some(name.into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let answer = Api::<SubjectAccessReview>::all(self.client.clone())
-            .create(&PostParams::default(), &review)
+        let permission = Permission::tink(LOG_VERB, LOG_RESOURCE, namespace, name)
+            .on_subresource(LOG_SUBRESOURCE);
+        self.access
+            .authorize(user, &permission)
             .await
-            .map_err(|e| {
-                Status::unavailable(format!("cannot check access (SubjectAccessReview): {e}"))
-            })?;
-        let status = answer.status.unwrap_or_default();
-        if !status.allowed || status.denied == Some(true) {
-            let reason = status
-                .reason
-                .filter(|r| !r.is_empty())
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default();
-            return Err(Status::permission_denied(format!(
-                "user {:?} may not read the logs of workflow {namespace}/{name}: it needs `{LOG_VERB}` on `{LOG_RESOURCE}/{LOG_SUBRESOURCE}` (API group {LOG_GROUP}) in namespace {namespace}, for example a RoleBinding to the ClusterRole tink-workflow-log-reader{reason}",
-                caller.user
-            )));
-        }
-        self.allowed.put(key, ());
-        Ok(())
+            .map_err(|e| match e {
+                AccessError::Forbidden { user, reason, .. } => Status::permission_denied(format!(
+                    "user {user:?} may not read the logs of workflow {namespace}/{name}: it needs `{LOG_VERB}` on `{LOG_RESOURCE}/{LOG_SUBRESOURCE}` (API group {LOG_GROUP}) in namespace {namespace}, for example a RoleBinding to the ClusterRole tink-workflow-log-reader{reason}"
+                )),
+                e => Status::unavailable(e.to_string()),
+            })
     }
 }
 
@@ -238,22 +118,5 @@ mod tests {
         assert!(bearer_token(&m).is_err());
         m.insert("authorization", "Bearer t0k".parse().unwrap());
         assert_eq!(bearer_token(&m).unwrap(), "t0k");
-    }
-
-    #[test]
-    fn caches_expire_and_stay_bounded() {
-        let c: Cache<u32, u32> = Cache::new(Duration::from_millis(50));
-        c.put(1, 10);
-        assert_eq!(c.get(&1), Some(10));
-        std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(c.get(&1), None);
-        for i in 0..(CACHE_MAX as u32 + 10) {
-            c.put(i, i);
-        }
-        let len = c.entries.lock().unwrap().len();
-        assert!(len <= CACHE_MAX, "{len}");
-        let off: Cache<u32, u32> = Cache::new(Duration::ZERO);
-        off.put(1, 1);
-        assert_eq!(off.get(&1), None);
     }
 }

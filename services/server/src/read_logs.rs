@@ -110,7 +110,7 @@ impl LogReader {
             name: request.name.clone(),
             every: self.reauthorize,
         };
-        debug!(user = %caller.user, namespace = %request.namespace, name = %request.name, "reading logs");
+        debug!(user = %caller.name, namespace = %request.namespace, name = %request.name, "reading logs");
 
         let api: Api<Workflow> = Api::namespaced(access.client().clone(), &request.namespace);
         let wf = self.dispatched(&api, &request).await?;
