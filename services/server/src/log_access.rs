@@ -13,7 +13,7 @@ use tink_kube_access::{Access, AccessError, Permission};
 use tonic::Status;
 use tonic::metadata::MetadataMap;
 
-pub use tink_kube_access::User;
+use tink_kube_access::User;
 
 /// The API group of the permission.
 pub const LOG_GROUP: &str = tink_kube_access::GROUP;
