@@ -9,11 +9,9 @@
 
 use std::time::Duration;
 
-use tink_kube_access::{Access, AccessError, Permission};
+use tink_kube_access::{Access, AccessError, Permission, User};
 use tonic::Status;
 use tonic::metadata::MetadataMap;
-
-use tink_kube_access::User;
 
 /// The API group of the permission.
 pub const LOG_GROUP: &str = tink_kube_access::GROUP;
