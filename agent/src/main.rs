@@ -149,6 +149,11 @@ async fn main() -> anyhow::Result<()> {
             )?,
         },
     };
+    // One spelling of the id everywhere (the servers refuse any other): a worker_id of
+    // `AA-BB-CC-00-00-01` is sent as `aa:bb:cc:00:00:01`.
+    let agent_id = tink_api::AgentId::normalize(&agent_id)
+        .with_context(|| format!("agent id {agent_id:?}"))?
+        .into_string();
     // The kernel command line's TLS settings go with its servers: flags keep their meaning.
     let servers_from_cmdline = args.servers.is_empty();
     let servers = if servers_from_cmdline {

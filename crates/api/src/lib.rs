@@ -6,6 +6,7 @@
 //! - [`conversion`]: lossless conversion both ways, typed and on raw JSON ([`conversion::convert`]).
 //! - [`crds`] / [`render_crds`]: the CustomResourceDefinitions, both versions merged, and the
 //!   Cluster API provider's ([`capi`]).
+//! - [`AgentId`]: the one canonical spelling of an agent id, refused in any other.
 //! - [`Timeout`]: the Go-syntax duration (`90m`, `1h30m`) of `Workflow.spec.timeout` and
 //!   `Action.timeout`.
 //! - [`from_yaml`] / [`from_json`] / [`from_value`]: typed parsing whose errors name the field
@@ -14,6 +15,7 @@
 // kube's `printcolumn(type_ = "string", ...)` repeats keys clippy takes for duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod agent_id;
 pub mod agent_secret;
 pub mod capi;
 pub mod conversion;
@@ -23,6 +25,7 @@ mod serde_util;
 pub mod v1alpha1;
 pub mod v1alpha2;
 
+pub use agent_id::{AgentId, AgentIdError, MAX_AGENT_ID_LEN};
 pub use crds::{ConversionWebhook, CrdError, REGENERATE_COMMAND, crds, render_crds};
 pub use duration::{DurationError, TIMEOUT_PATTERN, Timeout};
 

@@ -24,6 +24,16 @@ pub const AGENT_SECRETS_STREAM: &str = "KV_tink_agent_secrets";
 /// The value of an [`AGENT_SECRETS_BUCKET`] entry whose Secret cannot be read: no presented
 /// secret matches it, so the machine is refused until the Secret exists (fail closed).
 pub const AGENT_SECRET_MISSING: &str = "missing";
+/// The KV bucket of dispatch targets: workflow (dispatch) token -> [`DispatchTarget`] (JSON),
+/// written by the server replica that forwards a StartWorkflow before it forwards it. Every
+/// replica reads it to tie an event to the agent its dispatch went to: an event from another
+/// agent is refused, and (with unauthenticated agents allowed) an event that names no agent is
+/// recorded for the target of a dispatch that went to a stream without credentials.
+pub const DISPATCH_TARGETS_BUCKET: &str = "tink_dispatch_targets";
+/// The stream backing [`DISPATCH_TARGETS_BUCKET`].
+pub const DISPATCH_TARGETS_STREAM: &str = "KV_tink_dispatch_targets";
+/// The most bytes the dispatch targets bucket keeps (an entry is about 200 bytes).
+pub const DISPATCH_TARGETS_MAX_BYTES: i64 = 64 << 20;
 
 /// Settings of the bus; the defaults suit production and tests alike. Every service gets the
 /// same value (flags of the binaries), so streams are created identically by whoever comes first.
@@ -108,7 +118,9 @@ pub enum BusError {
         source: jetstream::context::GetStreamError,
     },
     /// The presence bucket could not be created or updated.
-    #[error("cannot open a KV bucket ({PRESENCE_BUCKET} or {AGENT_SECRETS_BUCKET}): {0}")]
+    #[error(
+        "cannot open a KV bucket ({PRESENCE_BUCKET}, {AGENT_SECRETS_BUCKET} or {DISPATCH_TARGETS_BUCKET}): {0}"
+    )]
     Bucket(#[source] jetstream::context::KeyValueError),
     /// An id cannot be used on the bus.
     #[error(transparent)]
@@ -139,6 +151,8 @@ pub struct Bus {
     pub presence: kv::Store,
     /// The per-machine agent secrets bucket.
     pub agent_secrets: kv::Store,
+    /// The dispatch targets bucket.
+    pub dispatch_targets: kv::Store,
     /// The configuration they were made with.
     pub config: BusConfig,
     /// The logs stream (action output).
@@ -225,6 +239,53 @@ pub fn agent_secrets_stream_config(config: &BusConfig) -> stream::Config {
         discard: stream::DiscardPolicy::New,
         num_replicas: config.replicas,
         ..Default::default()
+    }
+}
+
+/// The stream backing the dispatch targets bucket (`KV_tink_dispatch_targets`): a KV bucket with
+/// file storage, one revision per key, entries kept as long as events are (a workflow's events
+/// are checked against it for as long as they can arrive), bounded in bytes with the oldest
+/// entries dropped first.
+pub fn dispatch_targets_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        name: DISPATCH_TARGETS_STREAM.to_string(),
+        description: Some(
+            "tinkerbell dispatch targets: workflow token -> the agent its StartWorkflow went to"
+                .to_string(),
+        ),
+        subjects: vec![format!("$KV.{DISPATCH_TARGETS_BUCKET}.>")],
+        max_messages_per_subject: 1,
+        max_age: config.events_max_age,
+        max_bytes: DISPATCH_TARGETS_MAX_BYTES,
+        storage: stream::StorageType::File,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::Old,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
+/// Where a dispatch went: the value of a [`DISPATCH_TARGETS_BUCKET`] entry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DispatchTarget {
+    /// The agent whose stream the StartWorkflow was forwarded to (canonical id).
+    pub agent_id: String,
+    /// Whether that stream presented credentials (a client certificate or a session token).
+    /// `false` only for streams admitted by `--allow-unauthenticated-agents`.
+    pub authenticated: bool,
+}
+
+impl DispatchTarget {
+    /// The bucket value (JSON).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Parses a bucket value.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
     }
 }
 
@@ -319,7 +380,18 @@ pub async fn ensure_streams(
         .get_key_value(AGENT_SECRETS_BUCKET)
         .await
         .map_err(BusError::Bucket)?;
+    ensure_stream(
+        jetstream,
+        dispatch_targets_stream_config(config),
+        DISPATCH_TARGETS_STREAM,
+    )
+    .await?;
+    let dispatch_targets = jetstream
+        .get_key_value(DISPATCH_TARGETS_BUCKET)
+        .await
+        .map_err(BusError::Bucket)?;
     Ok(Bus {
+        dispatch_targets,
         jetstream: jetstream.clone(),
         dispatch,
         events,

@@ -52,6 +52,34 @@ pub async fn dispatch_received(events: &Stream, dispatch_id: &str) -> Result<boo
     }
 }
 
+/// Whether an event of `dispatch_id` published by `agent_id` is stored: that agent received the
+/// dispatch. Events of other agents do not count (one that published an event for another
+/// machine's dispatch must not make the server withhold the command from its target). At most
+/// [`MAX_SCAN`] events are read; past that the answer is `false`.
+pub async fn dispatch_received_by(
+    events: &Stream,
+    dispatch_id: &str,
+    agent_id: &str,
+) -> Result<bool, DeliveryError> {
+    let subject = events_subject(dispatch_id)?;
+    let mut from = 1;
+    for _ in 0..MAX_SCAN {
+        let message = match events
+            .get_first_raw_message_by_subject(&subject, from)
+            .await
+        {
+            Ok(m) => m,
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(false),
+            Err(e) => return Err(DeliveryError::Lookup(e.to_string())),
+        };
+        if crate::codec::decode_event(&message.payload).is_ok_and(|e| e.agent_id == agent_id) {
+            return Ok(true);
+        }
+        from = message.sequence + 1;
+    }
+    Ok(false)
+}
+
 /// The stream sequence of the command with de-duplication id `msg_id` while it still waits in
 /// `agent_id`'s queue of the dispatch stream; `None` when it is not there (acknowledged after
 /// its receipt, never published, or expired).

@@ -12,6 +12,7 @@
 //! | events stream | [`EVENTS_STREAM`] | limits retention, read durably by the controller |
 //! | presence bucket | [`PRESENCE_BUCKET`] | KV: agent token -> [`Presence`] (JSON); entries expire after [`BusConfig::presence_ttl`] |
 //! | agent secrets bucket | [`AGENT_SECRETS_BUCKET`] | KV: agent token -> hex SHA-256 of the machine's pre-shared secret (controller writes, servers read) |
+//! | dispatch targets bucket | [`DISPATCH_TARGETS_BUCKET`] | KV: workflow token -> [`DispatchTarget`] (JSON): the agent a StartWorkflow was forwarded to (servers write before forwarding, and check events against it) |
 //! | logs subject | `tink.logs.<workflow token>.<action token>` | a `LogBatch` (protobuf), see [`LOGS_STREAM`] |
 //! | takeover subject | `tink.presence.takeover.<agent token>` | core NATS: "a newer stream for this agent exists", session id |
 //!
@@ -40,13 +41,15 @@ pub use codec::{
 };
 pub use config::{
     AGENT_SECRET_MISSING, AGENT_SECRETS_BUCKET, AGENT_SECRETS_STREAM, Bus, BusConfig, BusError,
-    CONTROLLER_EVENTS_CONSUMER, DISPATCH_STREAM, EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM,
-    agent_consumer_config, agent_consumer_name, agent_pull_subject, agent_secrets_stream_config,
-    dispatch_stream_config, ensure_streams, events_consumer_config, events_stream_config,
+    CONTROLLER_EVENTS_CONSUMER, DISPATCH_STREAM, DISPATCH_TARGETS_BUCKET, DISPATCH_TARGETS_STREAM,
+    DispatchTarget, EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM, agent_consumer_config,
+    agent_consumer_name, agent_pull_subject, agent_secrets_stream_config, dispatch_stream_config,
+    dispatch_targets_stream_config, ensure_streams, events_consumer_config, events_stream_config,
     presence_stream_config,
 };
 pub use delivery::{
-    DeliveryError, Withdrawal, dispatch_received, queued_command, withdraw_command,
+    DeliveryError, Withdrawal, dispatch_received, dispatch_received_by, queued_command,
+    withdraw_command,
 };
 pub use log_reader::{
     LogReadError, LogSelection, NOT_DISPATCHED_HEADER, ReadLine, ReadOptions, ReadSummary,

@@ -13,7 +13,7 @@
 /// The longest agent id accepted, in bytes. Keeps the per-agent consumer name
 /// (`agent_` + token, at most 6 + 3 x 80 = 246 bytes) below the 255-byte file name limit of
 /// the JetStream file store.
-pub const MAX_AGENT_ID_LEN: usize = 80;
+pub use tink_api::MAX_AGENT_ID_LEN;
 
 /// The longest workflow id accepted, in bytes. The controller sends dispatch ids
 /// `{namespace}/{name}/{uid}/{attempt}`: at most 63 + 1 + 253 + 1 + 36 + 1 + 10 = 365 bytes.
@@ -41,6 +41,10 @@ pub enum TokenError {
     /// The string is not a valid token.
     #[error("`{0}` is not a valid token")]
     Malformed(String),
+    /// The agent id is not in its one canonical form ([`tink_api::AgentId`]): an id spelled
+    /// otherwise would name a second agent with none of the first one's credentials.
+    #[error(transparent)]
+    Agent(#[from] tink_api::AgentIdError),
 }
 
 /// Encodes any non-empty id as a token (see the module documentation).
@@ -58,9 +62,11 @@ pub fn encode_token(id: &str) -> String {
     out
 }
 
-/// The token of an agent id, refusing empty and over-long ids.
+/// The token of an agent id, refusing ids that are not in canonical form
+/// ([`tink_api::AgentId::parse`]): every subject, key and consumer of an agent has one spelling.
 pub fn agent_token(agent_id: &str) -> Result<String, TokenError> {
-    checked("agent id", agent_id, MAX_AGENT_ID_LEN)
+    let id = tink_api::AgentId::parse(agent_id)?;
+    Ok(encode_token(id.as_str()))
 }
 
 /// The token of a workflow id, refusing empty and over-long ids.
@@ -140,12 +146,35 @@ mod tests {
 
     #[test]
     fn limits() {
-        assert_eq!(agent_token(""), Err(TokenError::Empty { what: "agent id" }));
+        assert_eq!(
+            agent_token(""),
+            Err(TokenError::Agent(tink_api::AgentIdError::Empty))
+        );
         assert!(agent_token(&"a".repeat(MAX_AGENT_ID_LEN)).is_ok());
         assert!(matches!(
             agent_token(&"a".repeat(MAX_AGENT_ID_LEN + 1)),
-            Err(TokenError::TooLong { .. })
+            Err(TokenError::Agent(tink_api::AgentIdError::TooLong { .. }))
         ));
+        // One spelling per agent: the others name no subject, key or consumer.
+        assert_eq!(
+            agent_token("aa:bb:cc:00:00:07").as_deref(),
+            Ok("aa_3abb_3acc_3a00_3a00_3a07")
+        );
+        for other in [
+            "AA:BB:CC:00:00:07",
+            " aa:bb:cc:00:00:07",
+            "aa-bb-cc-00-00-07",
+        ] {
+            assert!(
+                matches!(
+                    agent_token(other),
+                    Err(TokenError::Agent(
+                        tink_api::AgentIdError::NotCanonical { .. }
+                    ))
+                ),
+                "{other:?}"
+            );
+        }
         assert!(workflow_token(&"w".repeat(MAX_WORKFLOW_ID_LEN)).is_ok());
         assert!(workflow_token(&"w".repeat(MAX_WORKFLOW_ID_LEN + 1)).is_err());
     }

@@ -7,10 +7,14 @@ use tink_api::v1alpha2::{HardwareSpec, Workflow, WorkflowState};
 
 use crate::id::WorkflowKey;
 
-/// The canonical form of an agent id: trimmed, ASCII lower-case. Agent ids are the MACs of the
-/// machine (`aa:bb:cc:dd:ee:ff`), the keys of Hardware `spec.networkInterfaces`.
+/// The canonical form of an agent id ([`tink_api::AgentId::normalize`]): agent ids are the MACs
+/// of the machine (`aa:bb:cc:dd:ee:ff`), the keys of Hardware `spec.networkInterfaces`. A string
+/// that is no agent id in any spelling is only trimmed and lower-cased (it then matches no
+/// agent: the servers never admit it).
 pub fn normalize_agent_id(id: &str) -> String {
-    id.trim().to_ascii_lowercase()
+    tink_api::AgentId::normalize(id)
+        .map(tink_api::AgentId::into_string)
+        .unwrap_or_else(|_| id.trim().to_ascii_lowercase())
 }
 
 /// The agent ids a machine's agent may present: the keys of its Hardware's

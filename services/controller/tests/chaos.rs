@@ -207,7 +207,7 @@ impl SimAgent {
                 });
                 if let Some(token) = self.token.lock().unwrap().clone() {
                     request.metadata_mut().insert(
-                        tink_server::identity::TOKEN_HEADER,
+                        tink_server::auth::TOKEN_HEADER,
                         token.parse().expect("ascii"),
                     );
                 }
@@ -242,7 +242,7 @@ impl SimAgent {
         });
         if let Some(token) = self.token.lock().unwrap().clone() {
             request.metadata_mut().insert(
-                tink_server::identity::TOKEN_HEADER,
+                tink_server::auth::TOKEN_HEADER,
                 token.parse().expect("ascii"),
             );
         }
@@ -252,7 +252,7 @@ impl SimAgent {
             .ok()?;
         if let Some(issued) = response
             .metadata()
-            .get(tink_server::identity::TOKEN_HEADER)
+            .get(tink_server::auth::TOKEN_HEADER)
             .and_then(|v| v.to_str().ok())
         {
             *self.token.lock().unwrap() = Some(issued.to_string());

@@ -54,7 +54,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub mod identity;
+pub mod auth;
 mod log_access;
 mod logs;
 mod metrics;
@@ -62,6 +62,7 @@ mod read_logs;
 pub mod secrets;
 mod service;
 mod session;
+mod targets;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -20,7 +20,8 @@ use tink_bus::proto::{LogAck, LogBatch};
 use tonic::Status;
 use tracing::{debug, warn};
 
-use crate::session::{Auth, Shared};
+use crate::auth::Auth;
+use crate::session::Shared;
 
 /// The most (agent, workflow) ownership answers remembered.
 const OWNERS_MAX: usize = 16_384;
@@ -76,8 +77,11 @@ pub(crate) async fn publish(
             "batch.agent_id: must be set (the agent id of its GetWorkflows stream)",
         ));
     }
-    // Recorded for the authenticated agent, whatever the body claims.
-    batch.agent_id = shared.authenticate_event(&auth, &batch.agent_id).await?;
+    // Recorded for the authenticated agent (the dispatch's target), whatever the body claims.
+    batch.agent_id = shared
+        .authenticate_event(&auth, "batch.agent_id", &batch.agent_id, &batch.workflow_id)
+        .await?
+        .into_string();
     if let Err(e) = tink_bus::validate_log_batch(&batch) {
         metrics.error("invalid_logs");
         metrics.log_lines_dropped.inc_by(lines);
@@ -124,7 +128,9 @@ pub(crate) async fn publish(
     }
 }
 
-/// Refuses lines for a workflow whose first stored event is not this agent's.
+/// Refuses lines for a workflow whose first stored event is not this agent's. (The agent is
+/// already the dispatch's recorded target when there is a record, [`Shared::authenticate_event`];
+/// this also holds for dispatches forwarded before targets were recorded.)
 async fn check_owner(
     shared: &Shared,
     logs: &Logs,
@@ -162,7 +168,7 @@ async fn check_owner(
             )));
         }
     };
-    if !crate::identity::same_agent(&owner, agent) {
+    if owner != agent {
         shared.metrics.error("logs_not_owner");
         return Err(Status::permission_denied(format!(
             "batch.workflow_id: workflow {workflow_id} was received by agent {owner:?}, not {agent:?}"

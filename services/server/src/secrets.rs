@@ -78,9 +78,7 @@ impl AgentSecrets {
             }
         };
         match presented.filter(|s| !s.is_empty()) {
-            Some(secret)
-                if crate::identity::same_hash(&crate::identity::token_hash(secret), &expected) =>
-            {
+            Some(secret) if crate::auth::same_hash(&crate::auth::token_hash(secret), &expected) => {
                 Ok(())
             }
             Some(_) => Err(Status::permission_denied(format!(

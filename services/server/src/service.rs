@@ -12,6 +12,7 @@ use tink_bus::proto::{
 use tonic::{Request, Response, Status};
 use tracing::{Instrument as _, debug, warn};
 
+use crate::auth::Auth;
 use crate::session::{self, CommandStream, Shared};
 
 /// The agent-facing gRPC service of one replica.
@@ -30,27 +31,26 @@ impl WorkflowService for Gateway {
         &self,
         request: Request<GetWorkflowsRequest>,
     ) -> Result<Response<Self::GetWorkflowsStream>, Status> {
-        let auth = authentication(&request);
+        let auth = Auth::of(&request);
         let request = request.into_inner();
         if request.instance_id.len() > 256 {
             return Err(Status::invalid_argument(
                 "instance_id: longer than 256 bytes",
             ));
         }
-        let (stream, issued) = session::open(
-            self.shared.clone(),
-            request.agent_id,
-            request.instance_id,
-            auth,
-        )
-        .await?;
+        let agent =
+            crate::auth::claimed_agent("agent_id", &request.agent_id).inspect_err(|_| {
+                self.shared.metrics.error("invalid_agent_id");
+            })?;
+        let (stream, issued) =
+            session::open(self.shared.clone(), agent, request.instance_id, auth).await?;
         let mut response = Response::new(stream);
         if let Some(token) = issued
             && let Ok(value) = token.parse()
         {
             response
                 .metadata_mut()
-                .insert(crate::identity::TOKEN_HEADER, value);
+                .insert(crate::auth::TOKEN_HEADER, value);
         }
         Ok(response)
     }
@@ -59,18 +59,25 @@ impl WorkflowService for Gateway {
         &self,
         request: Request<PublishEventRequest>,
     ) -> Result<Response<PublishEventResponse>, Status> {
-        let auth = authentication(&request);
+        let auth = Auth::of(&request);
         let (metadata, _, message) = request.into_parts();
         let metrics = &self.shared.metrics;
         let Some(mut event) = message.event else {
             metrics.error("invalid_event");
             return Err(Status::invalid_argument("event: must be set"));
         };
-        // The event is recorded for the authenticated agent, whatever the body claims.
+        // Malformed events are refused naming the field, before any look-up.
+        if let Err(e) = tink_bus::validate_event(&event) {
+            metrics.error("invalid_event");
+            return Err(Status::invalid_argument(e.to_string()));
+        }
+        // The event is recorded for the authenticated agent (the dispatch's target), whatever
+        // the body claims.
         event.agent_id = self
             .shared
-            .authenticate_event(&auth, &event.agent_id)
-            .await?;
+            .authenticate_event(&auth, "event.agent_id", &event.agent_id, &event.workflow_id)
+            .await?
+            .into_string();
         let kind = tink_bus::event_kind(&event);
         // Fields given at creation: recording them later costs the log layer a second pass.
         let span = tracing::info_span!(
@@ -134,25 +141,10 @@ impl WorkflowService for Gateway {
     }
 
     async fn publish_logs(&self, request: Request<LogBatch>) -> Result<Response<LogAck>, Status> {
-        let auth = authentication(&request);
+        let auth = Auth::of(&request);
         let ack =
             crate::logs::publish(&self.shared, &self.logs, auth, request.into_inner()).await?;
         Ok(Response::new(ack))
-    }
-}
-
-/// The credentials a request carries: the agent its client certificate names, and the session
-/// token in its metadata.
-fn authentication<T>(request: &Request<T>) -> session::Auth {
-    let certificate = request.peer_certs().and_then(|certs| {
-        certs
-            .first()
-            .and_then(|c| crate::identity::agent_of_certificate(c))
-    });
-    session::Auth {
-        certificate,
-        token: crate::identity::presented_token(request.metadata()),
-        secret: crate::secrets::AgentSecrets::presented(request.metadata()),
     }
 }
 

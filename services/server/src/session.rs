@@ -27,6 +27,7 @@ use std::time::Duration;
 use async_nats::StatusCode;
 use async_nats::jetstream::kv;
 use futures::{Stream, StreamExt as _};
+use tink_api::AgentId;
 use tink_bus::proto::GetWorkflowsResponse;
 use tink_bus::{Bus, Presence};
 use tokio::sync::{mpsc, watch};
@@ -36,6 +37,7 @@ use tokio_util::task::TaskTracker;
 use tonic::Status;
 use tracing::{Instrument as _, debug, info, warn};
 
+use crate::auth::{Auth, StreamGrant};
 use crate::metrics::Metrics;
 
 /// The response stream type of `GetWorkflows`.
@@ -73,27 +75,12 @@ pub(crate) struct Shared {
     sessions: Mutex<HashMap<String, Arc<Control>>>,
     /// Admit agents without a certificate or token (compatibility).
     pub allow_unauthenticated: bool,
-    /// Token hashes of sessions held by other replicas, read from presence (agent token ->
-    /// hash, when read); bounded, entries reused for [`TOKEN_CACHE_TTL`].
-    token_cache: Mutex<HashMap<String, (String, Instant)>>,
+    /// Session token hashes of other replicas' sessions, read from presence.
+    pub(crate) token_cache: crate::auth::TokenCache,
     /// Per-machine pre-shared secrets (a mirror of the bucket).
     pub secrets: Arc<crate::secrets::AgentSecrets>,
-}
-
-/// How long a session token hash read from presence is reused.
-const TOKEN_CACHE_TTL: Duration = Duration::from_secs(2);
-/// The most cached token hashes.
-const TOKEN_CACHE_MAX: usize = 65_536;
-
-/// How a request authenticated its agent.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Auth {
-    /// The agent id its client certificate names.
-    pub certificate: Option<String>,
-    /// The session token it presented.
-    pub token: Option<String>,
-    /// The machine's pre-shared secret it presented (required only for agents that have one).
-    pub secret: Option<String>,
+    /// Where each dispatch went.
+    pub(crate) targets: crate::targets::DispatchTargets,
 }
 
 /// How the replica reaches a session: supersede it, hand it pulled messages.
@@ -124,7 +111,9 @@ impl Shared {
         allow_unauthenticated: bool,
     ) -> Self {
         let inbox = client.new_inbox();
+        let targets = crate::targets::DispatchTargets::new(bus.dispatch_targets.clone());
         Shared {
+            targets,
             bus,
             client,
             replica_id,
@@ -135,13 +124,13 @@ impl Shared {
             reconnects: watch::Sender::new(0),
             sessions: Mutex::new(HashMap::new()),
             allow_unauthenticated,
-            token_cache: Mutex::new(HashMap::new()),
+            token_cache: crate::auth::TokenCache::default(),
             secrets: Arc::new(crate::secrets::AgentSecrets::default()),
         }
     }
 
     /// The live presence entry of an agent (heartbeat within the TTL), if any.
-    async fn live_presence(&self, token: &str) -> Result<Option<Presence>, Status> {
+    pub(crate) async fn live_presence(&self, token: &str) -> Result<Option<Presence>, Status> {
         let entry = self.bus.presence.entry(token).await.map_err(|e| {
             self.metrics.error("presence");
             Status::unavailable(format!("cannot read the agent's presence: {e}"))
@@ -156,90 +145,9 @@ impl Shared {
         Ok((age.as_secs_f64() <= self.bus.config.presence_ttl.as_secs_f64()).then_some(presence))
     }
 
-    /// The agent id an event may be recorded for: the certificate's, or the claimed one when
-    /// the presented token is that agent's session token. Errors are statuses for the agent.
-    pub(crate) async fn authenticate_event(
-        &self,
-        auth: &Auth,
-        claimed: &str,
-    ) -> Result<String, Status> {
-        let agent = self.authenticate_identity(auth, claimed).await?;
-        if let Ok(token) = tink_bus::agent_token(&agent) {
-            self.secrets
-                .check(&token, &agent, auth.secret.as_deref())
-                .inspect_err(|_| self.metrics.error("agent_secret_refused"))?;
-        }
-        Ok(agent)
-    }
-
-    async fn authenticate_identity(&self, auth: &Auth, claimed: &str) -> Result<String, Status> {
-        if let Some(agent) = &auth.certificate {
-            if !claimed.is_empty() && !crate::identity::same_agent(agent, claimed) {
-                self.metrics.error("forged_event");
-                return Err(Status::permission_denied(format!(
-                    "event.agent_id: the client certificate names agent {agent}, not {claimed}"
-                )));
-            }
-            return Ok(agent.clone());
-        }
-        let Some(presented) = &auth.token else {
-            if self.allow_unauthenticated {
-                return Ok(claimed.to_string());
-            }
-            self.metrics.error("unauthenticated_event");
-            return Err(Status::unauthenticated(format!(
-                "present the agent's session token in `{}` (issued on its GetWorkflows stream) or a client certificate",
-                crate::identity::TOKEN_HEADER
-            )));
-        };
-        let token = tink_bus::agent_token(claimed)
-            .map_err(|e| Status::invalid_argument(format!("event.agent_id: {e}")))?;
-        let presented = crate::identity::token_hash(presented);
-        let local = self.sessions().get(&token).map(|c| c.token_sha256.clone());
-        let expected = match local {
-            Some(hash) => Some(hash),
-            None => self.remote_token_hash(&token, &presented).await?,
-        };
-        match expected {
-            Some(hash) if crate::identity::same_hash(&hash, &presented) => Ok(claimed.to_string()),
-            _ => {
-                self.metrics.error("forged_event");
-                Err(Status::permission_denied(format!(
-                    "the session token is not agent {claimed}'s (its session may have ended: open a GetWorkflows stream for a new one)"
-                )))
-            }
-        }
-    }
-
-    /// The token hash of a session held by another replica, from presence (cached briefly; a
-    /// cached hash that does not match is read again).
-    async fn remote_token_hash(
-        &self,
-        token: &str,
-        presented: &str,
-    ) -> Result<Option<String>, Status> {
-        {
-            let cache = self.token_cache.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((hash, at)) = cache.get(token)
-                && at.elapsed() < TOKEN_CACHE_TTL
-                && crate::identity::same_hash(hash, presented)
-            {
-                return Ok(Some(hash.clone()));
-            }
-        }
-        let hash = self
-            .live_presence(token)
-            .await?
-            .map(|p| p.token_sha256)
-            .filter(|h| !h.is_empty());
-        if let Some(hash) = &hash {
-            let mut cache = self.token_cache.lock().unwrap_or_else(|e| e.into_inner());
-            if cache.len() >= TOKEN_CACHE_MAX {
-                cache.clear();
-            }
-            cache.insert(token.to_string(), (hash.clone(), Instant::now()));
-        }
-        Ok(hash)
+    /// The session token hash of this replica's session of an agent (by bus token).
+    pub(crate) fn local_token_hash(&self, token: &str) -> Option<String> {
+        self.sessions().get(token).map(|c| c.token_sha256.clone())
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Control>>> {
@@ -332,10 +240,11 @@ pub(crate) fn parse_takeover(payload: &[u8]) -> Option<(&str, &str)> {
 /// Opens a session for `agent_id`; errors are gRPC statuses for the agent.
 pub(crate) async fn open(
     shared: Arc<Shared>,
-    agent_id: String,
+    agent: AgentId,
     instance: String,
     auth: Auth,
 ) -> Result<(CommandStream, Option<String>), Status> {
+    let agent_id = agent.as_str().to_string();
     let token = tink_bus::agent_token(&agent_id).map_err(|e| {
         shared.metrics.error("invalid_agent_id");
         Status::invalid_argument(format!("agent_id: {e}"))
@@ -349,66 +258,11 @@ pub(crate) async fn open(
             "server shutting down; connect to another replica",
         ));
     }
-    // Identity: the certificate's agent, or the live session's token; a new session (and
-    // token) only when none is alive.
-    if let Some(named) = &auth.certificate
-        && !crate::identity::same_agent(named, &agent_id)
-    {
-        shared.metrics.error("impostor_stream");
-        return Err(Status::permission_denied(format!(
-            "agent_id: the client certificate names agent {named}, not {agent_id}"
-        )));
-    }
-    // A machine with a pre-shared secret: nothing without it, not even a first session.
-    shared
-        .secrets
-        .check(&token, &agent_id, auth.secret.as_deref())
-        .inspect_err(|_| {
-            shared.metrics.error("agent_secret_refused");
-            warn!(agent_id = %agent_id, "refusing a stream without the machine's pre-shared secret");
-        })?;
     let live = shared.live_presence(&token).await?;
-    let authorized = auth.certificate.is_some()
-        || match &live {
-            Some(p) if p.certificate => false,
-            Some(p) if !p.token_sha256.is_empty() => auth.token.as_deref().is_some_and(|t| {
-                crate::identity::same_hash(&crate::identity::token_hash(t), &p.token_sha256)
-            }),
-            // No live session: trust on first use.
-            _ => true,
-        };
-    if !authorized {
-        if !shared.allow_unauthenticated {
-            shared.metrics.error("impostor_stream");
-            warn!(agent_id = %agent_id, "refusing a stream without the live session's credentials");
-            return Err(Status::permission_denied(format!(
-                "agent {agent_id} has a live session on server replica {}: present its token in `{}` (or its client certificate); an operator resets a re-installed machine with `tinkctl agent reset {agent_id}`",
-                live.map(|p| p.server).unwrap_or_default(),
-                crate::identity::TOKEN_HEADER
-            )));
-        }
-        warn!(agent_id = %agent_id, "admitting a stream without credentials over a live session (--allow-unauthenticated-agents)");
-    }
-    let (token_sha256, issued) = if auth.certificate.is_some() {
-        (String::new(), None)
-    } else {
-        match (&live, &auth.token) {
-            (Some(p), Some(t))
-                if authorized
-                    && crate::identity::same_hash(
-                        &crate::identity::token_hash(t),
-                        &p.token_sha256,
-                    ) =>
-            {
-                (p.token_sha256.clone(), None)
-            }
-            _ => {
-                let t = crate::identity::new_token()
-                    .map_err(|_| Status::internal("cannot generate a session token"))?;
-                (crate::identity::token_hash(&t), Some(t))
-            }
-        }
-    };
+    let StreamGrant {
+        token_sha256,
+        issued,
+    } = shared.authorize_stream(&agent, &token, &auth, live.as_ref())?;
     let session_id = uuid::Uuid::new_v4().simple().to_string();
     let (deliver, inbox) = mpsc::channel(SESSION_QUEUE);
     let control = Arc::new(Control {
@@ -444,6 +298,7 @@ pub(crate) async fn open(
         reconnects: shared.reconnects.subscribe(),
         shared: shared.clone(),
         agent_id,
+        authenticated: auth.presented_credentials(),
         token,
         control,
         inbox,
@@ -507,6 +362,9 @@ enum Pull {
 struct Session {
     shared: Arc<Shared>,
     agent_id: String,
+    /// Whether the stream presented a certificate or a session token (recorded with each
+    /// dispatch forwarded to it).
+    authenticated: bool,
     token: String,
     control: Arc<Control>,
     inbox: mpsc::Receiver<Box<async_nats::Message>>,
@@ -538,11 +396,12 @@ struct InFlight {
 }
 
 impl InFlight {
-    /// Whether a stored event is this command's receipt.
-    fn is_receipt(&self, event: &tink_bus::proto::Event) -> bool {
+    /// Whether a stored event is this command's receipt: about its dispatch, from `agent` (the
+    /// agent it was forwarded to; another agent's event about it is no receipt).
+    fn is_receipt(&self, event: &tink_bus::proto::Event, agent: &str) -> bool {
         use tink_bus::proto::event::Event as E;
         use tink_bus::proto::event::workflow_received::Command;
-        if event.workflow_id != self.dispatch_id {
+        if event.workflow_id != self.dispatch_id || event.agent_id != agent {
             return false;
         }
         match (&event.event, self.stop) {
@@ -674,7 +533,7 @@ impl Session {
         let Ok(event) = tink_bus::decode_event(&message.payload) else {
             return;
         };
-        if !f.is_receipt(&event) {
+        if !f.is_receipt(&event, &self.agent_id) {
             return;
         }
         let Some(f) = self.in_flight.take() else {
@@ -811,8 +670,12 @@ impl Session {
                         .unwrap_or_default()
                         .to_string();
                     if !stop {
-                        match tink_bus::dispatch_received(&self.shared.bus.events, &dispatch_id)
-                            .await
+                        match tink_bus::dispatch_received_by(
+                            &self.shared.bus.events,
+                            &dispatch_id,
+                            &self.agent_id,
+                        )
+                        .await
                         {
                             Ok(true) => {
                                 // An agent process received this dispatch before (a restarted
@@ -826,6 +689,30 @@ impl Session {
                             Err(e) => {
                                 warn!(agent_id = %self.agent_id, error = %e, "cannot check whether a start was received; handing it back");
                                 self.shared.metrics.error("delivery_lookup");
+                                let _ = self.shared.client.publish(reply, NAK.into()).await;
+                                self.pull = Pull::RetryAt(Instant::now() + RETRY);
+                                return None;
+                            }
+                        }
+                    }
+                    if !stop {
+                        // Recorded before the agent can answer: its events are checked against it
+                        // on whichever replica they arrive.
+                        let target = tink_bus::DispatchTarget {
+                            agent_id: self.agent_id.clone(),
+                            authenticated: self.authenticated,
+                        };
+                        match self.shared.targets.record(&dispatch_id, target).await {
+                            Ok(()) => {}
+                            Err(crate::targets::RecordError::OtherAgent(other)) => {
+                                warn!(agent_id = %self.agent_id, dispatch = %dispatch_id, %other, "a command for a dispatch that went to another agent; it is dropped");
+                                self.shared.metrics.error("dispatch_target");
+                                let _ = self.shared.client.publish(reply, TERM.into()).await;
+                                return None;
+                            }
+                            Err(e) => {
+                                warn!(agent_id = %self.agent_id, error = %e, "cannot record the dispatch target; handing the command back");
+                                self.shared.metrics.error("dispatch_target");
                                 let _ = self.shared.client.publish(reply, NAK.into()).await;
                                 self.pull = Pull::RetryAt(Instant::now() + RETRY);
                                 return None;

@@ -9,7 +9,7 @@ use common::*;
 use tink_bus::proto::workflow_service_client::WorkflowServiceClient;
 use tink_bus::proto::{GetWorkflowsRequest, PublishEventRequest};
 use tink_server::ServerConfig;
-use tink_server::identity::{TOKEN_HEADER, token_hash};
+use tink_server::auth::{TOKEN_HEADER, token_hash};
 use tink_server::secrets::SECRET_HEADER;
 use tink_testkit::nats::NatsServer;
 use tonic::Code;
@@ -108,6 +108,17 @@ async fn a_machine_with_a_secret_is_admitted_only_with_it() {
     }
     let refused = refused.expect("refused without the secret");
     assert!(refused.message().contains(SECRET_HEADER), "{refused:?}");
+    // Nor under another spelling of its id, which once named a machine with no secret.
+    for spelled in [STRICT.to_uppercase(), format!(" {STRICT}")] {
+        let status = open(&mut client, &spelled, None, None)
+            .await
+            .expect_err("another spelling");
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "{spelled:?}: {status:?}"
+        );
+    }
     let wrong = open(&mut client, STRICT, None, Some("guess"))
         .await
         .expect_err("refused with a wrong secret");

@@ -11,7 +11,7 @@ use rcgen::{
 use tink_bus::proto::workflow_service_client::WorkflowServiceClient;
 use tink_bus::proto::{Event, GetWorkflowsRequest, PublishEventRequest, event};
 use tink_server::ServerConfig;
-use tink_server::identity::TOKEN_HEADER;
+use tink_server::auth::TOKEN_HEADER;
 use tink_testkit::nats::NatsServer;
 use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
@@ -106,6 +106,110 @@ async fn an_impostor_gets_no_command_and_leaves_the_real_agent_alone() {
         .expect("reconnect");
     assert_eq!(reissued, None);
     assert_eq!(replica.metrics.error_count("impostor_stream"), 2);
+}
+
+/// One spelling of an agent id: any other (upper case, spaces, other MAC separators) is refused
+/// before anything is looked up, on streams and events alike, so it can neither take the
+/// machine's commands (with their secrets) nor disturb its session.
+#[tokio::test]
+async fn other_spellings_of_an_agent_id_are_refused() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = strict(&nats.url(), None).await;
+    let mut real = replica.client().await;
+    let (mut commands, token) = open(&mut real, AGENT, None).await.expect("first stream");
+    let token = token.expect("token");
+    let spellings = [
+        "AA:BB:CC:DD:EE:01",
+        " aa:bb:cc:dd:ee:01",
+        "aa:bb:cc:dd:ee:01 ",
+        "aa-bb-cc-dd-ee-01",
+        "aabbccddee01",
+        "aabb.ccdd.ee01",
+    ];
+    let mut impostor = replica.client().await;
+    for spelled in spellings {
+        for presented in [None, Some(token.as_str())] {
+            let status = open(&mut impostor, spelled, presented)
+                .await
+                .expect_err("another spelling");
+            assert_eq!(
+                status.code(),
+                Code::InvalidArgument,
+                "{spelled:?}: {status:?}"
+            );
+            assert!(
+                status.message().contains("agent_id") && status.message().contains(AGENT),
+                "names the field and the canonical form: {status:?}"
+            );
+        }
+        let status = publish(&mut impostor, started("ns/x", spelled), Some(&token))
+            .await
+            .expect_err("another spelling");
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "{spelled:?}: {status:?}"
+        );
+        assert!(status.message().contains("event.agent_id"), "{status:?}");
+    }
+    // Nothing of the impostor reached the bus: one presence entry, the real agent's.
+    let presence = js
+        .get_key_value(tink_bus::PRESENCE_BUCKET)
+        .await
+        .expect("bucket");
+    let mut keys: Vec<String> =
+        futures::TryStreamExt::try_collect(presence.keys().await.expect("keys"))
+            .await
+            .expect("keys");
+    keys.sort();
+    assert_eq!(keys, [tink_bus::agent_token(AGENT).expect("token")]);
+    // The real agent still gets its command.
+    dispatch(&js, AGENT, "ns/wf").await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/wf");
+    assert_eq!(
+        replica.metrics.error_count("invalid_agent_id"),
+        3 * spellings.len() as u64
+    );
+}
+
+/// An agent with its own session cannot confirm, report or fail another machine's dispatch.
+#[tokio::test]
+async fn an_agent_cannot_report_for_another_agents_dispatch() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = strict(&nats.url(), None).await;
+    let mut a = replica.client().await;
+    let (mut a_stream, a_token) = open(&mut a, AGENT, None).await.expect("stream");
+    let a_token = a_token.expect("token");
+    let mut b = replica.client().await;
+    let (_b_stream, b_token) = open(&mut b, OTHER, None).await.expect("stream");
+    let b_token = b_token.expect("token");
+    dispatch(&js, AGENT, "ns/a/1").await;
+    dispatch(&js, AGENT, "ns/a/2").await;
+    assert_eq!(next_workflow(&mut a_stream).await, "ns/a/1");
+    // B, as itself and with its own token, confirms and fails A's dispatch: refused.
+    let mut forged_receipt = receipt("ns/a/1", false).event.expect("event");
+    forged_receipt.agent_id = OTHER.into();
+    for event in [forged_receipt, started("ns/a/1", OTHER)] {
+        let status = publish(&mut b, event, Some(&b_token))
+            .await
+            .expect_err("not B's dispatch");
+        assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+        assert!(
+            status.message().contains("dispatched to agent"),
+            "{status:?}"
+        );
+    }
+    assert!(stored_events(&js, "ns/a/1").await.is_empty());
+    // A's own receipt confirms it; the next command follows.
+    let mut own = receipt("ns/a/1", false).event.expect("event");
+    own.agent_id = AGENT.into();
+    publish(&mut a, own, Some(&a_token))
+        .await
+        .expect("A's receipt");
+    assert_eq!(next_workflow(&mut a_stream).await, "ns/a/2");
+    assert_eq!(replica.metrics.error_count("not_dispatch_target"), 2);
 }
 
 #[tokio::test]
@@ -243,9 +347,14 @@ async fn a_client_certificate_names_the_agent() {
     )
     .await;
     let mut client = mtls_client(replica.addr, &ca, &client_cert, &client_key).await;
-    // A stream for another agent id than the certificate's is refused.
+    // A stream for another agent id than the certificate's is refused, and so is the
+    // certificate's own id spelled otherwise.
     let status = open(&mut client, OTHER, None).await.expect_err("refused");
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    let status = open(&mut client, &AGENT.to_uppercase(), None)
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     // Its own id is admitted without any token, and events need none.
     let (mut commands, token) = open(&mut client, AGENT, None).await.expect("admitted");
     assert_eq!(token, None, "certificate sessions need no token");
@@ -262,4 +371,27 @@ async fn a_client_certificate_names_the_agent() {
     // The certificate's stream receives the agent's commands.
     dispatch(&js, AGENT, "ns/d").await;
     assert_eq!(next_workflow(&mut commands).await, "ns/d");
+}
+
+/// A certificate names its agent in whatever spelling the CA wrote; the stream must use the
+/// canonical one, and matches it.
+#[tokio::test]
+async fn a_certificate_naming_its_agent_in_capitals_admits_the_canonical_id() {
+    let nats = NatsServer::start().await.expect("nats");
+    let (ca, server_cert, server_key, client_cert, client_key) = pki(&AGENT.to_uppercase());
+    let replica = strict(
+        &nats.url(),
+        Some(tink_server::TlsConfig {
+            cert_pem: server_cert.into_bytes(),
+            key_pem: server_key.into_bytes(),
+            client_ca_pem: Some(ca.clone().into_bytes()),
+        }),
+    )
+    .await;
+    let mut client = mtls_client(replica.addr, &ca, &client_cert, &client_key).await;
+    let status = open(&mut client, &AGENT.to_uppercase(), None)
+        .await
+        .expect_err("the request's spelling must be canonical");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    open(&mut client, AGENT, None).await.expect("admitted");
 }

@@ -81,6 +81,8 @@ async fn logs_are_stored_per_workflow_and_action_once_and_only_from_the_owner() 
     let js = jetstream(&nats.url()).await;
     let (a, b) = ("aa:bb:cc:dd:ee:01", "aa:bb:cc:dd:ee:02");
     let (wf_a, wf_b) = ("ns/one/uid-1/1", "ns/two/uid-2/1");
+    let _stream_a = receive_dispatch(&js, &mut client, a, wf_a).await;
+    let _stream_b = receive_dispatch(&js, &mut client, b, wf_b).await;
     client
         .publish_event(receipt_of(a, wf_a))
         .await
@@ -188,7 +190,7 @@ async fn logs_need_the_agents_session_token() {
         .expect("stream opens");
     let token = response
         .metadata()
-        .get(tink_server::identity::TOKEN_HEADER)
+        .get(tink_server::auth::TOKEN_HEADER)
         .expect("a token is issued")
         .clone();
     let _commands = response.into_inner();
@@ -199,7 +201,7 @@ async fn logs_need_the_agents_session_token() {
         let mut request = tonic::Request::new(message);
         request
             .metadata_mut()
-            .insert(tink_server::identity::TOKEN_HEADER, token.clone());
+            .insert(tink_server::auth::TOKEN_HEADER, token.clone());
         request
     }
     let wf = "ns/tok/uid/1";
@@ -228,6 +230,7 @@ async fn a_batch_resent_after_its_replica_was_killed_is_stored_once() {
     let agent = "aa:bb:cc:dd:ee:04";
     let wf = "ns/killed/uid/1";
     let mut to_a = client(a.addr).await;
+    let _stream = receive_dispatch(&js, &mut to_a, agent, wf).await;
     to_a.publish_event(receipt_of(agent, wf))
         .await
         .expect("receipt");
@@ -268,6 +271,7 @@ async fn a_call_abandoned_anywhere_then_resent_stores_each_line_once() {
     let agent = "aa:bb:cc:dd:ee:05";
     let wf = "ns/abandoned/uid/1";
     let mut client = replica.client().await;
+    let _stream = receive_dispatch(&js, &mut client, agent, wf).await;
     client
         .publish_event(receipt_of(agent, wf))
         .await

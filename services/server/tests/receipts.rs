@@ -71,10 +71,7 @@ async fn a_start_an_agent_already_received_is_not_forwarded_again() {
     let mut client = replica.client().await;
     // A previous agent process received `ns/ran` (its events are stored) and died before the
     // command was acknowledged; the command comes around again.
-    client
-        .publish_event(action_started("ns/ran", "a1", "e1"))
-        .await
-        .expect("stored");
+    store_event(&js, action_started("ns/ran", "a1", "e1")).await;
     dispatch(&js, AGENT, "ns/ran").await;
     dispatch(&js, AGENT, "ns/next").await;
     let mut commands = connect_agent(&mut client, AGENT).await;
@@ -126,4 +123,65 @@ async fn a_stop_is_confirmed_by_the_cancellation_of_an_agent_without_receipts() 
         .await
         .expect("stored");
     assert_eq!(receive(&mut client, &mut commands).await, "ns/after");
+}
+
+/// An event of another agent about a dispatch is no sign that the dispatch's agent received
+/// it: the start is forwarded all the same (an older replica may have stored such an event
+/// before events were checked against their dispatch's target).
+#[tokio::test]
+async fn another_agents_event_does_not_withhold_a_start() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = replica(&nats.url(), Duration::from_secs(30)).await;
+    let mut client = replica.client().await;
+    let mut forged = action_started("ns/mine", "a1", "e1");
+    if let Some(event) = forged.event.as_mut() {
+        event.agent_id = "aa:bb:cc:dd:ee:99".into();
+    }
+    store_event(&js, forged).await;
+    dispatch(&js, AGENT, "ns/mine").await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    assert_eq!(receive(&mut client, &mut commands).await, "ns/mine");
+    assert_eq!(replica.metrics.error_count("already_received"), 0);
+}
+
+/// Another agent's receipt for a dispatch is refused and does not count: the command stays in
+/// flight until its own agent confirms it.
+#[tokio::test]
+async fn a_receipt_from_another_agent_is_refused_and_does_not_confirm() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = replica(&nats.url(), Duration::from_secs(30)).await;
+    let mut client = replica.client().await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    dispatch(&js, AGENT, "ns/one").await;
+    dispatch(&js, AGENT, "ns/two").await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/one");
+    // Another machine (with a stream of its own) confirms AGENT's command as itself. (Without
+    // naming an agent it would be taken for AGENT: in this mode whoever knows the dispatch id
+    // of a stream without credentials can report for it; see identity.rs for the strict mode.)
+    let other = "aa:bb:cc:dd:ee:98";
+    let mut intruder = replica.client().await;
+    let _own = connect_agent(&mut intruder, other).await;
+    let mut forged = receipt("ns/one", false);
+    if let Some(event) = forged.event.as_mut() {
+        event.agent_id = other.into();
+    }
+    let status = intruder
+        .publish_event(forged)
+        .await
+        .expect_err("another agent's receipt");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("event.workflow_id"), "{status:?}");
+    assert!(
+        stored_events(&js, "ns/one").await.is_empty(),
+        "nothing was stored"
+    );
+    // AGENT's own receipt confirms it, and only then the next command comes.
+    client
+        .publish_event(receipt("ns/one", false))
+        .await
+        .expect("the agent's own receipt");
+    assert_eq!(receive(&mut client, &mut commands).await, "ns/two");
+    assert_eq!(replica.metrics.error_count("not_dispatch_target"), 1);
 }

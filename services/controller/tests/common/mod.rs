@@ -444,7 +444,7 @@ impl Agent {
         });
         if let Some(t) = &token {
             request.metadata_mut().insert(
-                tink_server::identity::TOKEN_HEADER,
+                tink_server::auth::TOKEN_HEADER,
                 t.parse().expect("token metadata"),
             );
         }
@@ -452,7 +452,7 @@ impl Agent {
         // The session token the server issued (absent when it kept the session's token).
         let token = response
             .metadata()
-            .get(tink_server::identity::TOKEN_HEADER)
+            .get(tink_server::auth::TOKEN_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
             .or(token);
@@ -551,7 +551,7 @@ impl Agent {
         let mut request = tonic::Request::new(PublishEventRequest { event: Some(event) });
         if let Some(token) = &self.token {
             request.metadata_mut().insert(
-                tink_server::identity::TOKEN_HEADER,
+                tink_server::auth::TOKEN_HEADER,
                 token.parse().expect("ascii token"),
             );
         }

@@ -244,6 +244,22 @@ pub async fn dispatch(js: &jetstream::Context, agent_id: &str, workflow_id: &str
 
 pub type Commands = tonic::Streaming<GetWorkflowsResponse>;
 
+/// Dispatches `workflow_id` to `agent_id` and receives it on a stream without credentials, as
+/// an agent of the seed protocol would: the replica records the dispatch's target, so the
+/// agent's events and output about it are accepted (from that agent only). Keep the returned
+/// stream open while they are sent.
+pub async fn receive_dispatch(
+    js: &jetstream::Context,
+    client: &mut WorkflowServiceClient<Channel>,
+    agent_id: &str,
+    workflow_id: &str,
+) -> Commands {
+    dispatch(js, agent_id, workflow_id).await;
+    let mut commands = connect_agent(client, agent_id).await;
+    assert_eq!(next_workflow(&mut commands).await, workflow_id);
+    commands
+}
+
 /// Opens the agent's command stream.
 pub async fn connect_agent(
     client: &mut WorkflowServiceClient<Channel>,
@@ -331,6 +347,15 @@ pub fn action_started(workflow_id: &str, action_id: &str, event_id: &str) -> Pub
             ..Default::default()
         }),
     }
+}
+
+/// Stores an event as a replica would have (no checks): a past agent's, or one stored by an
+/// older replica.
+pub async fn store_event(js: &jetstream::Context, request: PublishEventRequest) {
+    let event = request.event.expect("an event");
+    tink_bus::publish_event(js, &event, &opentelemetry::Context::new())
+        .await
+        .expect("event stored");
 }
 
 /// All events stored for a workflow, decoded, with their headers.
