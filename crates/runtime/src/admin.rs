@@ -75,11 +75,18 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<AdminState>) -> Response {
-    if state.health.is_ready() {
-        (StatusCode::OK, "ready\n").into_response()
+    let (status, verdict) = if state.health.is_ready() {
+        (StatusCode::OK, "ready\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    };
+    let mut body = verdict.to_string();
+    for note in state.health.notes() {
+        body.push_str("note: ");
+        body.push_str(&note);
+        body.push('\n');
     }
+    (status, body).into_response()
 }
 
 async fn metrics(State(state): State<AdminState>) -> Response {

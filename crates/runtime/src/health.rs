@@ -1,5 +1,5 @@
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Liveness and readiness of a service.
 ///
@@ -9,6 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[derive(Clone, Debug, Default)]
 pub struct Health {
     ready: Arc<AtomicBool>,
+    /// Lines `/readyz` adds after its verdict: settings an operator must know about (e.g. a
+    /// weakened security mode).
+    notes: Arc<Mutex<Vec<String>>>,
 }
 
 impl Health {
@@ -23,6 +26,17 @@ impl Health {
         if was != ready {
             tracing::info!(ready, "readiness changed");
         }
+    }
+
+    /// Adds a line that `/readyz` shows after its verdict, ready or not.
+    pub fn add_note(&self, note: impl Into<String>) {
+        let mut notes = self.notes.lock().unwrap_or_else(|e| e.into_inner());
+        notes.push(note.into());
+    }
+
+    /// The lines added with [`Health::add_note`].
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Whether the service is ready to take work.

@@ -63,6 +63,14 @@ async fn health_readiness_metrics_and_shutdown() {
         503,
         "readiness can be withdrawn"
     );
+    // Notes (e.g. a weakened security mode) follow the verdict.
+    health.add_note("--allow-unauthenticated-agents is on");
+    let (status, body) = get(addr, "/readyz").await;
+    assert_eq!(status, 503);
+    assert_eq!(
+        body,
+        "not ready\nnote: --allow-unauthenticated-agents is on\n"
+    );
 
     let (status, body) = get(addr, "/metrics").await;
     assert_eq!(status, 200);

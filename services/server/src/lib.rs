@@ -81,6 +81,9 @@ pub use log_access::{LOG_GROUP, LOG_RESOURCE, LOG_SUBRESOURCE, LOG_VERB};
 pub use metrics::{ErrorLabel, KindLabel, Metrics, ReadResultLabel};
 pub use read_logs::NOT_DISPATCHED_HEADER;
 
+/// What `--allow-unauthenticated-agents` still allows, in the start-up log and `/readyz`.
+pub const UNAUTHENTICATED_AGENTS_NOTE: &str = "--allow-unauthenticated-agents is on: agents without a certificate or session token are admitted (a stream without credentials takes over an agent's session), and an event without credentials is recorded for the agent a dispatch went to when that agent's stream had no credentials either, so whoever knows such a dispatch id can report for it; agents that authenticate keep their dispatches";
+
 /// How long shutdown waits for presence cleanup after the last stream ended.
 const CLEANUP_GRACE: Duration = Duration::from_secs(5);
 /// Pause between attempts to set up the streams while NATS is unreachable.
@@ -234,9 +237,8 @@ pub async fn serve(
     };
 
     if config.allow_unauthenticated_agents {
-        warn!(
-            "--allow-unauthenticated-agents is on: agents without a certificate or session token are admitted and their events trusted"
-        );
+        warn!("{UNAUTHENTICATED_AGENTS_NOTE}");
+        health.add_note(UNAUTHENTICATED_AGENTS_NOTE);
     }
     let shared = Arc::new(session::Shared::new(
         bus,

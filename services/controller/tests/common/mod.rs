@@ -68,6 +68,12 @@ impl Stack {
     /// A stack whose server and controllers use `bus` (e.g. production timeouts for a test
     /// whose point is not timing).
     pub async fn start_with(bus: tink_bus::BusConfig) -> Stack {
+        Stack::start_with_server(bus, false).await
+    }
+
+    /// A stack whose server admits agents without credentials
+    /// (`--allow-unauthenticated-agents`) when `allow_unauthenticated`.
+    pub async fn start_with_server(bus: tink_bus::BusConfig, allow_unauthenticated: bool) -> Stack {
         // What tink_telemetry::init installs in the binaries: W3C trace-context propagation.
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
@@ -92,22 +98,15 @@ impl Stack {
             .await
             .expect("bind");
         let server_addr = listener.local_addr().expect("addr");
-        let mut config = tink_server::ServerConfig::new(nats.url(), "server-0");
-        config.bus = bus.clone();
         let server_shutdown = CancellationToken::new();
-        let health = tink_runtime::Health::new();
-        tokio::spawn(tink_server::serve(
-            config,
+        start_server(
+            &nats.url(),
+            "server-0",
+            &bus,
+            allow_unauthenticated,
             listener,
-            health.clone(),
-            tink_server::Metrics::default(),
             server_shutdown.clone(),
-        ));
-        within("tink-server to become ready", async {
-            while !health.is_ready() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
+        )
         .await;
         Stack {
             kube,
@@ -117,6 +116,24 @@ impl Stack {
             server_shutdown,
             bus,
         }
+    }
+
+    /// Another tink-server replica on the same NATS (stopped with the stack); its address.
+    pub async fn add_server(&self, replica: &str, allow_unauthenticated: bool) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        start_server(
+            &self.nats.url(),
+            replica,
+            &self.bus,
+            allow_unauthenticated,
+            listener,
+            self.server_shutdown.clone(),
+        )
+        .await;
+        addr
     }
 
     /// A controller configuration for tests: long supervision timeouts (tests that exercise
@@ -333,6 +350,34 @@ impl Stack {
     }
 }
 
+/// Starts one tink-server replica on `listener` and waits until it is ready.
+async fn start_server(
+    nats_url: &str,
+    replica: &str,
+    bus: &tink_bus::BusConfig,
+    allow_unauthenticated: bool,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) {
+    let mut config = tink_server::ServerConfig::new(nats_url, replica);
+    config.bus = bus.clone();
+    config.allow_unauthenticated_agents = allow_unauthenticated;
+    let health = tink_runtime::Health::new();
+    tokio::spawn(tink_server::serve(
+        config,
+        listener,
+        health.clone(),
+        tink_server::Metrics::default(),
+        shutdown,
+    ));
+    within("tink-server to become ready", async {
+        while !health.is_ready() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
 pub fn state_of(w: &Workflow) -> WorkflowState {
     w.status.as_ref().map(|s| s.state).unwrap_or_default()
 }
@@ -400,6 +445,9 @@ pub struct Agent {
     pub token: Option<String>,
     client: WorkflowServiceClient<Channel>,
     commands: tonic::Streaming<GetWorkflowsResponse>,
+    /// An agent of the seeds/004 protocol alone: no token, no agent id or instance in its
+    /// events (and the tests send it no receipts).
+    seed: bool,
 }
 
 /// A command as the agent sees it.
@@ -462,7 +510,24 @@ impl Agent {
             token,
             client,
             commands: response.into_inner(),
+            seed: false,
         }
+    }
+
+    /// An agent built from the seeds/004 protocol alone: its stream on `stream_addr` without
+    /// credentials, its events to `events_addr` (another replica) without a token, an agent id
+    /// or an instance.
+    pub async fn seed(stream_addr: SocketAddr, events_addr: SocketAddr, id: &str) -> Agent {
+        let mut agent = Agent::connect(stream_addr, id).await;
+        let channel = Channel::from_shared(format!("http://{events_addr}"))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connects");
+        agent.client = WorkflowServiceClient::new(channel);
+        agent.token = None;
+        agent.seed = true;
+        agent
     }
 
     pub async fn next_command(&mut self) -> Command {
@@ -540,10 +605,15 @@ impl Agent {
     }
 
     pub async fn publish(&mut self, workflow_id: &str, e: event::Event) {
+        let (agent_id, agent_instance) = if self.seed {
+            (String::new(), String::new())
+        } else {
+            (self.id.clone(), self.instance.clone())
+        };
         let event = Event {
             workflow_id: workflow_id.to_string(),
-            agent_id: self.id.clone(),
-            agent_instance: self.instance.clone(),
+            agent_id,
+            agent_instance,
             event_id: uuid::Uuid::new_v4().to_string(),
             event: Some(e),
             ..Default::default()
