@@ -31,7 +31,10 @@ pub fn run(cmd: AgentCommand) -> anyhow::Result<()> {
 }
 
 async fn reset(args: &ResetArgs) -> anyhow::Result<()> {
-    let key = tink_bus::agent_token(&args.agent_id)
+    // The operator may type the MAC in any spelling; the session is the canonical id's.
+    let agent = tink_api::AgentId::normalize(&args.agent_id)
+        .with_context(|| format!("agent id {:?}", args.agent_id))?;
+    let key = tink_bus::agent_token(agent.as_str())
         .with_context(|| format!("agent id {:?}", args.agent_id))?;
     let client = async_nats::connect(&args.nats_url)
         .await

@@ -81,6 +81,31 @@ struct Args {
     /// Times TFTP sends a block again before giving the transfer up.
     #[arg(long, env = "TINK_NETBOOT_TFTP_RETRIES", default_value_t = 5)]
     tftp_retries: u32,
+    /// The longest `timeout` option (seconds) TFTP accepts from a client; longer ones are
+    /// ignored.
+    #[arg(
+        long,
+        env = "TINK_NETBOOT_TFTP_MAX_TIMEOUT_SECONDS",
+        default_value_t = 5
+    )]
+    tftp_max_timeout_seconds: u64,
+    /// TFTP transfers in progress at once, in all.
+    #[arg(long, env = "TINK_NETBOOT_TFTP_MAX_TRANSFERS", default_value_t = 256)]
+    tftp_max_transfers: usize,
+    /// TFTP transfers one host may have in progress at once.
+    #[arg(
+        long,
+        env = "TINK_NETBOOT_TFTP_MAX_TRANSFERS_PER_HOST",
+        default_value_t = 4
+    )]
+    tftp_max_transfers_per_host: usize,
+    /// Seconds one TFTP transfer may take before it is abandoned.
+    #[arg(
+        long,
+        env = "TINK_NETBOOT_TFTP_TRANSFER_DEADLINE_SECONDS",
+        default_value_t = 300
+    )]
+    tftp_transfer_deadline_seconds: u64,
     /// Address of the HTTP file server.
     #[arg(long, env = "TINK_NETBOOT_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
     http_listen: SocketAddr,
@@ -148,7 +173,12 @@ async fn main() -> anyhow::Result<()> {
                 TftpConfig {
                     timeout: Duration::from_secs(args.tftp_timeout_seconds.max(1)),
                     retries: args.tftp_retries,
-                    ..TftpConfig::default()
+                    max_transfers: args.tftp_max_transfers.max(1),
+                    max_timeout: Duration::from_secs(args.tftp_max_timeout_seconds.max(1)),
+                    max_transfers_per_peer: args.tftp_max_transfers_per_host.max(1),
+                    transfer_deadline: Duration::from_secs(
+                        args.tftp_transfer_deadline_seconds.max(1),
+                    ),
                 },
             )
         }),

@@ -6,9 +6,16 @@
 //! up to [`TftpConfig::retries`] times, then the transfer is abandoned. Duplicate ACKs of an
 //! older block are ignored (no Sorcerer's Apprentice). Block numbers wrap after 65535, so files
 //! of any size go through.
+//!
+//! Bounded against clients that stall (or pretend to): a client's `timeout` option is accepted
+//! only up to [`TftpConfig::max_timeout`] (otherwise left out of the OACK, as RFC 2349 allows),
+//! one host holds at most [`TftpConfig::max_transfers_per_peer`] transfers at once, and every
+//! transfer ends at [`TftpConfig::transfer_deadline`]. Without these, 256 requests asking for a
+//! 255-second timeout and never acknowledging held every slot for about 25 minutes.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt as _;
@@ -44,6 +51,12 @@ pub struct TftpConfig {
     pub retries: u32,
     /// Transfers at once; more read requests are refused with an error packet.
     pub max_transfers: usize,
+    /// The longest `timeout` option accepted from a client; a longer one is ignored.
+    pub max_timeout: Duration,
+    /// Transfers one host (source address) may hold at once; more are refused.
+    pub max_transfers_per_peer: usize,
+    /// How long one transfer may take in all; then it is abandoned.
+    pub transfer_deadline: Duration,
 }
 
 impl Default for TftpConfig {
@@ -52,6 +65,47 @@ impl Default for TftpConfig {
             timeout: Duration::from_secs(2),
             retries: 5,
             max_transfers: 256,
+            max_timeout: Duration::from_secs(5),
+            max_transfers_per_peer: 4,
+            transfer_deadline: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Transfers in progress per host.
+#[derive(Clone, Default)]
+struct PeerCounts(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+impl PeerCounts {
+    /// Takes a slot for `ip`, unless it already holds `max`.
+    fn take(&self, ip: IpAddr, max: usize) -> Option<PeerSlot> {
+        let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = counts.entry(ip).or_insert(0);
+        if *n >= max.max(1) {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            counts: self.clone(),
+            ip,
+        })
+    }
+}
+
+/// One transfer's hold on its host's count, given back on drop.
+struct PeerSlot {
+    counts: PeerCounts,
+    ip: IpAddr,
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = counts.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.ip);
+            }
         }
     }
 }
@@ -141,6 +195,7 @@ pub async fn serve(
     }
     let local_ip = socket.local_addr()?.ip();
     let slots = Arc::new(Semaphore::new(config.max_transfers.max(1)));
+    let peers = PeerCounts::default();
     let root = Arc::new(root);
     let tasks = tokio_util::task::TaskTracker::new();
     let mut buf = vec![0u8; 2048];
@@ -170,6 +225,17 @@ pub async fn serve(
                 continue;
             }
         };
+        let Some(peer_slot) = peers.take(peer.ip(), config.max_transfers_per_peer) else {
+            tracing::debug!(%peer, "TFTP request refused: this host has too many transfers");
+            metrics.tftp("busy");
+            let _ = socket
+                .send_to(
+                    &error_packet(ERR_NOT_DEFINED, "too many transfers from this host"),
+                    peer,
+                )
+                .await;
+            continue;
+        };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             metrics.tftp("busy");
             let _ = socket
@@ -182,13 +248,17 @@ pub async fn serve(
         let metrics = metrics.clone();
         let stop = shutdown.clone();
         tasks.spawn(async move {
+            let deadline = config.transfer_deadline;
             let result = tokio::select! {
-                r = transfer(local_ip, peer, &req, &root, &config, &metrics) => r,
+                r = tokio::time::timeout(deadline, transfer(local_ip, peer, &req, &root, &config, &metrics)) => {
+                    r.unwrap_or("deadline")
+                }
                 () = stop.cancelled() => "cancelled",
             };
             tracing::debug!(%peer, file = %req.file, result, "TFTP transfer ended");
             metrics.tftp(result);
             drop(permit);
+            drop(peer_slot);
         });
     }
     tasks.close();
@@ -261,7 +331,8 @@ async fn transfer(
             "tsize" => oack.push((k.clone(), size.to_string())),
             "timeout" => {
                 let Ok(n) = v.parse::<u64>() else { continue };
-                if (1..=255).contains(&n) {
+                // Longer than allowed: left out of the OACK, the server's own timeout applies.
+                if (1..=255).contains(&n) && Duration::from_secs(n) <= config.max_timeout {
                     timeout = Duration::from_secs(n);
                     oack.push((k.clone(), n.to_string()));
                 }

@@ -23,6 +23,14 @@ struct Running {
 }
 
 async fn start(env: &Env, dir: &Path) -> Running {
+    start_with(env, dir, |_| {}).await
+}
+
+async fn start_with(
+    env: &Env,
+    dir: &Path,
+    tweak: impl FnOnce(&mut tink_netboot::tftp::TftpConfig),
+) -> Running {
     let mut config = NetbootConfig::new(
         "127.0.0.1".parse().expect("ip"),
         "http://127.0.0.1:50061/ipxe/script/auto.ipxe".into(),
@@ -33,6 +41,7 @@ async fn start(env: &Env, dir: &Path) -> Running {
         *addr = "127.0.0.1:0".parse().expect("addr");
         tc.timeout = Duration::from_secs(1);
         tc.retries = 2;
+        tweak(tc);
     }
     config.http = Some("127.0.0.1:0".parse().expect("addr"));
     let bound = tink_netboot::bind(&config).await.expect("bind");
@@ -265,6 +274,144 @@ async fn tftp_and_http_serve_the_folder_and_nothing_outside_it() {
     );
     assert!(svc.metrics.tftp_of("refused") >= 5);
     assert_eq!(svc.metrics.tftp_of("not_found"), 1);
+    svc.shutdown.cancel();
+    within("netboot to stop", svc.task)
+        .await
+        .expect("no panic")
+        .expect("clean stop");
+    env.stop().await;
+}
+
+/// A read request for `file` with `options` (name, value pairs).
+fn rrq(file: &str, options: &[(&str, &str)]) -> Vec<u8> {
+    let mut p = vec![0u8, 1];
+    for part in std::iter::once(file)
+        .chain(std::iter::once("octet"))
+        .chain(options.iter().flat_map(|(k, v)| [*k, *v]))
+    {
+        p.extend_from_slice(part.as_bytes());
+        p.push(0);
+    }
+    p
+}
+
+/// Stalling clients cannot lock TFTP out: a 255-second `timeout` option is not accepted, one
+/// host holds at most its share of transfers while another host is still served, and a
+/// transfer that a client keeps alive by acknowledging slowly ends at the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalling_clients_cannot_lock_tftp_out() {
+    let env = Env::new().await;
+    let root = tempfile::tempdir().expect("tempdir");
+    std::fs::write(root.path().join("undionly.kpxe"), pattern(600_000)).expect("write");
+    let svc = start_with(&env, root.path(), |tc| {
+        tc.max_transfers_per_peer = 3;
+        tc.transfer_deadline = Duration::from_secs(2);
+    })
+    .await;
+    let mut buf = vec![0u8; 2048];
+
+    // timeout=255 is left out: no OACK, the first block comes at once.
+    let client = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    client
+        .send_to(&rrq("undionly.kpxe", &[("timeout", "255")]), svc.tftp)
+        .await
+        .expect("send");
+    let (n, _) = within("block 1", client.recv_from(&mut buf))
+        .await
+        .expect("recv");
+    assert_eq!(
+        (&buf[..4], n),
+        (&[0u8, 3, 0, 1][..], 516),
+        "DATA, not an OACK of timeout 255"
+    );
+
+    // This host (127.0.0.1) now holds one transfer; two more stall too, and the next is refused.
+    let mut stalled = vec![client];
+    for _ in 0..2 {
+        let c = tokio::net::UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        c.send_to(&rrq("undionly.kpxe", &[]), svc.tftp)
+            .await
+            .expect("send");
+        within("block 1", c.recv_from(&mut buf))
+            .await
+            .expect("recv");
+        stalled.push(c);
+    }
+    let refused = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    refused
+        .send_to(&rrq("undionly.kpxe", &[]), svc.tftp)
+        .await
+        .expect("send");
+    let (n, _) = within("an answer", refused.recv_from(&mut buf))
+        .await
+        .expect("recv");
+    assert_eq!(&buf[..2], &[0u8, 5], "an ERROR packet");
+    assert!(
+        String::from_utf8_lossy(&buf[4..n]).contains("too many transfers"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[4..n])
+    );
+    // Another host is served meanwhile.
+    let other = tokio::net::UdpSocket::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    other
+        .send_to(&rrq("undionly.kpxe", &[]), svc.tftp)
+        .await
+        .expect("send");
+    let (n, _) = within("block 1 for another host", other.recv_from(&mut buf))
+        .await
+        .expect("recv");
+    assert_eq!((&buf[..4], n), (&[0u8, 3, 0, 1][..], 516));
+
+    // A client that acknowledges each block just before the server's timeout keeps its
+    // transfer alive block after block; the deadline ends it.
+    let slow = tokio::net::UdpSocket::bind("127.0.0.3:0")
+        .await
+        .expect("bind 127.0.0.3");
+    slow.send_to(&rrq("undionly.kpxe", &[]), svc.tftp)
+        .await
+        .expect("send");
+    let started = std::time::Instant::now();
+    let mut last_block = 0u16;
+    loop {
+        let got = tokio::time::timeout(Duration::from_secs(5), slow.recv_from(&mut buf)).await;
+        let Ok(Ok((n, tid))) = got else { break };
+        if n < 4 || buf[1] != 3 {
+            break;
+        }
+        let block = u16::from_be_bytes([buf[2], buf[3]]);
+        if block == last_block {
+            continue;
+        }
+        last_block = block;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        slow.send_to(&[0, 4, buf[2], buf[3]], tid)
+            .await
+            .expect("ack");
+    }
+    assert!(last_block >= 2, "the slow client got several blocks");
+    assert!(
+        started.elapsed() < Duration::from_secs(12),
+        "the transfer ended at its deadline, not with the file ({} blocks)",
+        last_block
+    );
+    common::eventually(
+        "the deadline to be counted",
+        Duration::from_secs(10),
+        || {
+            let done = svc.metrics.tftp_of("deadline") >= 1;
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
+    assert!(svc.metrics.tftp_of("busy") >= 1);
     svc.shutdown.cancel();
     within("netboot to stop", svc.task)
         .await
