@@ -4,10 +4,13 @@
 //! user may perform a verb on a resource (`get workflows/x`, `get workflows/x/log`, `list
 //! hardware`, ...), so what our services show follows the cluster's RBAC. Positive answers are
 //! remembered for a few seconds in bounded maps (a user under the SHA-256 of its token, never the
-//! token); refusals are never remembered. Used by the web console (every page and action) and by
-//! tink-server (reading a workflow's action output).
+//! token). A refused token is remembered too, for [`REFUSED_TTL`], so repeating one bad token
+//! costs one TokenReview, not one per request; a refused permission is not (a new binding takes
+//! effect at once). The review carries the user's `extra` attributes (scopes, the credential's
+//! id), which webhook authorizers may decide on. Used by the web console (every page and action)
+//! and by tink-server (reading a workflow's action output).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -21,6 +24,8 @@ use kube::api::{Api, PostParams};
 pub const GROUP: &str = "tinkerbell.org";
 /// The most answers each cache keeps.
 pub const CACHE_MAX: usize = 4096;
+/// How long a token the TokenReview refused is refused again without asking.
+pub const REFUSED_TTL: Duration = Duration::from_secs(10);
 
 /// An authenticated user.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -31,6 +36,8 @@ pub struct User {
     pub uid: String,
     /// The user's groups.
     pub groups: Vec<String>,
+    /// The user's extra attributes, as the TokenReview gave them.
+    pub extra: BTreeMap<String, Vec<String>>,
 }
 
 /// What a page or action needs: `verb` on `group/resource[/subresource]`, in `namespace` (all
@@ -188,6 +195,7 @@ pub fn token_digest(token: &str) -> [u8; 32] {
 pub struct Access {
     client: kube::Client,
     users: Cache<[u8; 32], User>,
+    refused: Cache<[u8; 32], String>,
     allowed: Cache<(User, Permission), ()>,
 }
 
@@ -198,6 +206,7 @@ impl Access {
         Access {
             client,
             users: Cache::new(ttl, CACHE_MAX),
+            refused: Cache::new(REFUSED_TTL, CACHE_MAX),
             allowed: Cache::new(ttl, CACHE_MAX),
         }
     }
@@ -207,6 +216,9 @@ impl Access {
         let digest = token_digest(token);
         if let Some(user) = self.users.get(&digest) {
             return Ok(user);
+        }
+        if let Some(why) = self.refused.get(&digest) {
+            return Err(AccessError::Unauthenticated(why));
         }
         let review = TokenReview {
             spec: TokenReviewSpec {
@@ -226,14 +238,15 @@ impl Access {
         let info = status.user.unwrap_or_default();
         let name = info.username.unwrap_or_default();
         if status.authenticated != Some(true) || name.is_empty() {
-            return Err(AccessError::Unauthenticated(
-                status.error.unwrap_or_else(|| "not authenticated".into()),
-            ));
+            let why = status.error.unwrap_or_else(|| "not authenticated".into());
+            self.refused.put(digest, why.clone());
+            return Err(AccessError::Unauthenticated(why));
         }
         let user = User {
             name,
             uid: info.uid.unwrap_or_default(),
             groups: info.groups.unwrap_or_default(),
+            extra: info.extra.unwrap_or_default(),
         };
         self.users.put(digest, user.clone());
         Ok(user)
@@ -245,24 +258,7 @@ impl Access {
         if self.allowed.get(&key).is_some() {
             return Ok(());
         }
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(user.name.clone()),
-                uid: Some(user.uid.clone()).filter(|u| !u.is_empty()),
-                groups: Some(user.groups.clone()),
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(permission.group.to_string()),
-                    resource: Some(permission.resource.to_string()),
-                    subresource: Some(permission.subresource.to_string()).filter(|s| !s.is_empty()),
-                    verb: Some(permission.verb.to_string()),
-                    namespace: Some(permission.namespace.clone()).filter(|n| !n.is_empty()),
-                    name: Some(permission.name.clone()).filter(|n| !n.is_empty()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let review = review(user, permission);
         let answer = Api::<SubjectAccessReview>::all(self.client.clone())
             .create(&PostParams::default(), &review)
             .await
@@ -296,9 +292,55 @@ impl Access {
     }
 }
 
+/// The SubjectAccessReview asking whether `user` has `permission`: the user as the TokenReview
+/// named it (name, uid, groups and extra attributes).
+fn review(user: &User, permission: &Permission) -> SubjectAccessReview {
+    SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.name.clone()),
+            uid: Some(user.uid.clone()).filter(|u| !u.is_empty()),
+            groups: Some(user.groups.clone()),
+            extra: Some(user.extra.clone()).filter(|e| !e.is_empty()),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(permission.group.to_string()),
+                resource: Some(permission.resource.to_string()),
+                subresource: Some(permission.subresource.to_string()).filter(|s| !s.is_empty()),
+                verb: Some(permission.verb.to_string()),
+                namespace: Some(permission.namespace.clone()).filter(|n| !n.is_empty()),
+                name: Some(permission.name.clone()).filter(|n| !n.is_empty()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reviews_carry_the_users_extra_attributes() {
+        let user = User {
+            name: "alice".into(),
+            uid: "u-1".into(),
+            groups: vec!["ops".into()],
+            extra: [(
+                "authentication.kubernetes.io/credential-id".to_string(),
+                vec!["JTI=abc".to_string()],
+            )]
+            .into(),
+        };
+        let r = review(&user, &Permission::tink("get", "workflows", "ns", "wf"));
+        let extra = r.spec.extra.expect("extra");
+        assert_eq!(
+            extra["authentication.kubernetes.io/credential-id"],
+            ["JTI=abc"]
+        );
+        assert_eq!(r.spec.user.as_deref(), Some("alice"));
+        assert_eq!(r.spec.groups.as_deref(), Some(&["ops".to_string()][..]));
+    }
 
     #[test]
     fn caches_expire_and_stay_bounded() {

@@ -214,13 +214,25 @@ async fn route(core: Arc<Core>, req: http::Request<Body>) -> ApiResult<Response>
                     segs[3]
                 )));
             }
-            let review = decode_body(&media_type(&parts.headers), &read_body.await?)?;
-            let answer = if segs[3] == "tokenreviews" {
-                crate::auth::token_review(&core, review)?
-            } else {
-                crate::auth::subject_access_review(&core, review)?
-            };
-            Ok(json_response(StatusCode::CREATED, &answer))
+            // Counted like resource requests (kube-apiserver's apiserver_request_total counts
+            // reviews as `create` on them).
+            let answer = async {
+                let review = decode_body(&media_type(&parts.headers), &read_body.await?)?;
+                if segs[3] == "tokenreviews" {
+                    crate::auth::token_review(&core, review)
+                } else {
+                    crate::auth::subject_access_review(&core, review)
+                }
+            }
+            .await;
+            core.requests.add(crate::metrics::RequestKey {
+                verb: "create",
+                group: segs[1].to_string(),
+                resource: segs[3].to_string(),
+                subresource: String::new(),
+                code: answer.as_ref().map_or_else(|e| e.code, |_| 201),
+            });
+            Ok(json_response(StatusCode::CREATED, &answer?))
         }
         ["metrics"] if get => Ok((
             StatusCode::OK,

@@ -5,7 +5,8 @@
 //! `workflows/log` subresource (group `tinkerbell.org`) of the Workflow, in its namespace, so
 //! access follows the cluster's RBAC (bind the ClusterRole `tink-workflow-log-reader`, see
 //! deploy/rbac/server.yaml). Positive answers are remembered for a few seconds in bounded maps so
-//! followers and retries do not load the API server; refusals are never remembered.
+//! followers and retries do not load the API server; a refused token for
+//! [`tink_kube_access::REFUSED_TTL`], refused permissions never.
 
 use std::time::Duration;
 

@@ -86,11 +86,6 @@ impl LogReader {
             ));
         };
         let token = bearer_token(request.metadata())?.to_string();
-        let permit = self.readers.clone().try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted(
-                "this server serves as many log readers as --log-readers-max allows; retry later or on another server",
-            )
-        })?;
         let request = request.into_inner();
         for (field, value) in [("namespace", &request.namespace), ("name", &request.name)] {
             if value.is_empty() || value.len() > MAX_NAME_LEN {
@@ -99,10 +94,17 @@ impl LogReader {
                 )));
             }
         }
+        // Who the caller is and whether it may read, before it takes a reader slot: callers
+        // without a valid token cannot exhaust the slots of those with one.
         let caller = access.authenticate(&token).await?;
         access
             .authorize(&caller, &request.namespace, &request.name)
             .await?;
+        let permit = self.readers.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(
+                "this server serves as many log readers as --log-readers-max allows; retry later or on another server",
+            )
+        })?;
         let recheck = Recheck {
             access: access.clone(),
             token,

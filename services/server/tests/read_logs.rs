@@ -380,6 +380,14 @@ async fn readers_beyond_the_bound_are_refused_until_one_ends() {
         refused.message().contains("--log-readers-max"),
         "{refused:?}"
     );
+    // A caller without a valid token is refused as such: slots are taken after the checks.
+    let bad = read_all(
+        &mut client,
+        request(Some("no-such-token"), "a", "wf", false),
+    )
+    .await
+    .expect_err("a bad token");
+    assert_eq!(bad.code(), tonic::Code::Unauthenticated, "{bad:?}");
     // The follower ends with its workflow, and its slot is free again.
     set_state(&stack.admin, "a", "wf", &a, "Succeeded").await;
     let end = within("the stream to end", follower.message())
@@ -508,6 +516,35 @@ async fn a_follower_whose_binding_is_removed_is_cut_off_at_the_next_check() {
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     publish(&stack.js, &a, "1-image", &[2]).await;
     assert_eq!(stack.replica.metrics.log_read_count("revoked"), 1);
+    stack.replica.stop().await.expect("clean stop");
+    stack.kube.shutdown().await;
+}
+
+/// A refused token is refused again without asking the API server each time: a caller
+/// repeating one bad token costs one TokenReview, not one per call.
+#[tokio::test]
+async fn a_refused_token_costs_one_token_review() {
+    let stack = stack().await;
+    workflow(&stack.admin, "a", "wf").await;
+    let mut client = log_client(&stack).await;
+    let reviews = |kube: &kube_lite::RunningServer| -> u64 {
+        kube.request_counts()
+            .iter()
+            .filter(|(k, _)| k.resource == "tokenreviews")
+            .map(|(_, n)| *n)
+            .sum()
+    };
+    let before = reviews(&stack.kube);
+    for _ in 0..20 {
+        let status = read_all(
+            &mut client,
+            request(Some("stolen-or-expired"), "a", "wf", false),
+        )
+        .await
+        .expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    }
+    assert_eq!(reviews(&stack.kube) - before, 1);
     stack.replica.stop().await.expect("clean stop");
     stack.kube.shutdown().await;
 }
