@@ -87,7 +87,10 @@ pub fn copy_for(
             "app.kubernetes.io/managed-by".to_string(),
             "tink-controller".to_string(),
         ),
-        (HARDWARE_NAMESPACE_LABEL.to_string(), hw_namespace.to_string()),
+        (
+            HARDWARE_NAMESPACE_LABEL.to_string(),
+            hw_namespace.to_string(),
+        ),
     ]);
     // A Hardware name is a DNS subdomain: a valid label value when it is short enough.
     if hw_name.len() <= 63 {

@@ -79,8 +79,8 @@ pub async fn feed(
 ) -> Result<(), FeedEnded> {
     let api: Api<Secret> = Api::namespaced(client, &namespace);
     let config = watcher::Config::default().labels(&format!("{COPY_LABEL}=true"));
-    let mut copies = reflector::reflector(writer, watcher::watcher(api, config).default_backoff())
-        .boxed();
+    let mut copies =
+        reflector::reflector(writer, watcher::watcher(api, config).default_backoff()).boxed();
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),

@@ -329,8 +329,14 @@ async fn the_agent_secret_reaches_only_its_machine() {
                     .get(&tink_api::agent_secret::copy_name(common::NS, "strict"))
                     .await
                     .expect("get copy");
-                c.data = copy_for(common::SYSTEM_NS, common::NS, "strict", "m12-agent", "rotated")
-                    .data;
+                c.data = copy_for(
+                    common::SYSTEM_NS,
+                    common::NS,
+                    "strict",
+                    "m12-agent",
+                    "rotated",
+                )
+                .data;
                 c
             },
         )
