@@ -203,6 +203,47 @@ fn the_base_renders_with_every_part() {
         .as_array()
         .expect("env");
     assert!(env.iter().any(|e| e["name"] == "TINK_LEASE_NAMESPACE"));
+    // The controller writes the agent secret copies, and Hegel reads them, in their own
+    // namespace, where their Secret Roles are; Hegel has no Secret rule cluster-wide.
+    for deployment in ["tink-controller", "hegel"] {
+        let d = by_kind(&docs, "Deployment")
+            .into_iter()
+            .find(|d| name(d) == deployment)
+            .expect("deployment");
+        let env = d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .expect("env");
+        assert!(
+            env.iter().any(|e| e["name"] == "TINK_SYSTEM_NAMESPACE"
+                && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"),
+            "{deployment}: TINK_SYSTEM_NAMESPACE from the pod's namespace"
+        );
+    }
+    let secret_rules = |kind: &str, role: &str| -> Vec<Value> {
+        by_kind(&docs, kind)
+            .into_iter()
+            .filter(|r| name(r) == role)
+            .flat_map(|r| r["rules"].as_array().cloned().unwrap_or_default())
+            .filter(|rule| {
+                rule["resources"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|x| x == "secrets" || x == "*"))
+            })
+            .collect()
+    };
+    assert_eq!(secret_rules("ClusterRole", "hegel"), Vec::<Value>::new());
+    assert_eq!(
+        secret_rules("Role", "hegel-agent-secrets"),
+        vec![
+            serde_json::json!({"apiGroups": [""], "resources": ["secrets"],
+                                "verbs": ["get", "list", "watch"]})
+        ]
+    );
+    // The controller only reads Secrets cluster-wide; it writes them in tink-system only.
+    assert_eq!(
+        secret_rules("ClusterRole", "tink-controller"),
+        vec![serde_json::json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})]
+    );
 }
 
 #[test]

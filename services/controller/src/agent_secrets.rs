@@ -1,16 +1,22 @@
 //! Per-machine pre-shared secrets: `tinkerbell.org/agent-secret: <Secret name>` on a Hardware
-//! names a Secret in its namespace whose `secret` key the machine's agent must present on every
-//! call (Hegel puts it in the machine's boot parameters). The leader publishes the SHA-256 of
-//! the value into the agent secrets bucket, one entry per agent id of the machine; the servers
-//! mirror the bucket and refuse that agent's streams and events without it.
+//! names a Secret of type `tinkerbell.org/agent-secret` in its namespace whose `secret` key the
+//! machine's agent must present on every call (Hegel puts it in the machine's boot parameters).
+//! The leader publishes the SHA-256 of the value into the agent secrets bucket, one entry per
+//! agent id of the machine; the servers mirror the bucket and refuse that agent's streams and
+//! events without it. It also copies the value into a Secret of the same type in the system
+//! namespace (`--system-namespace`), named after the Hardware ([`copy_name`]): Hegel reads only
+//! those copies, so it needs no access to Secrets in the Hardware's namespace, and a Hardware
+//! editor cannot send an ordinary Secret (one of any other type) into a boot script.
 //!
-//! - On every Hardware change the machine's entries are brought up to date (written only when
-//!   they differ).
-//! - Every `agent_secrets_sweep` (30 s by default) the whole bucket is reconciled with the Hardware cache: rotated
-//!   Secrets are picked up and the entries of deleted or un-annotated Hardware removed.
-//! - A Secret that is missing or unusable publishes [`tink_bus::AGENT_SECRET_MISSING`], which
-//!   no secret matches: the machine is refused (fail closed) and a Warning Event on the
-//!   Hardware says why.
+//! - On every Hardware change the machine's entries and its copy are brought up to date
+//!   (written only when they differ); a deleted Hardware's copy is deleted at once.
+//! - Every `agent_secrets_sweep` (30 s by default) the whole bucket and every copy are
+//!   reconciled with the Hardware cache: rotated Secrets are picked up and the entries and copies
+//!   of deleted or un-annotated Hardware removed.
+//! - A Secret that is missing, of another type or unusable publishes
+//!   [`tink_bus::AGENT_SECRET_MISSING`], which no secret matches (the machine is refused: fail
+//!   closed), deletes the copy (Hegel then serves the machine no script), and a Warning Event on
+//!   the Hardware says why.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -19,17 +25,20 @@ use std::time::Duration;
 use async_nats::jetstream::kv;
 use futures::TryStreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Resource as _, ResourceExt as _};
 use tink_api::v1alpha2::Hardware;
 use tink_workflow::{EventReason, EventType, agent_ids};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::config::CONTROLLER_NAME;
 use crate::shared::{KubeEvent, Shared};
 
-pub use tink_api::agent_secret::AGENT_SECRET_ANNOTATION;
-use tink_api::agent_secret::agent_secret_value;
+pub use tink_api::agent_secret::{AGENT_SECRET_ANNOTATION, AGENT_SECRET_TYPE, copy_name};
+use tink_api::agent_secret::{
+    COPY_LABEL, HARDWARE_NAMESPACE_LABEL, copy_for, copy_is_current, typed_agent_secret_value,
+};
 
 /// The hex SHA-256 of a secret, as the servers compare it.
 pub fn secret_hash(secret: &str) -> String {
@@ -37,20 +46,42 @@ pub fn secret_hash(secret: &str) -> String {
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// What the bucket should hold for one Hardware: agent token -> hash (empty map: no secret).
-async fn desired(shared: &Shared, hw: &Hardware) -> HashMap<String, String> {
+/// What one Hardware should have.
+struct Wanted {
+    /// Agent token -> hash in the bucket (empty: no secret).
+    tokens: HashMap<String, String>,
+    /// The copy for Hegel (None: no copy).
+    copy: Option<Secret>,
+}
+
+/// What the bucket and the system namespace should hold for one Hardware.
+async fn desired(shared: &Shared, hw: &Hardware) -> Wanted {
     let Some(name) = hw.annotations().get(AGENT_SECRET_ANNOTATION) else {
-        return HashMap::new();
+        return Wanted {
+            tokens: HashMap::new(),
+            copy: None,
+        };
     };
     let ns = hw.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(shared.client.clone(), &ns);
     let value = match secrets.get_opt(name).await {
-        Ok(Some(s)) => agent_secret_value(&s).map_err(|why| format!("Secret {ns}/{name} {why}")),
+        Ok(Some(s)) => {
+            typed_agent_secret_value(&s).map_err(|why| format!("Secret {ns}/{name} {why}"))
+        }
         Ok(None) => Err(format!("Secret {ns}/{name} does not exist")),
         Err(e) => Err(format!("Secret {ns}/{name} cannot be read: {e}")),
     };
-    let hash = match value {
-        Ok(v) => secret_hash(&v),
+    let (hash, copy) = match value {
+        Ok(v) => (
+            secret_hash(&v),
+            Some(copy_for(
+                &shared.config.system_namespace,
+                &ns,
+                &hw.name_any(),
+                name,
+                &v,
+            )),
+        ),
         Err(why) => {
             warn!(hardware = %format!("{ns}/{}", hw.name_any()), reason = %why, "the machine's agent secret is unusable; its agent is refused until it is fixed");
             shared.kube_event_raw(KubeEvent {
@@ -61,14 +92,17 @@ async fn desired(shared: &Shared, hw: &Hardware) -> HashMap<String, String> {
                     "{AGENT_SECRET_ANNOTATION}: {why}; the machine's agent is refused until it is fixed"
                 ),
             });
-            tink_bus::AGENT_SECRET_MISSING.to_string()
+            (tink_bus::AGENT_SECRET_MISSING.to_string(), None)
         }
     };
-    agent_ids(&hw.spec)
-        .iter()
-        .filter_map(|id| tink_bus::agent_token(id).ok())
-        .map(|t| (t, hash.clone()))
-        .collect()
+    Wanted {
+        tokens: agent_ids(&hw.spec)
+            .iter()
+            .filter_map(|id| tink_bus::agent_token(id).ok())
+            .map(|t| (t, hash.clone()))
+            .collect(),
+        copy,
+    }
 }
 
 async fn current(bucket: &kv::Store, token: &str) -> Result<Option<String>, kv::EntryError> {
@@ -78,7 +112,60 @@ async fn current(bucket: &kv::Store, token: &str) -> Result<Option<String>, kv::
         .map(|v| String::from_utf8_lossy(&v).to_string()))
 }
 
-/// Brings one Hardware's entries up to date (tokens of its agent ids only).
+fn copies(shared: &Shared) -> Api<Secret> {
+    Api::namespaced(shared.client.clone(), &shared.config.system_namespace)
+}
+
+fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(CONTROLLER_NAME.into()),
+        ..Default::default()
+    }
+}
+
+/// Makes the copy `want` (named `name`) what `have` is, writing only when they differ. A copy
+/// of another type is deleted and created again (a Secret's type cannot change).
+async fn write_copy(
+    api: &Api<Secret>,
+    name: &str,
+    have: Option<Secret>,
+    want: Option<Secret>,
+) -> kube::Result<()> {
+    match (have, want) {
+        (None, None) => {}
+        (Some(_), None) => {
+            delete_copy(api, name).await?;
+            info!(copy = %name, "agent secret copy removed");
+        }
+        (Some(h), Some(w)) if copy_is_current(&h, &w) => {}
+        (Some(h), Some(mut w)) if h.type_ == w.type_ => {
+            w.metadata.resource_version = h.metadata.resource_version;
+            api.replace(name, &post_params(), &w).await?;
+            info!(copy = %name, "agent secret copy updated");
+        }
+        (Some(_), Some(w)) => {
+            delete_copy(api, name).await?;
+            api.create(&post_params(), &w).await?;
+            info!(copy = %name, "agent secret copy replaced");
+        }
+        (None, Some(w)) => {
+            api.create(&post_params(), &w).await?;
+            info!(copy = %name, "agent secret copy created");
+        }
+    }
+    Ok(())
+}
+
+/// Deletes a copy; one already gone is fine.
+async fn delete_copy(api: &Api<Secret>, name: &str) -> kube::Result<()> {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Brings one Hardware's entries (tokens of its agent ids only) and its copy up to date.
 async fn sync_one(shared: &Shared, hw: &Hardware) -> anyhow::Result<()> {
     let want = desired(shared, hw).await;
     let bucket = &shared.bus.agent_secrets;
@@ -87,7 +174,7 @@ async fn sync_one(shared: &Shared, hw: &Hardware) -> anyhow::Result<()> {
             continue;
         };
         let have = current(bucket, &token).await?;
-        match (want.get(&token), have) {
+        match (want.tokens.get(&token), have) {
             (Some(w), Some(h)) if *w == h => {}
             (Some(w), _) => {
                 bucket.put(&token, w.clone().into()).await?;
@@ -100,11 +187,16 @@ async fn sync_one(shared: &Shared, hw: &Hardware) -> anyhow::Result<()> {
             (None, None) => {}
         }
     }
+    let api = copies(shared);
+    let name = copy_name(&hw.namespace().unwrap_or_default(), &hw.name_any());
+    let have = api.get_opt(&name).await?;
+    write_copy(&api, &name, have, want.copy).await?;
     Ok(())
 }
 
 /// Called for every Hardware the watch applies: syncs it when it has the annotation (an
-/// annotation removed is seen by the sweep, so a list of thousands of Hardware costs nothing).
+/// annotation removed is seen by the sweep, so a list of thousands of Hardware costs nothing;
+/// Hegel stops serving the secret of a Hardware without the annotation at once).
 pub(crate) fn observe(shared: &Arc<Shared>, hw: &Hardware) {
     if !hw.annotations().contains_key(AGENT_SECRET_ANNOTATION) {
         return;
@@ -118,8 +210,23 @@ pub(crate) fn observe(shared: &Arc<Shared>, hw: &Hardware) {
     });
 }
 
-/// Reconciles the whole bucket with the Hardware cache every `agent_secrets_sweep` until
-/// `term`.
+/// Called for every Hardware the watch sees deleted: deletes its copy (the sweep would, later).
+pub(crate) fn forget(shared: &Arc<Shared>, hw: &Hardware) {
+    if !hw.annotations().contains_key(AGENT_SECRET_ANNOTATION) {
+        return;
+    }
+    let shared = shared.clone();
+    let name = copy_name(&hw.namespace().unwrap_or_default(), &hw.name_any());
+    tokio::spawn(async move {
+        if let Err(e) = delete_copy(&copies(&shared), &name).await {
+            shared.metrics.error("agent_secret");
+            warn!(copy = %name, error = %e, "cannot delete a deleted Hardware's agent secret copy; the sweep retries");
+        }
+    });
+}
+
+/// Reconciles the whole bucket and every copy with the Hardware cache every
+/// `agent_secrets_sweep` until `term`.
 pub(crate) async fn sweep(shared: Arc<Shared>, term: CancellationToken) {
     let period = shared
         .config
@@ -139,9 +246,14 @@ pub(crate) async fn sweep(shared: Arc<Shared>, term: CancellationToken) {
 
 async fn sweep_once(shared: &Shared) -> anyhow::Result<()> {
     let mut want: HashMap<String, String> = HashMap::new();
+    let mut want_copies: HashMap<String, Secret> = HashMap::new();
     for hw in shared.hardware.state() {
         if hw.annotations().contains_key(AGENT_SECRET_ANNOTATION) {
-            want.extend(desired(shared, &hw).await);
+            let w = desired(shared, &hw).await;
+            want.extend(w.tokens);
+            if let Some(c) = w.copy {
+                want_copies.insert(c.name_any(), c);
+            }
         }
     }
     let bucket = &shared.bus.agent_secrets;
@@ -154,6 +266,33 @@ async fn sweep_once(shared: &Shared) -> anyhow::Result<()> {
         if current(bucket, &token).await?.as_deref() != Some(hash.as_str()) {
             bucket.put(&token, hash.into()).await?;
         }
+    }
+
+    // The copies: those of Hardware this controller watches (all, or its namespace's).
+    let api = copies(shared);
+    let mut have: HashMap<String, Secret> = api
+        .list(&ListParams::default().labels(&format!("{COPY_LABEL}=true")))
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| {
+            shared.config.namespace.as_deref().is_none_or(|ns| {
+                s.labels().get(HARDWARE_NAMESPACE_LABEL).map(String::as_str) == Some(ns)
+            })
+        })
+        .map(|s| (s.name_any(), s))
+        .collect();
+    let names: HashSet<String> = have.keys().chain(want_copies.keys()).cloned().collect();
+    let mut failed = 0usize;
+    for name in names {
+        if let Err(e) = write_copy(&api, &name, have.remove(&name), want_copies.remove(&name)).await
+        {
+            failed += 1;
+            warn!(copy = %name, error = %e, "cannot update an agent secret copy");
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} agent secret copies could not be updated");
     }
     Ok(())
 }

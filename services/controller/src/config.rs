@@ -94,6 +94,9 @@ pub struct ControllerConfig {
     /// How often the agent secrets bucket is reconciled with every Hardware (rotated Secrets,
     /// removed annotations, deleted Hardware). Default 30 s.
     pub agent_secrets_sweep: Duration,
+    /// The controller's own namespace, where it keeps the copies of valid agent secrets that
+    /// Hegel reads (Hegel may read Secrets only there). Default `tink-system`.
+    pub system_namespace: String,
     /// The Cluster API infrastructure provider (off by default here; the binary's `--capi`
     /// defaults to auto).
     pub capi: crate::capi::CapiConfig,
@@ -121,6 +124,7 @@ impl ControllerConfig {
             trigger_queue: 16_384,
             forget_after: Duration::from_secs(3600),
             agent_secrets_sweep: Duration::from_secs(30),
+            system_namespace: tink_api::agent_secret::DEFAULT_SYSTEM_NAMESPACE.into(),
             capi: crate::capi::CapiConfig::default(),
         }
     }

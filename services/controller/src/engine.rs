@@ -70,10 +70,6 @@ pub(crate) async fn lead(
         .reflect(tpl_writer)
         .applied_objects();
     let (hardware, hw_writer) = reflector::store::<Hardware>();
-    let hw_stream = watcher(api::<Hardware>(&client, ns), wc.clone())
-        .default_backoff()
-        .reflect(hw_writer)
-        .applied_objects();
 
     let (workflows, wf_writer) = reflector::store::<Workflow>();
 
@@ -90,6 +86,20 @@ pub(crate) async fn lead(
         trigger_tx,
         event_tx,
     ));
+
+    let hw_stream = {
+        let shared = shared.clone();
+        watcher(api::<Hardware>(&client, ns), wc.clone())
+            .default_backoff()
+            .inspect(move |event| {
+                // The copy of a deleted Hardware's agent secret goes at once.
+                if let Ok(watcher::Event::Delete(h)) = event {
+                    crate::agent_secrets::forget(&shared, h);
+                }
+            })
+            .reflect(hw_writer)
+            .applied_objects()
+    };
 
     // The controller's own Workflow watch. Every delivered Workflow is indexed by its Hardware
     // before the store has it, so the index never lacks a Workflow the store holds (a

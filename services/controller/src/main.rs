@@ -65,6 +65,11 @@ struct Args {
     /// (rotated Secrets, removed annotations, deleted Hardware).
     #[arg(long, env = "TINK_AGENT_SECRETS_SWEEP_SECONDS", default_value_t = 30)]
     agent_secrets_sweep_seconds: u64,
+    /// The controller's own namespace: it copies each valid agent secret (a Secret of type
+    /// tinkerbell.org/agent-secret named by a Hardware) into it for Hegel, which may read
+    /// Secrets only there.
+    #[arg(long, env = "TINK_SYSTEM_NAMESPACE", default_value = "tink-system")]
+    system_namespace: String,
     /// The Cluster API infrastructure provider (TinkerbellCluster, TinkerbellMachine): `auto`
     /// runs it when the API server serves Cluster API's Machines (checked when a replica starts
     /// leading; restart the controller after installing Cluster API), `on` always, `off` never.
@@ -107,6 +112,7 @@ async fn main() -> anyhow::Result<()> {
     };
     config.resync_period = Duration::from_secs(args.resync_seconds);
     config.agent_secrets_sweep = Duration::from_secs(args.agent_secrets_sweep_seconds.max(1));
+    config.system_namespace = args.system_namespace;
     config.trigger_queue = args.trigger_queue.max(1);
     config.capi.mode = args.capi;
     config.capi.core_version = args.capi_core_version;

@@ -38,6 +38,7 @@ use crate::index::{Index, Lookup};
 use crate::ipxe::{self, IpxeConfig};
 use crate::machine::Machine;
 use crate::metrics::Metrics;
+use crate::secrets::AgentSecrets;
 
 /// The per-IP rate limit: a token bucket (GCRA) per client address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,9 +70,9 @@ pub struct AppState {
     pub trusted: Arc<TrustedProxies>,
     /// Values of the iPXE scripts.
     pub ipxe: Arc<IpxeConfig>,
-    /// Reads the Secrets Hardware name in `tinkerbell.org/agent-secret` (None: such machines
-    /// get no script).
-    pub secrets: Option<kube::Client>,
+    /// The copies of the agent secrets Hardware name in `tinkerbell.org/agent-secret` (None:
+    /// such machines get no script).
+    pub secrets: Option<AgentSecrets>,
     limiter: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
 }
 
@@ -100,9 +101,9 @@ impl AppState {
         }
     }
 
-    /// Reads agent secrets through `client`.
-    pub fn with_secrets(mut self, client: kube::Client) -> Self {
-        self.secrets = Some(client);
+    /// Serves agent secrets from `secrets`.
+    pub fn with_secrets(mut self, secrets: AgentSecrets) -> Self {
+        self.secrets = Some(secrets);
         self
     }
 
@@ -429,7 +430,7 @@ async fn script_response(
                 ),
             );
         }
-        Some(name) => match agent_secret(state, m, name).await {
+        Some(name) => match agent_secret(state, m, name) {
             Ok(v) => Some(v),
             Err(why) => {
                 tracing::error!(hardware = %m.key, via, reason = %why, "cannot read the machine's agent secret; no iPXE script served");
@@ -470,21 +471,14 @@ async fn script_response(
     }
 }
 
-/// The `secret` value of the Secret `name` in the machine's namespace (read when a script is
-/// asked for: once per boot, so no cache of secret values is kept).
-async fn agent_secret(state: &AppState, m: &Machine, name: &str) -> Result<String, String> {
-    let Some(client) = &state.secrets else {
-        return Err("this Hegel reads no Secrets (started without an API client)".into());
+/// The agent secret of the machine, whose annotation names the Secret `name`: from the
+/// controller's copy in the system namespace (a watched cache; never the Secret in the
+/// machine's namespace, which Hegel may not read).
+fn agent_secret(state: &AppState, m: &Machine, name: &str) -> Result<String, String> {
+    let Some(secrets) = &state.secrets else {
+        return Err("this Hegel reads no agent secrets (started without an API client)".into());
     };
-    let api: kube::Api<k8s_openapi::api::core::v1::Secret> =
-        kube::Api::namespaced(client.clone(), &m.namespace);
-    let secret = api
-        .get_opt(name)
-        .await
-        .map_err(|e| format!("Secret {}/{name} cannot be read: {e}", m.namespace))?
-        .ok_or_else(|| format!("Secret {}/{name} does not exist", m.namespace))?;
-    tink_api::agent_secret::agent_secret_value(&secret)
-        .map_err(|why| format!("Secret {}/{name} {why}", m.namespace))
+    secrets.value(&m.namespace, &m.name, name)
 }
 
 async fn ipxe_by_mac(

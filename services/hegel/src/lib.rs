@@ -3,7 +3,9 @@
 //!
 //! A request is answered from the caller's source IP ([`client_ip`]: `X-Forwarded-For` only
 //! from trusted proxies) looked up in an in-memory [`Index`] of Hardware fed by watches
-//! ([`index::feed`]); no request reaches the Kubernetes API. See services/hegel/README.md for
+//! ([`index::feed`]) and, for the agent secrets of boot scripts, a cache of the copies the
+//! controller keeps in the system namespace ([`secrets`]); no request reaches the Kubernetes
+//! API. See services/hegel/README.md for
 //! the endpoints and where each value comes from.
 //!
 //! The binary and the tests start it the same way:
@@ -26,6 +28,7 @@ pub mod index;
 pub mod ipxe;
 pub mod machine;
 mod metrics;
+pub mod secrets;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,6 +42,7 @@ pub use http::{AppState, RateLimit, router};
 pub use index::{Index, Lookup};
 pub use ipxe::IpxeConfig;
 pub use metrics::{Metrics, MissLabels, RequestLabels};
+pub use secrets::AgentSecrets;
 
 /// How Hegel runs.
 #[derive(Clone, Debug)]
@@ -53,6 +57,9 @@ pub struct HegelConfig {
     pub rate_limit: RateLimit,
     /// Only serve Hardware of this namespace (all namespaces when `None`).
     pub namespace: Option<String>,
+    /// Where the controller keeps the copies of agent secrets (the only namespace whose
+    /// Secrets Hegel reads). Default `tink-system`.
+    pub system_namespace: String,
 }
 
 impl HegelConfig {
@@ -64,6 +71,7 @@ impl HegelConfig {
             ipxe,
             rate_limit: RateLimit::default(),
             namespace: None,
+            system_namespace: tink_api::agent_secret::DEFAULT_SYSTEM_NAMESPACE.into(),
         }
     }
 }
@@ -104,10 +112,10 @@ pub async fn run(
     run_on(listener, config, client, health, metrics, shutdown).await
 }
 
-/// Serves on `listener` until `shutdown`: feeds the index from the API server and turns
-/// `health` ready once Hardware and OSIEs have been listed. Requests before that get 503. The
-/// feed ending on its own ends Hegel (a dead watch must not leave a replica serving stale data
-/// while it looks healthy).
+/// Serves on `listener` until `shutdown`: feeds the agent secret copies, then the index, from
+/// the API server and turns `health` ready once the copies, Hardware and OSIEs have been
+/// listed. Requests before that get 503. A feed ending on its own ends Hegel (a dead watch must
+/// not leave a replica serving stale data while it looks healthy).
 pub async fn run_on(
     listener: TcpListener,
     config: HegelConfig,
@@ -119,6 +127,8 @@ pub async fn run_on(
     health.set_ready(false);
     let (osies, osie_writer) = kube::runtime::reflector::store();
     let index = Arc::new(Index::new(osies));
+    let (copies, copies_writer) = kube::runtime::reflector::store();
+    let secrets = AgentSecrets::new(config.system_namespace.clone(), copies);
     let state = AppState::new(
         index.clone(),
         metrics.clone(),
@@ -126,13 +136,14 @@ pub async fn run_on(
         config.ipxe.clone(),
         config.rate_limit,
     )
-    .with_secrets(client.clone());
+    .with_secrets(secrets);
     let tasks = shutdown.child_token();
-    let feed = tokio::spawn(index::feed(
+    let feed = tokio::spawn(feeds(
         client,
-        config.namespace.clone(),
+        config,
         index,
         osie_writer,
+        copies_writer,
         metrics,
         health.clone(),
         tasks.clone(),
@@ -160,4 +171,50 @@ pub async fn run_on(
         let _ = server.await;
     }
     result
+}
+
+/// The agent secret copies' feed, and once they are listed the index's (so Hegel is never
+/// ready while a machine's secret could still be missing from the cache); until `shutdown` or
+/// either ends.
+#[allow(clippy::too_many_arguments)]
+async fn feeds(
+    client: kube::Client,
+    config: HegelConfig,
+    index: Arc<Index>,
+    osie_writer: kube::runtime::reflector::store::Writer<tink_api::v1alpha2::Osie>,
+    copies_writer: kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::Secret>,
+    metrics: Metrics,
+    health: Health,
+    shutdown: CancellationToken,
+) -> Result<(), index::FeedEnded> {
+    let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
+    let mut copies = tokio::spawn(secrets::feed(
+        client.clone(),
+        config.system_namespace.clone(),
+        copies_writer,
+        metrics.clone(),
+        synced_tx,
+        shutdown.clone(),
+    ));
+    let ended = |r: Result<Result<(), index::FeedEnded>, tokio::task::JoinError>| {
+        r.unwrap_or(Err(index::FeedEnded("agent secret copies")))
+    };
+    tokio::select! {
+        r = &mut copies => return ended(r),
+        listed = async { synced.wait_for(|s| *s).await.is_ok() } => if !listed {
+            return ended(copies.await);
+        },
+    }
+    tokio::select! {
+        r = &mut copies => ended(r),
+        r = index::feed(
+            client,
+            config.namespace.clone(),
+            index,
+            osie_writer,
+            metrics,
+            health,
+            shutdown,
+        ) => r,
+    }
 }

@@ -84,6 +84,8 @@ pub struct Machine {
     pub key: String,
     /// The Hardware's namespace (OSIE references are resolved in it).
     pub namespace: String,
+    /// The Hardware's name.
+    pub name: String,
     /// The interfaces, in MAC order.
     pub interfaces: Vec<Interface>,
     /// `spec.instance.userdata`.
@@ -95,7 +97,8 @@ pub struct Machine {
     /// The migrated v1alpha1 `metadata.facility.facility_code` (the iPXE `facility=`).
     pub facility: Option<String>,
     /// The Secret (in the Hardware's namespace) named by its `tinkerbell.org/agent-secret`
-    /// annotation: its `secret` value goes in the boot script as `tink_agent_secret=`.
+    /// annotation: the `secret` value of the controller's copy of it goes in the boot script as
+    /// `tink_agent_secret=` ([`crate::secrets`]).
     pub agent_secret: Option<String>,
     /// Per interface index with an IP: the meta-data tree seen from that interface.
     trees: Vec<Option<Arc<MetaTree>>>,
@@ -263,6 +266,7 @@ impl Machine {
         Self {
             key: key_of(hw),
             namespace: hw.metadata.namespace.clone().unwrap_or_default(),
+            name,
             interfaces,
             user_data: instance
                 .and_then(|i| i.userdata.as_ref())

@@ -25,6 +25,10 @@ struct Args {
     /// Only serve Hardware of this namespace (default: all namespaces).
     #[arg(long, env = "TINK_NAMESPACE")]
     namespace: Option<String>,
+    /// Where the controller keeps the copies of agent secrets (its own namespace): the only
+    /// namespace whose Secrets Hegel reads (watched, for `tink_agent_secret=`).
+    #[arg(long, env = "TINK_SYSTEM_NAMESPACE", default_value = "tink-system")]
+    system_namespace: String,
     /// The tink-server address the OSIE's agent dials (`grpc_authority=` in the iPXE script).
     #[arg(long, env = "TINK_HEGEL_GRPC_AUTHORITY")]
     grpc_authority: String,
@@ -100,6 +104,7 @@ async fn main() -> anyhow::Result<()> {
     let mut config = hegel::HegelConfig::new(args.listen, ipxe);
     config.trusted_proxies = args.trusted_proxies;
     config.namespace = args.namespace;
+    config.system_namespace = args.system_namespace;
     config.rate_limit = hegel::RateLimit {
         per_second: args.rate_limit_per_second,
         burst: args.rate_limit_burst,

@@ -74,7 +74,7 @@ impl Metrics {
         );
         r.register(
             "watch_errors",
-            "Errors of the Hardware and OSIE watches (retried with back-off)",
+            "Errors of the Hardware, OSIE and agent secret copy watches (retried with back-off)",
             m.watch_errors.clone(),
         );
         m

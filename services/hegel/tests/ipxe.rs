@@ -163,12 +163,16 @@ initrd=initrd sshd=1 tinkerbell_tls=false quiet \
     env.stop().await;
 }
 
-/// A machine whose Hardware names an agent secret: its script carries `tink_agent_secret=`,
-/// only to the machine's own address and never cached; a missing Secret serves no script.
+/// A machine whose Hardware names an agent secret: its script carries `tink_agent_secret=` from
+/// the controller's copy in the system namespace (played here by the test), only to the
+/// machine's own address and never cached. Hegel never reads the Secret in the Hardware's
+/// namespace: not a valid typed one before it is copied, not an ordinary one (`db-credentials`)
+/// ever. A rotated copy is served at once, a removed one serves no script.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_secret_reaches_only_its_machine() {
     use k8s_openapi::api::core::v1::Secret;
-    use kube::api::{Api, PostParams};
+    use kube::api::{Api, DeleteParams, PostParams};
+    use tink_api::agent_secret::{AGENT_SECRET_TYPE, copy_for};
 
     let env = Env::new().await;
     env.create_osie(
@@ -178,46 +182,99 @@ async fn the_agent_secret_reaches_only_its_machine() {
     )
     .await;
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), common::NS);
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "m12-agent", "namespace": common::NS},
-        "stringData": {"secret": "only-for-m12\n"},
-    }))
-    .expect("secret");
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create secret");
-    env.create_hardware(
-        "strict",
-        json!({"networkInterfaces": {"02:00:00:00:00:12": {"dhcp": {"ip": "127.0.0.12"}}},
-               "osie": {"osieRef": {"name": "hook"}}}),
-    )
-    .await;
-    env.patch_hardware(
-        "strict",
-        json!({"metadata": {"annotations": {"tinkerbell.org/agent-secret": "m12-agent"}}}),
-    )
-    .await;
-    env.create_hardware(
-        "nosecret",
-        json!({"networkInterfaces": {"02:00:00:00:00:13": {"dhcp": {"ip": "127.0.0.13"}}},
-               "osie": {"osieRef": {"name": "hook"}}}),
-    )
-    .await;
-    env.patch_hardware(
-        "nosecret",
-        json!({"metadata": {"annotations": {"tinkerbell.org/agent-secret": "does-not-exist"}}}),
-    )
-    .await;
+    let copies: Api<Secret> = Api::namespaced(env.client.clone(), common::SYSTEM_NS);
+    for (name, type_, value) in [
+        ("m12-agent", AGENT_SECRET_TYPE, "only-for-m12\n"),
+        ("db-credentials", "Opaque", "hunter2"),
+    ] {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": common::NS},
+            "type": type_,
+            "stringData": {"secret": value},
+        }))
+        .expect("secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create secret");
+    }
+    for (name, ip, source) in [
+        ("strict", "127.0.0.12", "m12-agent"),
+        ("nosecret", "127.0.0.13", "does-not-exist"),
+        ("db", "127.0.0.14", "db-credentials"),
+    ] {
+        let mac = format!("02:00:00:00:00:{}", &ip[ip.len() - 2..]);
+        env.create_hardware(
+            name,
+            json!({"networkInterfaces": {mac: {"dhcp": {"ip": ip}}},
+                   "osie": {"osieRef": {"name": "hook"}}}),
+        )
+        .await;
+        env.patch_hardware(
+            name,
+            json!({"metadata": {"annotations": {"tinkerbell.org/agent-secret": source}}}),
+        )
+        .await;
+    }
     let hegel = env.hegel(|_| {}).await;
+    let script = |ip: &'static str| {
+        let hegel = &hegel;
+        async move { hegel.get(ip, "/ipxe/script/auto.ipxe").await }
+    };
+    let indexed = |ip: &'static str| {
+        common::eventually(
+            "the annotated Hardware to be indexed",
+            std::time::Duration::from_secs(10),
+            move || async move {
+                let r = script(ip).await;
+                (r.status != 404).then_some(r)
+            },
+        )
+    };
 
-    // The machine itself, by its address: the secret is a kernel parameter, never cached.
+    // The Secret in the machine's namespace is valid, but not copied yet: Hegel does not read
+    // it, so no script (the machine would boot an agent the servers refuse).
+    let uncopied = indexed("127.0.0.12").await;
+    assert_eq!(uncopied.status, 503, "{}", uncopied.text());
+    assert!(
+        uncopied
+            .text()
+            .contains("Secret machines/m12-agent has no copy in tink-system"),
+        "{}",
+        uncopied.text()
+    );
+    assert!(!uncopied.text().contains("only-for-m12"));
+    // An ordinary Secret named by a Hardware editor: never in a script.
+    let db = indexed("127.0.0.14").await;
+    assert_eq!(db.status, 503, "{}", db.text());
+    assert!(!db.text().contains("hunter2"), "{}", db.text());
+    assert!(
+        db.text().contains("of type tinkerbell.org/agent-secret"),
+        "{}",
+        db.text()
+    );
+
+    // The controller's copy appears: the machine itself, by its address, gets it as a kernel
+    // parameter, never cached.
+    copies
+        .create(
+            &PostParams::default(),
+            &copy_for(
+                common::SYSTEM_NS,
+                common::NS,
+                "strict",
+                "m12-agent",
+                "only-for-m12",
+            ),
+        )
+        .await
+        .expect("create copy");
     let own = common::eventually(
-        "the annotated Hardware to be indexed",
+        "the copy to be served",
         std::time::Duration::from_secs(10),
         || async {
-            let r = hegel.get("127.0.0.12", "/ipxe/script/auto.ipxe").await;
-            (r.status == 200 && r.text().contains("tink_agent_secret=")).then_some(r)
+            let r = script("127.0.0.12").await;
+            (r.status == 200).then_some(r)
         },
     )
     .await;
@@ -244,16 +301,85 @@ async fn the_agent_secret_reaches_only_its_machine() {
         .await;
     assert_eq!(stranger.status, 403, "{}", stranger.text());
     assert!(!stranger.text().contains("only-for-m12"));
-    // A missing Secret: no script (the machine would boot an agent the servers refuse).
-    let missing = hegel.get("127.0.0.13", "/ipxe/script/auto.ipxe").await;
+    // A missing Secret: no script.
+    let missing = script("127.0.0.13").await;
     assert_eq!(missing.status, 503, "{}", missing.text());
     assert!(
         missing
             .text()
-            .contains("Secret machines/does-not-exist does not exist"),
+            .contains("Secret machines/does-not-exist has no copy"),
         "{}",
         missing.text()
     );
+    // A copy of another machine's secret under this machine's name is not used.
+    let mut misplaced = copy_for(common::SYSTEM_NS, common::NS, "strict", "x", "stolen");
+    misplaced.metadata.name = Some(tink_api::agent_secret::copy_name(common::NS, "nosecret"));
+    copies
+        .create(&PostParams::default(), &misplaced)
+        .await
+        .expect("create misplaced copy");
+
+    // Rotated: the new value, from the watch (no request reads the API server).
+    copies
+        .replace(
+            &tink_api::agent_secret::copy_name(common::NS, "strict"),
+            &PostParams::default(),
+            &{
+                let mut c = copies
+                    .get(&tink_api::agent_secret::copy_name(common::NS, "strict"))
+                    .await
+                    .expect("get copy");
+                c.data = copy_for(
+                    common::SYSTEM_NS,
+                    common::NS,
+                    "strict",
+                    "m12-agent",
+                    "rotated",
+                )
+                .data;
+                c
+            },
+        )
+        .await
+        .expect("rotate");
+    common::eventually(
+        "the rotated value",
+        std::time::Duration::from_secs(10),
+        || async {
+            script("127.0.0.12")
+                .await
+                .text()
+                .contains(" tink_agent_secret=rotated ")
+                .then_some(())
+        },
+    )
+    .await;
+    let other = script("127.0.0.13").await;
+    assert_eq!(other.status, 503, "{}", other.text());
+    assert!(
+        other.text().contains("another Hardware") && !other.text().contains("stolen"),
+        "{}",
+        other.text()
+    );
+
+    // Removed (the source became invalid, or the Hardware lost its annotation): no script.
+    copies
+        .delete(
+            &tink_api::agent_secret::copy_name(common::NS, "strict"),
+            &DeleteParams::default(),
+        )
+        .await
+        .expect("delete copy");
+    let gone = common::eventually(
+        "the removed copy to stop being served",
+        std::time::Duration::from_secs(10),
+        || async {
+            let r = script("127.0.0.12").await;
+            (r.status == 503).then_some(r)
+        },
+    )
+    .await;
+    assert!(!gone.text().contains("rotated"), "{}", gone.text());
     hegel.stop().await;
     env.stop().await;
 }

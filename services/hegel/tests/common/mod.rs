@@ -17,6 +17,8 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
 
 pub const NS: &str = "machines";
+/// Where the controller keeps the copies of agent secrets (Hegel's default).
+pub const SYSTEM_NS: &str = "tink-system";
 
 pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(20), f)
@@ -157,7 +159,7 @@ pub fn ipxe_config() -> hegel::IpxeConfig {
 }
 
 impl Env {
-    /// kube-lite with the CRDs from deploy/crds and the namespace [`NS`].
+    /// kube-lite with the CRDs from deploy/crds and the namespaces [`NS`] and [`SYSTEM_NS`].
     pub async fn new() -> Env {
         let kube = kube_lite::Server::start(kube_lite::Config::default())
             .await
@@ -179,12 +181,14 @@ impl Env {
                 .expect("create CRD");
         }
         let namespaces: Api<Namespace> = Api::all(client.clone());
-        let ns: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": NS}})).expect("namespace");
-        namespaces
-            .create(&PostParams::default(), &ns)
-            .await
-            .expect("namespace");
+        for name in [NS, SYSTEM_NS] {
+            let ns: Namespace =
+                serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace");
+            namespaces
+                .create(&PostParams::default(), &ns)
+                .await
+                .expect("namespace");
+        }
         let dir = tempfile::tempdir().expect("tempdir");
         Env { kube, client, dir }
     }
