@@ -65,6 +65,8 @@ impl Replica {
         let addr = listener.local_addr()?;
         let mut config = tink_server::ServerConfig::new(nats_url, replica_id);
         config.bus = bus_config();
+        // No controller runs here to publish the admitted agent ids.
+        config.admit_unknown_agents = true;
         config.keepalive_interval = Duration::from_secs(2);
         config.keepalive_timeout = Duration::from_secs(2);
         config.tls = tls;

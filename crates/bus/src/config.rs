@@ -153,6 +153,8 @@ pub struct Bus {
     pub agent_secrets: kv::Store,
     /// The dispatch targets bucket.
     pub dispatch_targets: kv::Store,
+    /// The admitted agents bucket.
+    pub admitted_agents: kv::Store,
     /// The configuration they were made with.
     pub config: BusConfig,
     /// The logs stream (action output).
@@ -390,8 +392,19 @@ pub async fn ensure_streams(
         .get_key_value(DISPATCH_TARGETS_BUCKET)
         .await
         .map_err(BusError::Bucket)?;
+    ensure_stream(
+        jetstream,
+        crate::admitted::admitted_agents_stream_config(config),
+        crate::admitted::ADMITTED_AGENTS_STREAM,
+    )
+    .await?;
+    let admitted_agents = jetstream
+        .get_key_value(crate::admitted::ADMITTED_AGENTS_BUCKET)
+        .await
+        .map_err(BusError::Bucket)?;
     Ok(Bus {
         dispatch_targets,
+        admitted_agents,
         jetstream: jetstream.clone(),
         dispatch,
         events,

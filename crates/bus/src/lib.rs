@@ -12,6 +12,7 @@
 //! | events stream | [`EVENTS_STREAM`] | limits retention, read durably by the controller |
 //! | presence bucket | [`PRESENCE_BUCKET`] | KV: agent token -> [`Presence`] (JSON); entries expire after [`BusConfig::presence_ttl`] |
 //! | agent secrets bucket | [`AGENT_SECRETS_BUCKET`] | KV: agent token -> hex SHA-256 of the machine's pre-shared secret (controller writes, servers read) |
+//! | admitted agents bucket | [`ADMITTED_AGENTS_BUCKET`] | KV: agent token -> the `namespace/name` of the Hardware naming that agent id (controller writes, servers refuse every other id) |
 //! | dispatch targets bucket | [`DISPATCH_TARGETS_BUCKET`] | KV: workflow token -> [`DispatchTarget`] (JSON): the agent a StartWorkflow was forwarded to (servers write before forwarding, and check events against it) |
 //! | logs subject | `tink.logs.<workflow token>.<action token>` | a `LogBatch` (protobuf), see [`LOGS_STREAM`] |
 //! | takeover subject | `tink.presence.takeover.<agent token>` | core NATS: "a newer stream for this agent exists", session id |
@@ -21,6 +22,7 @@
 //! reversible token over `[A-Za-z0-9_-]` (see its documentation).
 #![forbid(unsafe_code)]
 
+mod admitted;
 mod args;
 mod auth;
 mod codec;
@@ -32,6 +34,7 @@ mod presence;
 mod subjects;
 mod token;
 
+pub use admitted::{ADMITTED_AGENTS_BUCKET, ADMITTED_AGENTS_STREAM, admitted_agents_stream_config};
 pub use args::BusArgs;
 pub use auth::{NatsAuth, NatsConnectError, connect};
 pub use codec::{

@@ -203,6 +203,10 @@ async fn main() -> anyhow::Result<()> {
             // The simulated agents present no session token.
             let mut c = tink_server::ServerConfig::new(nats.url(), "server-0");
             c.allow_unauthenticated_agents = true;
+            // The simulated agents connect as soon as their Hardware exists, from one address.
+            c.admit_unknown_agents = true;
+            c.stream_opens_per_peer = 0;
+            c.agent_calls_per_second = 0;
             c
         },
         listener,

@@ -95,6 +95,7 @@ pub(crate) async fn lead(
                 // The copy of a deleted Hardware's agent secret goes at once.
                 if let Ok(watcher::Event::Delete(h)) = event {
                     crate::agent_secrets::forget(&shared, h);
+                    crate::admitted::forget(&shared, h);
                 }
             })
             .reflect(hw_writer)
@@ -136,6 +137,7 @@ pub(crate) async fn lead(
             shared.index_hardware(&h);
             crate::agent_reset::observe(&shared, &h);
             crate::agent_secrets::observe(&shared, &h);
+            crate::admitted::observe(&shared, &h);
             let namespace = h.namespace().unwrap_or_default();
             pending(shared.workflows_of_hardware(&namespace, &h.name_any()))
         }
@@ -204,6 +206,13 @@ pub(crate) async fn lead(
         tasks.spawn(async move {
             crate::agent_secrets::sweep(shared, term).await;
             "agent secrets sweep"
+        });
+    }
+    {
+        let (shared, term) = (shared.clone(), term.clone());
+        tasks.spawn(async move {
+            crate::admitted::sweep(shared, term).await;
+            "admitted agents sweep"
         });
     }
     if crate::capi::enabled(&client, &config.capi).await {

@@ -33,6 +33,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod admitted;
 pub mod agent_reset;
 pub mod agent_secrets;
 pub mod capi;

@@ -98,6 +98,8 @@ pub(crate) struct Shared {
     pub jetstream: jetstream::Context,
     /// The streams (delivery look-ups, withdrawals).
     pub bus: tink_bus::Bus,
+    /// The admitted agent ids this leader last wrote.
+    pub(crate) admitted_written: crate::admitted::Written,
     /// When this term began: the last sign of life assumed for an agent not seen since.
     pub term_started: Timestamp,
     /// Whether the events that were stored when this term bound its consumer are all applied.
@@ -244,6 +246,7 @@ impl Shared {
             hardware,
             jetstream: bus.jetstream.clone(),
             bus,
+            admitted_written: Default::default(),
             term_started: Timestamp::now(),
             backlog_applied: AtomicBool::new(false),
             presence: RwLock::new(HashMap::new()),

@@ -84,7 +84,18 @@ impl ServerProcess {
             .args(["--nats-url", nats_url, "--replica-id", "bench"])
             // Throughput and latency of the gateway itself: plaintext, and the bench agents
             // present no session token (identity has tests of its own).
-            .args(["--insecure", "--allow-unauthenticated-agents"])
+            .args([
+                "--insecure",
+                "--allow-unauthenticated-agents",
+                "--admit-unknown-agents",
+            ])
+            // Thousands of simulated agents from one address: no per-peer or per-agent limits.
+            .args([
+                "--stream-opens-per-peer",
+                "0",
+                "--agent-calls-per-second",
+                "0",
+            ])
             .env(
                 "RUST_LOG",
                 std::env::var("TINK_BENCH_SERVER_LOG").unwrap_or_else(|_| "info".to_string()),

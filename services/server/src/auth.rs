@@ -224,12 +224,42 @@ impl Shared {
                 )));
             }
         };
-        if let Ok(token) = tink_bus::agent_token(agent.as_str()) {
-            self.secrets
-                .check(&token, agent.as_str(), auth.secret.as_deref())
-                .inspect_err(|_| self.metrics.error("agent_secret_refused"))?;
+        let token = tink_bus::agent_token(agent.as_str())
+            .map_err(|e| Status::invalid_argument(format!("{field}: {e}")))?;
+        self.check_admitted(&agent, &token)?;
+        self.secrets
+            .check(&token, agent.as_str(), auth.secret.as_deref())
+            .inspect_err(|_| self.metrics.error("agent_secret_refused"))?;
+        if let Some(limiter) = &self.agent_calls
+            && limiter.check_key(&token).is_err()
+        {
+            self.metrics.error("agent_rate_limited");
+            return Err(Status::resource_exhausted(format!(
+                "agent {agent} sends more than {} events and log batches per second; retry after a pause",
+                self.limits.agent_calls_per_second
+            )));
         }
         Ok(agent)
+    }
+
+    /// Refuses an agent id that no Hardware names (the admitted agents bucket the controller
+    /// fills), unless unknown agents are admitted.
+    pub(crate) fn check_admitted(&self, agent: &AgentId, token: &str) -> Result<(), Status> {
+        if self.limits.admit_unknown {
+            return Ok(());
+        }
+        if !self.admitted.is_loaded() {
+            return Err(Status::unavailable(
+                "this server replica has not loaded the admitted agents yet; retry",
+            ));
+        }
+        if self.admitted.contains(token) {
+            return Ok(());
+        }
+        self.metrics.error("agent_not_admitted");
+        Err(Status::permission_denied(format!(
+            "agent {agent} is not admitted: no Hardware names it in spec.networkInterfaces (a new Hardware is admitted within seconds, once the controller has published it)"
+        )))
     }
 
     async fn authenticate_identity(
@@ -338,6 +368,7 @@ impl Shared {
                 "agent_id: the client certificate names agent {named}, not {agent}"
             )));
         }
+        self.check_admitted(agent, token)?;
         // A machine with a pre-shared secret: nothing without it, not even a first session.
         self.secrets
             .check(token, agent.as_str(), auth.secret.as_deref())

@@ -58,6 +58,7 @@ pub mod auth;
 mod log_access;
 mod logs;
 mod metrics;
+pub mod mirror;
 mod read_logs;
 pub mod secrets;
 mod service;
@@ -131,6 +132,18 @@ pub struct ServerConfig {
     /// built from the seeds/004 protocol alone): their streams take over and their events are
     /// trusted as before. Off by default.
     pub allow_unauthenticated_agents: bool,
+    /// Admit agent ids no Hardware names (tests and benchmarks of the server alone). Off by
+    /// default: only ids in the admitted agents bucket, which the controller fills from the
+    /// Hardware, may open a stream or publish.
+    pub admit_unknown_agents: bool,
+    /// The most agent streams this replica holds; more are refused (RESOURCE_EXHAUSTED).
+    pub max_sessions: usize,
+    /// `GetWorkflows` streams one peer address may open per second (bursts of ten times that);
+    /// 0: no limit.
+    pub stream_opens_per_peer: u32,
+    /// `PublishEvent` and `PublishLogs` calls one agent may make per second (bursts of ten
+    /// times that); 0: no limit.
+    pub agent_calls_per_second: u32,
     /// The Kubernetes API that checks `ReadLogs` callers (TokenReview, SubjectAccessReview) and
     /// holds the Workflows; without it `ReadLogs` answers FAILED_PRECONDITION.
     pub kube: Option<KubeClient>,
@@ -157,6 +170,10 @@ impl ServerConfig {
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
             allow_unauthenticated_agents: false,
+            admit_unknown_agents: false,
+            max_sessions: 50_000,
+            stream_opens_per_peer: 20,
+            agent_calls_per_second: 100,
             kube: None,
             log_access_cache: Duration::from_secs(5),
             logs_max_in_flight: 8,
@@ -240,19 +257,40 @@ pub async fn serve(
         warn!("{UNAUTHENTICATED_AGENTS_NOTE}");
         health.add_note(UNAUTHENTICATED_AGENTS_NOTE);
     }
+    if config.admit_unknown_agents {
+        warn!("--admit-unknown-agents is on: agent ids that no Hardware names may connect");
+        health
+            .add_note("--admit-unknown-agents is on: agent ids that no Hardware names may connect");
+    }
     let shared = Arc::new(session::Shared::new(
         bus,
         client.clone(),
         config.replica_id.clone(),
         metrics,
         shutdown.clone(),
-        config.allow_unauthenticated_agents,
+        session::Limits::of(&config),
     ));
 
     let secrets_task = {
         let (secrets, bucket) = (shared.secrets.clone(), shared.bus.agent_secrets.clone());
         let shutdown = shutdown.clone();
-        tokio::spawn(async move { secrets.watch(bucket, shutdown).await })
+        tokio::spawn(async move { secrets.mirror.watch(bucket, shutdown).await })
+    };
+    let admitted_task = {
+        let (admitted, bucket) = (shared.admitted.clone(), shared.bus.admitted_agents.clone());
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { admitted.watch(bucket, shutdown).await })
+    };
+    let limiter_task = {
+        let (shared, shutdown) = (shared.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(60)) => shared.forget_idle_limits(),
+                }
+            }
+        })
     };
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
@@ -272,10 +310,16 @@ pub async fn serve(
             }
         }
     };
-    // Ready once the agent secrets are loaded (an empty bucket loads at once).
+    // Ready once the agent secrets and the admitted agents are loaded (an empty bucket loads
+    // at once).
     tokio::select! {
         _ = shutdown.cancelled() => {}
-        _ = shared.secrets.wait_loaded() => {}
+        _ = async {
+            shared.secrets.mirror.wait_loaded().await;
+            if !config.admit_unknown_agents {
+                shared.admitted.wait_loaded().await;
+            }
+        } => {}
     }
     set_serving(true).await;
 
@@ -432,6 +476,8 @@ pub async fn serve(
     watcher.abort();
     takeover_task.abort();
     secrets_task.abort();
+    admitted_task.abort();
+    limiter_task.abort();
     router_task.abort();
     if let Err(e) = client.flush().await {
         warn!(error = %e, "cannot flush NATS on shutdown");

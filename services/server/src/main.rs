@@ -40,6 +40,25 @@ struct Args {
     /// built from the seeds/004 protocol alone); their events are trusted. Off by default.
     #[arg(long, env = "TINK_SERVER_ALLOW_UNAUTHENTICATED_AGENTS")]
     allow_unauthenticated_agents: bool,
+    /// Admit agent ids that no Hardware names (benchmarks of the server alone). Off by default:
+    /// only the ids the controller publishes from Hardware `spec.networkInterfaces` connect.
+    #[arg(long, env = "TINK_SERVER_ADMIT_UNKNOWN_AGENTS")]
+    admit_unknown_agents: bool,
+    /// The most agent streams this replica holds; more are refused (RESOURCE_EXHAUSTED).
+    #[arg(long, env = "TINK_SERVER_MAX_AGENT_STREAMS", default_value_t = 50_000)]
+    max_agent_streams: usize,
+    /// GetWorkflows streams one peer address may open per second (bursts of ten times that);
+    /// 0 for no limit.
+    #[arg(long, env = "TINK_SERVER_STREAM_OPENS_PER_PEER", default_value_t = 20)]
+    stream_opens_per_peer: u32,
+    /// PublishEvent and PublishLogs calls one agent may make per second (bursts of ten times
+    /// that); 0 for no limit.
+    #[arg(
+        long,
+        env = "TINK_SERVER_AGENT_CALLS_PER_SECOND",
+        default_value_t = 100
+    )]
+    agent_calls_per_second: u32,
     /// Serve LogService.ReadLogs, checking callers with the Kubernetes API of this kubeconfig
     /// (TokenReview, SubjectAccessReview, get workflows). Without it or --kube-in-cluster,
     /// ReadLogs answers FAILED_PRECONDITION.
@@ -113,6 +132,10 @@ async fn main() -> anyhow::Result<()> {
     config.bus = args.bus.bus_config();
     config.nats_auth = args.bus.nats_auth();
     config.allow_unauthenticated_agents = args.allow_unauthenticated_agents;
+    config.admit_unknown_agents = args.admit_unknown_agents;
+    config.max_sessions = args.max_agent_streams;
+    config.stream_opens_per_peer = args.stream_opens_per_peer;
+    config.agent_calls_per_second = args.agent_calls_per_second;
     config.log_access_cache = std::time::Duration::from_secs(args.log_access_cache_seconds);
     config.logs_max_in_flight = args.logs_max_in_flight as usize;
     config.log_readers_max = args.log_readers_max as usize;

@@ -32,6 +32,16 @@ impl WorkflowService for Gateway {
         request: Request<GetWorkflowsRequest>,
     ) -> Result<Response<Self::GetWorkflowsStream>, Status> {
         let auth = Auth::of(&request);
+        if let (Some(limiter), Some(peer)) = (&self.shared.stream_opens, request.remote_addr())
+            && limiter.check_key(&peer.ip()).is_err()
+        {
+            self.shared.metrics.error("stream_rate_limited");
+            return Err(Status::resource_exhausted(format!(
+                "{} opens more than {} streams per second; retry after a pause",
+                peer.ip(),
+                self.shared.limits.stream_opens_per_peer
+            )));
+        }
         let request = request.into_inner();
         if request.instance_id.len() > 256 {
             return Err(Status::invalid_argument(

@@ -75,6 +75,14 @@ pub(crate) struct Shared {
     sessions: Mutex<HashMap<String, Arc<Control>>>,
     /// Admit agents without a certificate or token (compatibility).
     pub allow_unauthenticated: bool,
+    /// Limits on who may connect and how often.
+    pub(crate) limits: Limits,
+    /// The admitted agent ids (a mirror of the bucket).
+    pub admitted: Arc<crate::mirror::KvMirror>,
+    /// Stream opens per peer address.
+    pub(crate) stream_opens: Option<governor::DefaultKeyedRateLimiter<std::net::IpAddr>>,
+    /// Event and log calls per agent.
+    pub(crate) agent_calls: Option<governor::DefaultKeyedRateLimiter<String>>,
     /// Session token hashes of other replicas' sessions, read from presence.
     pub(crate) token_cache: crate::auth::TokenCache,
     /// Per-machine pre-shared secrets (a mirror of the bucket).
@@ -101,6 +109,39 @@ impl Control {
     }
 }
 
+/// Who may connect and how often (from [`crate::ServerConfig`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Limits {
+    pub allow_unauthenticated: bool,
+    pub admit_unknown: bool,
+    pub max_sessions: usize,
+    pub stream_opens_per_peer: u32,
+    pub agent_calls_per_second: u32,
+}
+
+impl Limits {
+    pub(crate) fn of(config: &crate::ServerConfig) -> Self {
+        Limits {
+            allow_unauthenticated: config.allow_unauthenticated_agents,
+            admit_unknown: config.admit_unknown_agents,
+            max_sessions: config.max_sessions.max(1),
+            stream_opens_per_peer: config.stream_opens_per_peer,
+            agent_calls_per_second: config.agent_calls_per_second,
+        }
+    }
+}
+
+/// A keyed limiter of `per_second` with bursts of ten times that; `None` for 0 (no limit).
+fn limiter<K: std::hash::Hash + Eq + Clone>(
+    per_second: u32,
+) -> Option<governor::DefaultKeyedRateLimiter<K>> {
+    let rate = std::num::NonZeroU32::new(per_second)?;
+    let burst = std::num::NonZeroU32::new(per_second.saturating_mul(10)).unwrap_or(rate);
+    Some(governor::RateLimiter::keyed(
+        governor::Quota::per_second(rate).allow_burst(burst),
+    ))
+}
+
 impl Shared {
     pub(crate) fn new(
         bus: Bus,
@@ -108,8 +149,9 @@ impl Shared {
         replica_id: String,
         metrics: Metrics,
         shutdown: CancellationToken,
-        allow_unauthenticated: bool,
+        limits: Limits,
     ) -> Self {
+        let allow_unauthenticated = limits.allow_unauthenticated;
         let inbox = client.new_inbox();
         let targets = crate::targets::DispatchTargets::new(bus.dispatch_targets.clone());
         Shared {
@@ -124,6 +166,12 @@ impl Shared {
             reconnects: watch::Sender::new(0),
             sessions: Mutex::new(HashMap::new()),
             allow_unauthenticated,
+            stream_opens: limiter(limits.stream_opens_per_peer),
+            agent_calls: limiter(limits.agent_calls_per_second),
+            limits,
+            admitted: Arc::new(crate::mirror::KvMirror::new(
+                tink_bus::ADMITTED_AGENTS_BUCKET,
+            )),
             token_cache: crate::auth::TokenCache::default(),
             secrets: Arc::new(crate::secrets::AgentSecrets::default()),
         }
@@ -143,6 +191,23 @@ impl Shared {
         };
         let age = jiff::Timestamp::now().duration_since(presence.heartbeat);
         Ok((age.as_secs_f64() <= self.bus.config.presence_ttl.as_secs_f64()).then_some(presence))
+    }
+
+    /// Drops the rate limiters' state of keys that have been quiet long enough to be full again.
+    pub(crate) fn forget_idle_limits(&self) {
+        if let Some(l) = &self.stream_opens {
+            l.retain_recent();
+            l.shrink_to_fit();
+        }
+        if let Some(l) = &self.agent_calls {
+            l.retain_recent();
+            l.shrink_to_fit();
+        }
+    }
+
+    /// The number of agent streams this replica holds.
+    pub(crate) fn session_count(&self) -> usize {
+        self.sessions().len()
     }
 
     /// The session token hash of this replica's session of an agent (by bus token).
@@ -257,6 +322,13 @@ pub(crate) async fn open(
         return Err(Status::unavailable(
             "server shutting down; connect to another replica",
         ));
+    }
+    if shared.session_count() >= shared.limits.max_sessions {
+        shared.metrics.error("sessions_full");
+        return Err(Status::resource_exhausted(format!(
+            "this server replica holds its most agent streams ({}); connect to another replica",
+            shared.limits.max_sessions
+        )));
     }
     let live = shared.live_presence(&token).await?;
     let StreamGrant {

@@ -204,7 +204,19 @@ async fn run_agents(
                 let _permit = limit.acquire().await?;
                 let channel = connect(&addr).await?;
                 let mut client = WorkflowServiceClient::new(channel);
-                let stream = open_stream(&mut client, &id).await?;
+                // A machine is admitted once the controller has published its Hardware's ids:
+                // retry a refusal for a while, as the real agent does.
+                let deadline = Instant::now() + Duration::from_secs(120);
+                let stream = loop {
+                    match open_stream(&mut client, &id).await {
+                        Ok(s) => break s,
+                        Err(e) if Instant::now() < deadline => {
+                            let _ = e;
+                            tokio::time::sleep(Duration::from_millis(250)).await;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                };
                 anyhow::Ok((client, stream))
             }
             .await;

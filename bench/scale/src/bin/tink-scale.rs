@@ -500,6 +500,12 @@ async fn start_stack(args: &Args, dir: &Path) -> anyhow::Result<(Stack, kube::Cl
                 // TLS have their own tests and benchmarks).
                 "--insecure".into(),
                 "--allow-unauthenticated-agents".into(),
+                // Every simulated machine connects from 127.0.0.1 and publishes as fast as the
+                // load asks: no per-peer or per-agent rate limits here.
+                "--stream-opens-per-peer".into(),
+                "0".into(),
+                "--agent-calls-per-second".into(),
+                "0".into(),
             ],
             &common,
             &logs,

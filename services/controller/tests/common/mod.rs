@@ -486,17 +486,34 @@ impl Agent {
             .await
             .expect("connects");
         let mut client = WorkflowServiceClient::new(channel);
-        let mut request = tonic::Request::new(GetWorkflowsRequest {
-            agent_id: id.to_string(),
-            instance_id: instance.to_string(),
-        });
-        if let Some(t) = &token {
-            request.metadata_mut().insert(
-                tink_server::auth::TOKEN_HEADER,
-                t.parse().expect("token metadata"),
-            );
-        }
-        let response = client.get_workflows(request).await.expect("GetWorkflows");
+        // A machine is admitted once the controller has published its Hardware's agent ids:
+        // like the real agent, retry that refusal.
+        let response = within(&format!("agent {id} to be admitted"), async {
+            loop {
+                let mut request = tonic::Request::new(GetWorkflowsRequest {
+                    agent_id: id.to_string(),
+                    instance_id: instance.to_string(),
+                });
+                if let Some(t) = &token {
+                    request.metadata_mut().insert(
+                        tink_server::auth::TOKEN_HEADER,
+                        t.parse().expect("token metadata"),
+                    );
+                }
+                match client.get_workflows(request).await {
+                    Ok(response) => break response,
+                    Err(s)
+                        if s.code() == tonic::Code::Unavailable
+                            || (s.code() == tonic::Code::PermissionDenied
+                                && s.message().contains("not admitted")) =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(50)).await
+                    }
+                    Err(s) => panic!("GetWorkflows: {s:?}"),
+                }
+            }
+        })
+        .await;
         // The session token the server issued (absent when it kept the session's token).
         let token = response
             .metadata()

@@ -67,7 +67,15 @@ impl Replica {
         Replica::start_config(config).await
     }
 
-    pub async fn start_config(config: ServerConfig) -> Replica {
+    /// A replica with `config`, admitting agent ids that no Hardware names (no controller runs
+    /// here to publish the admitted ids; `start_config_strict` keeps admission on).
+    pub async fn start_config(mut config: ServerConfig) -> Replica {
+        config.admit_unknown_agents = true;
+        Replica::start_config_strict(config).await
+    }
+
+    /// A replica with `config` as it is.
+    pub async fn start_config_strict(config: ServerConfig) -> Replica {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -133,7 +141,11 @@ impl ProcessReplica {
             .args(["--listen", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
             .args(["--nats-url", nats_url, "--replica-id", replica_id])
             .args(["--presence-ttl-seconds", "3"])
-            .args(["--insecure", "--allow-unauthenticated-agents"])
+            .args([
+                "--insecure",
+                "--allow-unauthenticated-agents",
+                "--admit-unknown-agents",
+            ])
             .env("RUST_LOG", "info")
             .env("TINK_LOG_FORMAT", "text")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")

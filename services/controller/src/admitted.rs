@@ -1,0 +1,219 @@
+//! Which agent ids may connect: the admitted agents bucket ([`tink_bus::ADMITTED_AGENTS_BUCKET`]).
+//!
+//! The leader keeps one entry per agent id a Hardware names (the keys of its
+//! `spec.networkInterfaces`, canonical by the CRD's rule): agent token -> `<namespace>/<name>`.
+//! The servers mirror the bucket and refuse every other id, so a made-up id gets no session, no
+//! consumer and no presence entry.
+//!
+//! - Every Hardware the watch applies adds its ids at once (written only when they differ from
+//!   what this leader last wrote), so a machine can connect within moments of its Hardware.
+//! - A deleted Hardware's ids go at once, unless another Hardware still names them.
+//! - Every `agent_secrets_sweep` (30 s by default) the whole bucket is reconciled with the
+//!   Hardware cache, only once that cache has synced: an empty cache at start must never
+//!   remove every machine's admission.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::TryStreamExt as _;
+use kube::ResourceExt as _;
+use tink_api::v1alpha2::Hardware;
+use tink_workflow::agent_ids;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::shared::Shared;
+
+/// What this leader last wrote (agent token -> value), so unchanged Hardware cost no write.
+#[derive(Debug, Default)]
+pub(crate) struct Written(Mutex<HashMap<String, String>>);
+
+impl Written {
+    fn get(&self, token: &str) -> Option<String> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(token).cloned()
+    }
+
+    fn set(&self, token: &str, value: Option<String>) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match value {
+            Some(v) => map.insert(token.to_string(), v),
+            None => map.remove(token),
+        };
+    }
+}
+
+/// The bucket value of a Hardware: `<namespace>/<name>`.
+fn owner(hw: &Hardware) -> String {
+    format!("{}/{}", hw.namespace().unwrap_or_default(), hw.name_any())
+}
+
+/// The entries the bucket should hold for these Hardware: agent token -> owner (the first
+/// owner in name order when several Hardware name one id; the webhook refuses that, but a
+/// conflict must not take the machine's admission away).
+fn desired<'a>(hardware: impl IntoIterator<Item = &'a Hardware>) -> BTreeMap<String, String> {
+    let mut want = BTreeMap::new();
+    let mut all: Vec<&Hardware> = hardware.into_iter().collect();
+    all.sort_by_key(|h| owner(h));
+    for hw in all {
+        for id in agent_ids(&hw.spec) {
+            if let Ok(token) = tink_bus::agent_token(&id) {
+                want.entry(token).or_insert_with(|| owner(hw));
+            }
+        }
+    }
+    want
+}
+
+/// Called for every Hardware the watch applies: admits its agent ids.
+pub(crate) fn observe(shared: &Arc<Shared>, hw: &Hardware) {
+    let want = desired([hw]);
+    let missing: Vec<(String, String)> = want
+        .into_iter()
+        .filter(|(token, _)| shared.admitted_written.get(token).is_none())
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        for (token, value) in missing {
+            match shared
+                .bus
+                .admitted_agents
+                .put(&token, value.clone().into())
+                .await
+            {
+                Ok(_) => shared.admitted_written.set(&token, Some(value)),
+                Err(e) => {
+                    shared.metrics.error("admitted_agents");
+                    warn!(key = %token, error = %e, "cannot admit an agent id; the sweep retries");
+                }
+            }
+        }
+    });
+}
+
+/// Called for every Hardware the watch sees deleted: removes its ids that no other Hardware
+/// names.
+pub(crate) fn forget(shared: &Arc<Shared>, hw: &Hardware) {
+    let gone: HashSet<String> = desired([hw]).into_keys().collect();
+    if gone.is_empty() {
+        return;
+    }
+    let others: Vec<Arc<Hardware>> = shared
+        .hardware
+        .state()
+        .into_iter()
+        .filter(|h| owner(h) != owner(hw))
+        .collect();
+    let still = desired(others.iter().map(|h| h.as_ref()));
+    let remove: Vec<String> = gone
+        .into_iter()
+        .filter(|t| !still.contains_key(t))
+        .collect();
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        for token in remove {
+            match shared.bus.admitted_agents.delete(&token).await {
+                Ok(()) => shared.admitted_written.set(&token, None),
+                Err(e) => {
+                    shared.metrics.error("admitted_agents");
+                    warn!(key = %token, error = %e, "cannot remove a deleted Hardware's agent id; the sweep retries");
+                }
+            }
+        }
+    });
+}
+
+/// Reconciles the whole bucket with the Hardware cache every `agent_secrets_sweep` until
+/// `term`, once the cache has synced.
+pub(crate) async fn sweep(shared: Arc<Shared>, term: CancellationToken) {
+    tokio::select! {
+        _ = term.cancelled() => return,
+        ready = shared.hardware.wait_until_ready() => if ready.is_err() { return },
+    }
+    let period = shared
+        .config
+        .agent_secrets_sweep
+        .max(Duration::from_millis(100));
+    loop {
+        if let Err(e) = sweep_once(&shared).await {
+            shared.metrics.error("admitted_agents");
+            warn!(error = %e, "admitted agents sweep failed");
+        }
+        tokio::select! {
+            _ = term.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+    }
+}
+
+async fn sweep_once(shared: &Shared) -> anyhow::Result<()> {
+    let state = shared.hardware.state();
+    let want = desired(state.iter().map(|h| h.as_ref()));
+    let bucket = &shared.bus.admitted_agents;
+    let keys: HashSet<String> = bucket.keys().await?.try_collect().await?;
+    let mut removed = 0usize;
+    for key in keys.iter().filter(|k| !want.contains_key(*k)) {
+        bucket.delete(key).await?;
+        shared.admitted_written.set(key, None);
+        removed += 1;
+    }
+    let mut added = 0usize;
+    for (token, value) in want {
+        let current = match bucket.entry(&token).await? {
+            Some(e) if e.operation == async_nats::jetstream::kv::Operation::Put => {
+                Some(String::from_utf8_lossy(&e.value).into_owned())
+            }
+            _ => None,
+        };
+        if current.as_deref() != Some(value.as_str()) {
+            bucket.put(&token, value.clone().into()).await?;
+            added += 1;
+        }
+        shared.admitted_written.set(&token, Some(value));
+    }
+    if added + removed > 0 {
+        info!(added, removed, "admitted agents brought up to date");
+    } else {
+        debug!("admitted agents up to date");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hw(ns: &str, name: &str, macs: &[&str]) -> Hardware {
+        let interfaces: serde_json::Map<String, serde_json::Value> = macs
+            .iter()
+            .map(|m| (m.to_string(), serde_json::json!({})))
+            .collect();
+        tink_api::from_value(serde_json::json!({
+            "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"networkInterfaces": interfaces},
+        }))
+        .expect("hardware")
+    }
+
+    #[test]
+    fn every_id_of_every_hardware_is_admitted_once() {
+        let a = hw("ns", "a", &["aa:bb:cc:00:00:01", "aa:bb:cc:00:00:02"]);
+        let b = hw("ns", "b", &["aa:bb:cc:00:00:02", "aa:bb:cc:00:00:03"]);
+        let want = desired([&b, &a]);
+        let token = |m: &str| tink_bus::agent_token(m).expect("token");
+        assert_eq!(want.len(), 3);
+        assert_eq!(want[&token("aa:bb:cc:00:00:01")], "ns/a");
+        assert_eq!(
+            want[&token("aa:bb:cc:00:00:02")],
+            "ns/a",
+            "the first owner by name"
+        );
+        assert_eq!(want[&token("aa:bb:cc:00:00:03")], "ns/b");
+        assert!(desired([&hw("ns", "c", &[])]).is_empty());
+    }
+}
