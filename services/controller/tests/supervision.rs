@@ -201,7 +201,6 @@ async fn an_unconfirmed_cancellation_is_forced_after_its_timeout() {
 async fn a_workflow_created_before_its_template_proceeds_when_it_appears() {
     let stack = Stack::start().await;
     let controller = stack.leader("c0").await;
-    let mut agent = stack.agent(MAC).await;
     stack.create_workflow("wf1", "m1", "late", json!({})).await;
     let w = stack
         .wait_for("wf1", "waiting for the Template", |w| {
@@ -222,6 +221,8 @@ async fn a_workflow_created_before_its_template_proceeds_when_it_appears() {
         })
         .await;
     stack.create_hardware("m1", MAC).await;
+    // The machine connects once its Hardware admits it.
+    let mut agent = stack.agent(MAC).await;
     let (id, actions) = agent.next_start().await;
     agent.run_all(&id, &actions).await;
     let w = stack.wait_state("wf1", WorkflowState::Succeeded).await;

@@ -29,6 +29,8 @@ async fn sigterm_ends_the_server_in_time_with_nats_gone() {
         .args(["--nats-url", &nats.url(), "--replica-id", "server-a"])
         .args(["--shutdown-grace-seconds", &GRACE.as_secs().to_string()])
         .arg("--insecure")
+        // No controller here to publish the admitted agent ids.
+        .arg("--admit-unknown-agents")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -502,8 +502,11 @@ impl Agent {
                 }
                 match client.get_workflows(request).await {
                     Ok(response) => break response,
+                    // Not admitted yet, or too many streams opened at once from this address:
+                    // the real agent retries both after a pause.
                     Err(s)
                         if s.code() == tonic::Code::Unavailable
+                            || s.code() == tonic::Code::ResourceExhausted
                             || (s.code() == tonic::Code::PermissionDenied
                                 && s.message().contains("not admitted")) =>
                     {
