@@ -178,10 +178,12 @@ impl Shared {
     ) -> Result<AgentId, Status> {
         let caller = self.authenticate_identity(auth, field, claimed).await?;
         let dispatch_field = field.replace("agent_id", "workflow_id");
-        let anonymous = matches!(caller, Caller::Anonymous(_));
+        // Only an event that names no agent needs the record to be attributed at all: look
+        // twice for it (a replicated bucket may answer from a follower a moment behind).
+        let unattributed = matches!(caller, Caller::Anonymous(None));
         let target = self
             .targets
-            .lookup(dispatch_id, anonymous)
+            .lookup(dispatch_id, unattributed)
             .await
             .inspect_err(|_| self.metrics.error("dispatch_target"))?;
         let agent = match (caller, target) {

@@ -140,6 +140,19 @@ async fn check_owner(
     if logs.remembered(agent, workflow_id) {
         return Ok(());
     }
+    // The dispatch's recorded target owns its output (an event another agent stored first
+    // does not).
+    if let Some(target) = shared.targets.lookup(workflow_id, false).await? {
+        if target.agent_id != agent {
+            shared.metrics.error("logs_not_owner");
+            return Err(Status::permission_denied(format!(
+                "batch.workflow_id: workflow {workflow_id} was dispatched to agent {}, not {agent:?}",
+                target.agent_id
+            )));
+        }
+        logs.remember(agent, workflow_id);
+        return Ok(());
+    }
     let subject = tink_bus::events_subject(workflow_id)
         .map_err(|e| Status::invalid_argument(format!("batch.workflow_id: {e}")))?;
     let first = shared

@@ -6,6 +6,9 @@
 //! arrive. A dispatch id names one attempt of one Workflow and goes to one agent, so a record
 //! never changes agent and is cached for good (bounded); only "went to a stream without
 //! credentials" can be added later, by a redelivery to such a stream, and is then written again.
+//! That a dispatch has no record yet is remembered for [`MISSING_TTL`] only (an event about a
+//! dispatch nobody forwarded, e.g. from a benchmark, costs one read per second, not one each),
+//! except by the forwarding replica, which records it at once.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,6 +21,8 @@ use tracing::warn;
 
 /// The most records cached per replica.
 const CACHE_MAX: usize = 65_536;
+/// How long "no record" is remembered.
+const MISSING_TTL: Duration = Duration::from_secs(1);
 /// A record not found is read once more after this pause before an event without credentials
 /// is refused (a replicated bucket's direct get may be answered by a follower a moment behind).
 const MISSING_REREAD: Duration = Duration::from_millis(100);
@@ -26,7 +31,14 @@ const MISSING_REREAD: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub(crate) struct DispatchTargets {
     store: kv::Store,
-    cache: Mutex<HashMap<String, DispatchTarget>>,
+    /// Dispatch id -> its record, or `None` with when it was found missing.
+    cache: Mutex<HashMap<String, Cached>>,
+}
+
+#[derive(Debug, Clone)]
+enum Cached {
+    Found(DispatchTarget),
+    Missing(tokio::time::Instant),
 }
 
 impl DispatchTargets {
@@ -37,17 +49,27 @@ impl DispatchTargets {
         }
     }
 
-    fn cached(&self, dispatch_id: &str) -> Option<DispatchTarget> {
+    /// `Some(Some(t))`: recorded; `Some(None)`: found missing less than [`MISSING_TTL`] ago;
+    /// `None`: not known here.
+    fn cached(&self, dispatch_id: &str) -> Option<Option<DispatchTarget>> {
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.get(dispatch_id).cloned()
+        match cache.get(dispatch_id)? {
+            Cached::Found(t) => Some(Some(t.clone())),
+            Cached::Missing(at) if at.elapsed() < MISSING_TTL => Some(None),
+            Cached::Missing(_) => None,
+        }
     }
 
-    fn remember(&self, dispatch_id: &str, target: DispatchTarget) {
+    fn remember(&self, dispatch_id: &str, target: Option<DispatchTarget>) {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= CACHE_MAX {
             cache.clear();
         }
-        cache.insert(dispatch_id.to_string(), target);
+        let entry = match target {
+            Some(t) => Cached::Found(t),
+            None => Cached::Missing(tokio::time::Instant::now()),
+        };
+        cache.insert(dispatch_id.to_string(), entry);
     }
 
     /// Records that `dispatch_id` is forwarded to `target`, before it is. A record already
@@ -58,8 +80,8 @@ impl DispatchTargets {
         target: DispatchTarget,
     ) -> Result<(), RecordError> {
         let known = match self.cached(dispatch_id) {
-            Some(t) => Some(t),
-            None => self.read(dispatch_id).await?,
+            Some(Some(t)) => Some(t),
+            _ => self.read(dispatch_id).await?,
         };
         let merged = match known {
             Some(known) if known.agent_id != target.agent_id => {
@@ -67,7 +89,7 @@ impl DispatchTargets {
             }
             Some(known) if known.authenticated == target.authenticated || !known.authenticated => {
                 // Nothing new: once it went to a stream without credentials it stays so.
-                self.remember(dispatch_id, known);
+                self.remember(dispatch_id, Some(known));
                 return Ok(());
             }
             _ => target,
@@ -78,7 +100,7 @@ impl DispatchTargets {
             .put(key, merged.to_bytes().into())
             .await
             .map_err(|e| RecordError::Store(e.to_string()))?;
-        self.remember(dispatch_id, merged);
+        self.remember(dispatch_id, Some(merged));
         Ok(())
     }
 
@@ -89,19 +111,22 @@ impl DispatchTargets {
         dispatch_id: &str,
         reread_missing: bool,
     ) -> Result<Option<DispatchTarget>, Status> {
-        if let Some(target) = self.cached(dispatch_id) {
+        let cached = self.cached(dispatch_id);
+        if let Some(Some(target)) = cached {
             return Ok(Some(target));
         }
         let unavailable =
             |e: RecordError| Status::unavailable(format!("{e}; retry with the same event_id"));
-        let mut found = self.read(dispatch_id).await.map_err(unavailable)?;
+        let mut found = match cached {
+            Some(None) if !reread_missing => return Ok(None),
+            Some(None) => None,
+            _ => self.read(dispatch_id).await.map_err(unavailable)?,
+        };
         if found.is_none() && reread_missing {
             tokio::time::sleep(MISSING_REREAD).await;
             found = self.read(dispatch_id).await.map_err(unavailable)?;
         }
-        if let Some(target) = &found {
-            self.remember(dispatch_id, target.clone());
-        }
+        self.remember(dispatch_id, found.clone());
         Ok(found)
     }
 

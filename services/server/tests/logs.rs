@@ -307,3 +307,27 @@ async fn a_call_abandoned_anywhere_then_resent_stores_each_line_once() {
     );
     replica.stop().await.expect("stops");
 }
+
+/// The dispatch's recorded target owns its output, even when another agent's event about it
+/// was stored first (e.g. before the dispatch was forwarded, or by an older replica).
+#[tokio::test]
+async fn the_dispatch_target_owns_its_output_whoever_stored_an_event_first() {
+    let nats = NatsServer::start().await.expect("nats");
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let mut client = replica.client().await;
+    let js = jetstream(&nats.url()).await;
+    let (target, other) = ("aa:bb:cc:dd:ee:41", "aa:bb:cc:dd:ee:42");
+    let wf = "ns/owned/uid-4/1";
+    store_event(&js, receipt_of(other, wf)).await;
+    let _stream = receive_dispatch(&js, &mut client, target, wf).await;
+    client
+        .publish_logs(batch(target, wf, "0-a", 1..=2))
+        .await
+        .expect("the target's output is stored");
+    let status = client
+        .publish_logs(batch(other, wf, "0-a", 3..=3))
+        .await
+        .expect_err("not the other agent's");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    replica.stop().await.expect("stops");
+}
