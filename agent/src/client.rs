@@ -17,7 +17,7 @@ use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tracing::{debug, error, info, warn};
 
-use crate::config::{AgentConfig, Backoff};
+use crate::config::{AgentConfig, Backoff, ServerAddress};
 use crate::metrics::Metrics;
 
 /// Errors building the client side.
@@ -34,6 +34,15 @@ pub enum ClientError {
         /// Why.
         source: tonic::transport::Error,
     },
+    /// An address's scheme contradicts the TLS setting (tonic would talk plaintext to an
+    /// `http://` address even with TLS configured).
+    #[error("server {address}: {reason}")]
+    Scheme {
+        /// The address.
+        address: String,
+        /// Why.
+        reason: &'static str,
+    },
     /// The agent secret cannot be sent as gRPC metadata.
     #[error("agent secret: must be printable ASCII (it is sent as gRPC metadata)")]
     Secret,
@@ -46,6 +55,27 @@ const TRACE_KEYS: [&str; 2] = ["traceparent", "tracestate"];
 pub const TOKEN_HEADER: &str = "x-tink-agent-token";
 /// The metadata key of the machine's pre-shared secret (see tink-server's secrets docs).
 pub const SECRET_HEADER: &str = "x-tink-agent-secret";
+
+/// Refuses addresses whose scheme contradicts the TLS setting: tonic talks plaintext to an
+/// `http://` address even with TLS configured, and cannot reach an `https://` one without it.
+pub fn check_schemes(servers: &[ServerAddress], tls: bool) -> Result<(), ClientError> {
+    for server in servers {
+        let reason = match (server.scheme.as_deref(), tls) {
+            (Some("http"), true) => {
+                "an http:// address is plaintext but TLS is on: give host:port or https://host:port"
+            }
+            (Some("https"), false) => {
+                "an https:// address needs TLS: give the servers' CA (--tls-ca)"
+            }
+            _ => continue,
+        };
+        return Err(ClientError::Scheme {
+            address: server.to_string(),
+            reason,
+        });
+    }
+    Ok(())
+}
 
 /// Lazily connected channels to every server replica, and which one currently serves the
 /// command stream (events go there first).
@@ -67,6 +97,7 @@ impl ServerPool {
         if config.servers.is_empty() {
             return Err(ClientError::NoServers);
         }
+        check_schemes(&config.servers, config.tls.is_some())?;
         let tls = config.tls.as_ref().map(|t| {
             let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&t.ca_pem));
             if let Some((cert, key)) = &t.identity {
@@ -412,5 +443,44 @@ pub async fn publisher(
         warn!(event_id = %left.event.event_id, "shutting down with an unpublished event");
         metrics.events_queued.dec();
         metrics.events_dropped.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ClientTls;
+
+    fn config(servers: &[&str], tls: bool) -> AgentConfig {
+        let mut config = AgentConfig::new(
+            "02:00:00:00:00:01",
+            servers
+                .iter()
+                .map(|s| s.parse().expect("address"))
+                .collect(),
+        );
+        config.tls = tls.then(ClientTls::default);
+        config
+    }
+
+    #[tokio::test]
+    async fn schemes_must_agree_with_tls() {
+        // An http:// address would be plaintext even with TLS configured.
+        let e = ServerPool::new(&config(&["a:1", "http://b:2"], true)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "server http://b:2: an http:// address is plaintext but TLS is on: give host:port or https://host:port"
+        );
+        let e = ServerPool::new(&config(&["https://b:2"], false)).unwrap_err();
+        assert!(e.to_string().contains("needs TLS"), "{e}");
+        for (servers, tls) in [
+            (&["a:1", "https://b:2"][..], true),
+            (&["a:1", "http://b:2"][..], false),
+        ] {
+            assert!(
+                ServerPool::new(&config(servers, tls)).is_ok(),
+                "{servers:?} {tls}"
+            );
+        }
     }
 }

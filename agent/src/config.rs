@@ -80,6 +80,80 @@ pub struct ClientTls {
     pub domain: Option<String>,
 }
 
+/// How the agent reaches its servers, decided at start from its flags and the kernel command
+/// line: TLS unless plaintext is asked for explicitly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// TLS trusting the CA of `--tls-ca`.
+    TlsWithCa,
+    /// TLS trusting the system's roots (`--system-ca`): the kernel command line says
+    /// `tinkerbell_tls=true` for its `grpc_authority` and no `--tls-ca` is given.
+    TlsWithSystemRoots,
+    /// Plaintext HTTP/2 because of `--insecure` (`TINK_AGENT_INSECURE`).
+    PlaintextByFlag,
+    /// Plaintext HTTP/2 because the kernel command line says `tinkerbell_tls=false` for its
+    /// `grpc_authority` (the boot script's explicit choice: Hegel's `--tinkerbell-tls false`).
+    PlaintextByCmdline,
+}
+
+/// The agent was given no way to verify its servers and no explicit plaintext choice.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct TransportError {
+    /// The kernel command line has `tinkerbell_tls=` but the servers come from the flags.
+    pub cmdline_tls_ignored: bool,
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "TLS is required: give the servers' CA with --tls-ca (TINK_AGENT_TLS_CA), or boot \
+             with tinkerbell_tls=true next to grpc_authority= on the kernel command line (the \
+             system's roots, --system-ca, are trusted then); --insecure (TINK_AGENT_INSECURE) \
+             talks plaintext gRPC to servers started with --insecure (development only)",
+        )?;
+        if self.cmdline_tls_ignored {
+            f.write_str(
+                ". The kernel command line's tinkerbell_tls= applies only to its \
+                 grpc_authority= servers, not to --server (TINK_AGENT_SERVERS)",
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Transport {
+    /// Decides the transport. `tls_ca`: `--tls-ca` is given; `insecure`: `--insecure` is given;
+    /// `cmdline_tls`: the kernel command line's `tinkerbell_tls`; `servers_from_cmdline`: the
+    /// servers are the command line's `grpc_authority` (its `tinkerbell_tls` counts only then).
+    /// Flags win over the command line.
+    pub fn choose(
+        tls_ca: bool,
+        insecure: bool,
+        cmdline_tls: Option<bool>,
+        servers_from_cmdline: bool,
+    ) -> Result<Self, TransportError> {
+        let cmdline = if servers_from_cmdline {
+            cmdline_tls
+        } else {
+            None
+        };
+        match (tls_ca, insecure, cmdline) {
+            (true, _, _) => Ok(Self::TlsWithCa),
+            (false, true, _) => Ok(Self::PlaintextByFlag),
+            (false, false, Some(true)) => Ok(Self::TlsWithSystemRoots),
+            (false, false, Some(false)) => Ok(Self::PlaintextByCmdline),
+            (false, false, None) => Err(TransportError {
+                cmdline_tls_ignored: !servers_from_cmdline && cmdline_tls.is_some(),
+            }),
+        }
+    }
+
+    /// Whether the connections are TLS.
+    pub fn is_tls(self) -> bool {
+        matches!(self, Self::TlsWithCa | Self::TlsWithSystemRoots)
+    }
+}
+
 /// Everything the agent needs besides the container runtime.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -87,7 +161,8 @@ pub struct AgentConfig {
     pub agent_id: String,
     /// Server replicas, tried in order, round robin.
     pub servers: Vec<ServerAddress>,
-    /// TLS towards the servers; plain HTTP/2 when `None`.
+    /// TLS towards the servers; plain HTTP/2 when `None` (the binary sets `None` only on an
+    /// explicit choice, see [`Transport`]).
     pub tls: Option<ClientTls>,
     /// First pause after a failed connection or publication.
     pub backoff_initial: Duration,
@@ -275,6 +350,53 @@ mod tests {
         ] {
             assert!(bad.parse::<ServerAddress>().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn tls_unless_plaintext_is_chosen_explicitly() {
+        use Transport::*;
+        // (--tls-ca, --insecure, tinkerbell_tls, servers from the command line) -> transport
+        let cases = [
+            ((true, false, None, false), Ok(TlsWithCa)),
+            ((true, false, Some(false), true), Ok(TlsWithCa)),
+            ((false, true, None, false), Ok(PlaintextByFlag)),
+            ((false, true, Some(true), true), Ok(PlaintextByFlag)),
+            ((false, false, Some(true), true), Ok(TlsWithSystemRoots)),
+            ((false, false, Some(false), true), Ok(PlaintextByCmdline)),
+            // Nothing said: refused.
+            ((false, false, None, true), Err(false)),
+            ((false, false, None, false), Err(false)),
+            // The command line's tinkerbell_tls goes with its grpc_authority only.
+            ((false, false, Some(false), false), Err(true)),
+            ((false, false, Some(true), false), Err(true)),
+        ];
+        for ((ca, insecure, cmdline, from_cmdline), want) in cases {
+            let got = Transport::choose(ca, insecure, cmdline, from_cmdline);
+            let want = want.map_err(|ignored| TransportError {
+                cmdline_tls_ignored: ignored,
+            });
+            assert_eq!(got, want, "{ca} {insecure} {cmdline:?} {from_cmdline}");
+        }
+        let e = Transport::choose(false, false, None, false).unwrap_err();
+        let text = e.to_string();
+        for flag in [
+            "--tls-ca",
+            "TINK_AGENT_TLS_CA",
+            "--insecure",
+            "TINK_AGENT_INSECURE",
+            "tinkerbell_tls=true",
+        ] {
+            assert!(text.contains(flag), "{text}");
+        }
+        assert!(!text.contains("applies only"), "{text}");
+        let e = Transport::choose(false, false, Some(false), false).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("applies only to its grpc_authority="),
+            "{e}"
+        );
+        assert!(TlsWithCa.is_tls() && TlsWithSystemRoots.is_tls());
+        assert!(!PlaintextByFlag.is_tls() && !PlaintextByCmdline.is_tls());
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{ArgAction, Parser};
+use tink_agent::config::Transport;
 use tink_agent::{
     AgentConfig, ClientTls, DockerRunner, Metrics, RegistryConfig, RunnerConfig, ServerAddress,
 };
@@ -40,9 +41,15 @@ struct Args {
         default_value = "/etc/ssl/certs/ca-certificates.crt"
     )]
     system_ca: PathBuf,
-    /// PEM CA bundle that signed the servers' certificates; turns TLS on.
+    /// PEM CA bundle that signed the servers' certificates. TLS is the default: without it the
+    /// agent starts only when the kernel command line gives `grpc_authority` with
+    /// `tinkerbell_tls=true` (system roots) or `tinkerbell_tls=false`, or with --insecure.
     #[arg(long, env = "TINK_AGENT_TLS_CA")]
     tls_ca: Option<PathBuf>,
+    /// Talk plaintext gRPC to the servers (servers started with --insecure; development only:
+    /// commands carry the actions' environment values and the session token).
+    #[arg(long, env = "TINK_AGENT_INSECURE", conflicts_with = "tls_ca")]
+    insecure: bool,
     /// PEM client certificate, for servers that require mutual TLS.
     #[arg(long, env = "TINK_AGENT_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
     tls_cert: Option<PathBuf>,
@@ -188,24 +195,45 @@ async fn main() -> anyhow::Result<()> {
         kexec: split(&args.kexec_command),
         poweroff: split(&args.poweroff_command),
     };
-    if let Some(ca) = &args.tls_ca {
-        config.tls = Some(ClientTls {
-            ca_pem: read(ca)?,
-            identity: match (&args.tls_cert, &args.tls_key) {
-                (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
-                _ => None,
-            },
-            domain: args.tls_domain,
-        });
-    } else if servers_from_cmdline && from_cmdline.tls == Some(true) {
-        config.tls = Some(ClientTls {
+    let transport = Transport::choose(
+        args.tls_ca.is_some(),
+        args.insecure,
+        from_cmdline.tls,
+        servers_from_cmdline,
+    )?;
+    config.tls = match transport {
+        Transport::TlsWithCa => {
+            let ca = args.tls_ca.as_deref().context("--tls-ca")?;
+            Some(ClientTls {
+                ca_pem: read(ca)?,
+                identity: match (&args.tls_cert, &args.tls_key) {
+                    (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+                    _ => None,
+                },
+                domain: args.tls_domain,
+            })
+        }
+        Transport::TlsWithSystemRoots => Some(ClientTls {
             ca_pem: read(&args.system_ca).context(
                 "tinkerbell_tls=true on the kernel command line and no --tls-ca: the system CA bundle is needed",
             )?,
             identity: None,
             domain: None,
-        });
-    }
+        }),
+        Transport::PlaintextByFlag => {
+            tracing::warn!(
+                "--insecure: plaintext gRPC to the servers; commands (with action env values) and the session token cross the network in the clear"
+            );
+            None
+        }
+        Transport::PlaintextByCmdline => {
+            tracing::warn!(
+                "tinkerbell_tls=false on the kernel command line: plaintext gRPC to its grpc_authority servers; commands (with action env values) and the session token cross the network in the clear"
+            );
+            None
+        }
+    };
+    tink_agent::client::check_schemes(&config.servers, config.tls.is_some())?;
     if servers_from_cmdline && from_cmdline.insecure_tls == Some(true) {
         tracing::warn!(
             "tinkerbell_insecure_tls=true on the kernel command line: tink-agent always verifies the server certificate (give its CA with --tls-ca)"

@@ -75,6 +75,7 @@ async fn agent_finds_the_server_from_hegels_kernel_command_line() -> TestResult 
         .env_remove("TINK_AGENT_ID")
         .env_remove("TINK_AGENT_SERVERS")
         .env_remove("TINK_AGENT_TLS_CA")
+        .env_remove("TINK_AGENT_INSECURE")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

@@ -117,6 +117,7 @@ impl AgentProcess {
             .env_remove("TINK_AGENT_TLS_CERT")
             .env_remove("TINK_AGENT_TLS_KEY")
             .env_remove("TINK_AGENT_TLS_DOMAIN")
+            .env_remove("TINK_AGENT_INSECURE")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)

@@ -2,9 +2,9 @@
 //! (`tink_api::conversion::review`): every object in order, uid kept; an object that cannot be
 //! converted fails the review with a message naming its index and field.
 //!
-//! Conversion runs on the blocking pool (a review of a list can hold thousands of objects),
-//! at most `max_concurrent` at once; a panic there becomes a `Failure` result, never a dead
-//! connection. A body that is not a ConversionReview gets HTTP 400 with a `Status`, or a
+//! Parsing, conversion and encoding run on the blocking pool (a review of a list can hold
+//! thousands of objects), at most `max_concurrent_conversions` at once; a panic in the
+//! conversion becomes a `Failure` result, never a dead connection. A body that is not a ConversionReview gets HTTP 400 with a `Status`, or a
 //! `Failure` result when its `request.uid` can be read.
 
 use std::sync::Arc;
@@ -39,23 +39,62 @@ fn malformed(raw: &Value, message: String) -> (StatusCode, Value) {
     }
 }
 
-/// Answers one `POST /convert` body.
+/// Answers one `POST /convert` body: waits for one of `limit`'s slots, then parses, converts
+/// and encodes on the blocking pool (a review of a list can be megabytes of JSON).
 pub async fn handle(
     body: bytes::Bytes,
     limit: Arc<Semaphore>,
     metrics: Metrics,
 ) -> (StatusCode, Value) {
     let started = Instant::now();
-    let (result, objects, answer) = answer(body, limit).await;
+    let (result, objects, reply) = match limit.acquire_owned().await {
+        Ok(permit) => {
+            let span = tracing::Span::current();
+            let done = tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                span.in_scope(|| answer(&body))
+            })
+            .await;
+            match done {
+                Ok(done) => done,
+                Err(e) => {
+                    tracing::error!(error = %e, "conversion panicked");
+                    (
+                        "failure",
+                        0,
+                        (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            status(
+                                500,
+                                "InternalError",
+                                &format!("conversion failed unexpectedly: {e}"),
+                            ),
+                        ),
+                    )
+                }
+            }
+        }
+        Err(_) => (
+            "failure",
+            0,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                status(503, "ServiceUnavailable", "the webhook is shutting down"),
+            ),
+        ),
+    };
     metrics.conversion(result, objects, started.elapsed().as_secs_f64());
-    answer
+    reply
 }
 
-async fn answer(
-    body: bytes::Bytes,
-    limit: Arc<Semaphore>,
-) -> (&'static str, usize, (StatusCode, Value)) {
-    let raw: Value = match serde_json::from_slice(&body) {
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "code": code, "reason": reason, "message": message})
+}
+
+/// Parses, converts and encodes one review (blocking).
+fn answer(body: &[u8]) -> (&'static str, usize, (StatusCode, Value)) {
+    let raw: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => {
             return (
@@ -113,21 +152,11 @@ async fn answer(
         Err(e) => return ("malformed", count, malformed(&raw, e.to_string())),
     };
     drop(raw);
-    let Ok(_permit) = limit.acquire_owned().await else {
-        return (
-            "failure",
-            count,
-            (
-                StatusCode::OK,
-                failure(&uid, "the webhook is shutting down"),
-            ),
-        );
-    };
-    let converted = tokio::task::spawn_blocking(move || {
+    // A panic in the conversion becomes a `Failure` for this review, never a dead connection.
+    let converted = std::panic::catch_unwind(move || {
         let out = tink_api::conversion::review(review);
         serde_json::to_value(out)
-    })
-    .await;
+    });
     match converted {
         Ok(Ok(out)) => {
             let ok = out
@@ -155,7 +184,12 @@ async fn answer(
                 failure(&uid, &format!("cannot encode the converted objects: {e}")),
             ),
         ),
-        Err(e) => {
+        Err(panic) => {
+            let e = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
             tracing::error!(%uid, error = %e, "conversion panicked");
             (
                 "failure",

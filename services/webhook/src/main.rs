@@ -29,13 +29,16 @@ struct Args {
     /// Seconds between checks of the certificate files for changes.
     #[arg(long, env = "TINK_WEBHOOK_TLS_RELOAD_SECONDS", default_value_t = 10)]
     tls_reload_seconds: u64,
-    /// Largest request body in bytes (a ConversionReview of a long list is the largest).
-    #[arg(long, env = "TINK_WEBHOOK_MAX_BODY_BYTES", default_value_t = 64 << 20)]
+    /// Largest request body in bytes (8 MiB: the API server's objects are at most 3 MiB, an
+    /// UPDATE's review carries two); larger bodies get 413 and the API server applies the
+    /// webhook's failurePolicy. Raise it for v1alpha1 lists whose ConversionReview is larger.
+    #[arg(long, env = "TINK_WEBHOOK_MAX_BODY_BYTES", default_value_t = tink_webhook::serve::DEFAULT_MAX_BODY_BYTES)]
     max_body_bytes: usize,
     /// Most open client connections.
     #[arg(long, env = "TINK_WEBHOOK_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
-    /// Most ConversionReviews converted at once.
+    /// Most reviews processed on the blocking pool at once: ConversionReviews, and
+    /// AdmissionReviews over 64 KiB (smaller ones are validated inline).
     #[arg(
         long,
         env = "TINK_WEBHOOK_MAX_CONCURRENT_CONVERSIONS",

@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::response::IntoResponse;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -23,14 +25,26 @@ use tracing::Instrument as _;
 use crate::index::Index;
 use crate::metrics::Metrics;
 
+/// The default largest request body: 8 MiB. The API server refuses objects over 3 MiB
+/// (etcd's request limit is lower still), and an AdmissionReview of an UPDATE carries two of
+/// them (`object`, `oldObject`), plus the envelope.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 8 << 20;
+
+/// Admission bodies up to this size are parsed and validated on the runtime thread that read
+/// them (a typical AdmissionReview is a few KiB and takes microseconds); larger ones on the
+/// blocking pool, under the same bound as conversions.
+pub const INLINE_PARSE_BYTES: usize = 64 << 10;
+
 /// Limits of the server.
 #[derive(Clone, Debug)]
 pub struct ServeLimits {
-    /// Largest request body (a ConversionReview of a long list is the biggest).
+    /// Largest request body; a larger one is answered 413 (before it is read, when its
+    /// `Content-Length` says so). Default [`DEFAULT_MAX_BODY_BYTES`].
     pub max_body_bytes: usize,
     /// Most open connections; further ones wait in the listen backlog.
     pub max_connections: usize,
-    /// Most conversion reviews converted at once (each on a blocking thread).
+    /// Most reviews parsed and processed on the blocking pool at once: every ConversionReview,
+    /// and AdmissionReviews larger than [`INLINE_PARSE_BYTES`]. Further ones wait for a slot.
     pub max_concurrent_conversions: usize,
     /// Time a client has for the TLS handshake and for sending request headers.
     pub handshake_timeout: Duration,
@@ -41,7 +55,7 @@ pub struct ServeLimits {
 impl Default for ServeLimits {
     fn default() -> Self {
         Self {
-            max_body_bytes: 64 << 20,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_connections: 1024,
             max_concurrent_conversions: 4,
             handshake_timeout: Duration::from_secs(10),
@@ -57,8 +71,10 @@ pub struct AppState {
     pub index: Arc<Index>,
     /// Metrics.
     pub metrics: Metrics,
-    /// Bounds concurrent conversions.
+    /// Bounds the reviews processed on the blocking pool (conversions and large admissions).
     pub conversions: Arc<Semaphore>,
+    /// Largest request body.
+    pub max_body_bytes: usize,
 }
 
 impl AppState {
@@ -68,6 +84,7 @@ impl AppState {
             index,
             metrics,
             conversions: Arc::new(Semaphore::new(limits.max_concurrent_conversions.max(1))),
+            max_body_bytes: limits.max_body_bytes,
         }
     }
 }
@@ -77,24 +94,128 @@ pub fn router(state: AppState, limits: &ServeLimits) -> Router {
     Router::new()
         .route("/validate", post(validate))
         .route("/convert", post(convert))
+        // The handlers read the body themselves, with `state.max_body_bytes`; this layer keeps
+        // any other extractor bounded too.
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .with_state(state)
 }
 
-async fn validate(State(state): State<AppState>, body: Bytes) -> impl IntoResponse {
-    let span = tracing::info_span!("admission", bytes = body.len());
-    let (code, out) =
-        span.in_scope(|| crate::admission::handle(&body, &state.index, &state.metrics));
-    (code, axum::Json(out))
+/// A `Status` answer (what the API server expects from a webhook that cannot answer a review).
+fn status(code: StatusCode, reason: &str, message: String) -> Response {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "code": code.as_u16(), "reason": reason, "message": message});
+    (code, axum::Json(body)).into_response()
 }
 
-async fn convert(State(state): State<AppState>, body: Bytes) -> impl IntoResponse {
+/// 413 for a body over `limit` (`size`: its declared length, when known). The API server then
+/// applies the webhook's `failurePolicy`.
+fn too_large(limit: usize, size: Option<u64>) -> Response {
+    let size = match size {
+        Some(n) => format!("of {n} bytes "),
+        None => String::new(),
+    };
+    tracing::warn!(limit, %size, "refusing a request body over the limit");
+    status(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestEntityTooLarge",
+        format!(
+            "request body {size}is larger than the webhook's limit of {limit} bytes \
+             (tink-webhook --max-body-bytes, TINK_WEBHOOK_MAX_BODY_BYTES)"
+        ),
+    )
+}
+
+/// The request body, at most `limit` bytes: a `Content-Length` over the limit is refused before
+/// any of the body is read, a body without one as soon as it passes the limit.
+async fn read_body(request: Request, limit: usize) -> Result<Bytes, Response> {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(n) = declared
+        && n > limit as u64
+    {
+        return Err(too_large(limit, Some(n)));
+    }
+    match axum::body::to_bytes(request.into_body(), limit).await {
+        Ok(body) => Ok(body),
+        Err(e) => {
+            let e = e.into_inner();
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                Err(too_large(limit, None))
+            } else {
+                Err(status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    format!("cannot read the request body: {e}"),
+                ))
+            }
+        }
+    }
+}
+
+async fn validate(State(state): State<AppState>, request: Request) -> Response {
+    let started = Instant::now();
+    let body = match read_body(request, state.max_body_bytes).await {
+        Ok(b) => b,
+        Err(refused) => {
+            let seconds = started.elapsed().as_secs_f64();
+            state.metrics.admission("unknown", "error", seconds);
+            return refused;
+        }
+    };
+    let span = tracing::info_span!("admission", bytes = body.len());
+    if body.len() <= INLINE_PARSE_BYTES {
+        let (code, out) =
+            span.in_scope(|| crate::admission::handle(&body, &state.index, &state.metrics));
+        return (code, axum::Json(out)).into_response();
+    }
+    // A large review: parsed and validated on the blocking pool, a bounded number at once, so
+    // the runtime threads keep serving the small ones.
+    let Ok(_permit) = state.conversions.clone().acquire_owned().await else {
+        return status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "the webhook is shutting down".into(),
+        );
+    };
+    let (index, metrics) = (state.index.clone(), state.metrics.clone());
+    let answered = tokio::task::spawn_blocking(move || {
+        span.in_scope(|| crate::admission::handle(&body, &index, &metrics))
+    })
+    .await;
+    match answered {
+        Ok((code, out)) => (code, axum::Json(out)).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "admission panicked");
+            status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                format!("admission failed unexpectedly: {e}"),
+            )
+        }
+    }
+}
+
+async fn convert(State(state): State<AppState>, request: Request) -> Response {
+    let started = Instant::now();
+    let body = match read_body(request, state.max_body_bytes).await {
+        Ok(b) => b,
+        Err(refused) => {
+            let seconds = started.elapsed().as_secs_f64();
+            state.metrics.conversion("malformed", 0, seconds);
+            return refused;
+        }
+    };
     let span = tracing::info_span!("conversion", bytes = body.len());
     let (code, out) =
         crate::conversion::handle(body, state.conversions.clone(), state.metrics.clone())
             .instrument(span)
             .await;
-    (code, axum::Json(out))
+    (code, axum::Json(out)).into_response()
 }
 
 /// Serves `app` over TLS on `listener` until `shutdown`, then lets open requests finish for
