@@ -320,7 +320,7 @@ pub async fn command_stream(
                 error!(
                     server = address,
                     message = status.message(),
-                    "the server refused this agent's stream: another stream holds its session (if this machine was re-installed, an operator runs `tinkctl agent reset <agent id>`; otherwise it ends when the session expires)"
+                    "the server refused this agent's stream (retrying): its message says why; a machine no Hardware names yet is admitted once one does, and a session held by another stream ends when it expires or an operator runs `tinkctl agent reset <agent id>` (a re-installed machine)"
                 );
             }
             Ok(Err(status)) => {
