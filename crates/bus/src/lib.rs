@@ -12,11 +12,16 @@
 //! | events stream | [`EVENTS_STREAM`] | limits retention, read durably by the controller |
 //! | presence bucket | [`PRESENCE_BUCKET`] | KV: agent token -> [`Presence`] (JSON); entries expire after [`BusConfig::presence_ttl`] |
 //! | agent secrets bucket | [`AGENT_SECRETS_BUCKET`] | KV: agent token -> hex SHA-256 of the machine's pre-shared secret (controller writes, servers read) |
+//! | dispatch targets bucket | [`DISPATCH_TARGETS_BUCKET`] | KV: dispatch id token -> agent id (servers write and read); entries expire after a day |
 //! | logs subject | `tink.logs.<workflow token>.<action token>` | a `LogBatch` (protobuf), see [`LOGS_STREAM`] |
 //! | takeover subject | `tink.presence.takeover.<agent token>` | core NATS: "a newer stream for this agent exists", session id |
 //!
 //! Tokens: agent ids (MAC addresses) and workflow ids (`namespace/name`) contain characters a
-//! subject token, a KV key or a consumer name cannot hold. [`encode_token`] maps any id to a
+//! subject token, a KV key or a consumer name cannot hold.
+//!
+//! Who creates what: the controller (or an admin job) creates and updates every stream and
+//! bucket ([`ensure_streams`]); every other service only finds them ([`verify_streams`]), as
+//! its NATS user (deploy/nats/nats.yaml) may not create, change, delete or purge a stream. [`encode_token`] maps any id to a
 //! reversible token over `[A-Za-z0-9_-]` (see its documentation).
 #![forbid(unsafe_code)]
 
@@ -40,10 +45,11 @@ pub use codec::{
 };
 pub use config::{
     AGENT_SECRET_MISSING, AGENT_SECRETS_BUCKET, AGENT_SECRETS_STREAM, Bus, BusConfig, BusError,
-    CONTROLLER_EVENTS_CONSUMER, DISPATCH_STREAM, EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM,
+    CONTROLLER_EVENTS_CONSUMER, DISPATCH_STREAM, DISPATCH_TARGETS_BUCKET, DISPATCH_TARGETS_MAX_AGE,
+    DISPATCH_TARGETS_STREAM, EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM,
     agent_consumer_config, agent_consumer_name, agent_pull_subject, agent_secrets_stream_config,
-    dispatch_stream_config, ensure_streams, events_consumer_config, events_stream_config,
-    presence_stream_config,
+    dispatch_stream_config, dispatch_targets_stream_config, ensure_streams, events_consumer_config,
+    events_stream_config, presence_stream_config, verify_streams,
 };
 pub use delivery::{
     DeliveryError, Withdrawal, dispatch_received, queued_command, withdraw_command,
