@@ -67,14 +67,22 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     opentelemetry::global::set_text_map_propagator(
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
-    // The real tink-server and controller on a real NATS, whose presence bucket the console
-    // watches.
-    let nats = NatsServer::start().await.expect("nats-server");
+    // The real tink-server and controller on a real NATS with deploy/'s users (each service
+    // its own), whose presence bucket the console watches.
+    let nats = NatsServer::start_deploy().await.expect("nats-server");
+    let auth = |user: &str| {
+        let (user, password) = tink_testkit::nats::deploy_credentials(user);
+        tink_bus::NatsAuth {
+            user: Some(user),
+            password: Some(password),
+            ..Default::default()
+        }
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let server_addr = listener.local_addr().expect("addr");
-    let stack = stack_with(Some(nats.url()), Some(server_addr)).await;
+    let stack = stack_with(Some((nats.url(), auth("tink-console"))), Some(server_addr)).await;
     let admin = stack.admin.clone();
     let console = format!("http://{}", stack.console);
     let shots = screenshots();
@@ -83,17 +91,20 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     let stop = CancellationToken::new();
     let mut server = tink_server::ServerConfig::new(nats.url(), "server-0");
     server.bus = bus.clone();
+    server.nats_auth = auth("tink-server");
     // ReadLogs checks the caller's token with kube-lite.
     server.kube = Some(tink_server::KubeClient(admin.clone()));
+    let server_health = tink_runtime::Health::new();
     tokio::spawn(tink_server::serve(
         server,
         listener,
-        tink_runtime::Health::new(),
+        server_health.clone(),
         tink_server::Metrics::default(),
         stop.clone(),
     ));
     let mut c = tink_controller::ControllerConfig::new(nats.url(), "controller-0");
     c.bus = bus;
+    c.nats_auth = auth("tink-controller");
     c.namespace = Some("a".into());
     c.events_ack_wait = Duration::from_secs(2);
     c.lease = tink_controller::LeaseConfig {
@@ -114,6 +125,13 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     ));
     within("the controller to be ready", async {
         while !controller_health.is_ready() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    // The server verifies the streams the controller created, then turns ready.
+    within("the server to be ready", async {
+        while !server_health.is_ready() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
