@@ -482,32 +482,8 @@ async fn start_stack(args: &Args, dir: &Path) -> anyhow::Result<(Stack, kube::Cl
         ("RUST_LOG", args.log_level.clone()),
         ("KUBECONFIG", kubeconfig.display().to_string()),
     ];
-    let mut grpc = Vec::new();
-    for i in 0..args.servers {
-        let (port, admin) = (free_port()?, free_port()?);
-        let name = format!("server-{i}");
-        let mut p = spawn(
-            &name,
-            &bins.join("tink-server"),
-            &[
-                "--listen".into(),
-                format!("127.0.0.1:{port}"),
-                "--admin-addr".into(),
-                format!("127.0.0.1:{admin}"),
-                "--replica-id".into(),
-                name.clone(),
-                // Plaintext, and the simulated agents present no session token (identity and
-                // TLS have their own tests and benchmarks).
-                "--insecure".into(),
-                "--allow-unauthenticated-agents".into(),
-            ],
-            &common,
-            &logs,
-        )?;
-        wait_ready(&mut p, &format!("127.0.0.1:{admin}"), "/readyz").await?;
-        procs.push(p);
-        grpc.push(format!("127.0.0.1:{port}"));
-    }
+    // The controller first: its leader creates the streams and buckets, which the servers only
+    // verify before they turn ready.
     let admin = format!("127.0.0.1:{}", free_port()?);
     let mut controller = spawn(
         "controller",
@@ -534,6 +510,32 @@ async fn start_stack(args: &Args, dir: &Path) -> anyhow::Result<(Stack, kube::Cl
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     procs.push(controller);
+    let mut grpc = Vec::new();
+    for i in 0..args.servers {
+        let (port, admin) = (free_port()?, free_port()?);
+        let name = format!("server-{i}");
+        let mut p = spawn(
+            &name,
+            &bins.join("tink-server"),
+            &[
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--admin-addr".into(),
+                format!("127.0.0.1:{admin}"),
+                "--replica-id".into(),
+                name.clone(),
+                // Plaintext, and the simulated agents present no session token (identity and
+                // TLS have their own tests and benchmarks).
+                "--insecure".into(),
+                "--allow-unauthenticated-agents".into(),
+            ],
+            &common,
+            &logs,
+        )?;
+        wait_ready(&mut p, &format!("127.0.0.1:{admin}"), "/readyz").await?;
+        procs.push(p);
+        grpc.push(format!("127.0.0.1:{port}"));
+    }
     Ok((
         Stack {
             procs,
