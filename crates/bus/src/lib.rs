@@ -37,7 +37,7 @@ mod subjects;
 mod token;
 
 pub use args::BusArgs;
-pub use auth::{NatsAuth, NatsConnectError, connect};
+pub use auth::{NatsAuth, NatsConnectError, connect, inbox_prefix};
 pub use codec::{
     CodecError, EventKind, InvalidMessage, MSG_ID_HEADER, command_workflow_id, decode_command,
     decode_event, encode_command, encode_event, event_kind, event_msg_id, headers_with,

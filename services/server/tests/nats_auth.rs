@@ -568,6 +568,34 @@ async fn the_controller_console_and_admin_users_keep_to_theirs() {
         "the console stored a command"
     );
 
+    // Nor read what is delivered to the servers (commands, secrets): each user's inbox is its
+    // own.
+    let console_client = connect_as(&nats, "tink-console").await;
+    let mut sniffers = Vec::new();
+    for inbox in [
+        format!("{}.>", tink_bus::inbox_prefix("tink-server")),
+        "_INBOX.>".to_string(),
+    ] {
+        sniffers.push(
+            console_client
+                .subscribe(inbox)
+                .await
+                .expect("a subscription is sent (and refused by the server)"),
+        );
+    }
+    console_client.flush().await.expect("flush");
+    tink_bus::verify_streams(&server, &bus_config())
+        .await
+        .expect("the server's requests are answered on its inbox");
+    for mut sniffer in sniffers {
+        assert!(
+            tokio::time::timeout(FORBIDDEN_TIMEOUT, sniffer.next())
+                .await
+                .is_err_or_none(),
+            "the console read a message delivered to the server"
+        );
+    }
+
     // The administrator (tinkctl) reads output and resets sessions, and nothing else.
     owner
         .presence
@@ -611,4 +639,16 @@ async fn the_controller_console_and_admin_users_keep_to_theirs() {
         0,
         "the admin stored a command"
     );
+}
+
+/// A wait for a subscription's next message that saw none: it timed out, or the subscription
+/// ended (the server refused it).
+trait NothingReceived {
+    fn is_err_or_none(&self) -> bool;
+}
+
+impl<T, E> NothingReceived for Result<Option<T>, E> {
+    fn is_err_or_none(&self) -> bool {
+        matches!(self, Err(_) | Ok(None))
+    }
 }
