@@ -23,7 +23,7 @@ pub use tink_api::TRACE_ID_ANNOTATION;
 #[derive(Subcommand, Debug)]
 pub enum WorkflowCommand {
     /// Follow a Workflow until it ends (exit status 0 only when it Succeeded).
-    Watch(WatchArgs),
+    Watch(Box<WatchArgs>),
     /// Print the output of a Workflow's actions (stored lines, then live ones with -f), each
     /// line prefixed by its action's name. Read through a server under Kubernetes RBAC
     /// (--server), or, for administrators, straight from NATS (--nats-url).
@@ -76,7 +76,7 @@ pub struct WatchArgs {
 pub fn run(cmd: WorkflowCommand) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let args = match cmd {
-        WorkflowCommand::Watch(args) => args,
+        WorkflowCommand::Watch(args) => *args,
         WorkflowCommand::Logs(args) => return rt.block_on(crate::logs::run(*args)),
     };
     rt.block_on(async {

@@ -229,7 +229,7 @@ pub async fn serve(
         match tink_bus::verify_streams(&jetstream, &config.bus).await {
             Ok(bus) => break bus,
             Err(e) => {
-                if attempts % SETUP_LOG_EVERY == 0 {
+                if attempts.is_multiple_of(SETUP_LOG_EVERY) {
                     warn!(error = %e, attempts, "waiting for the JetStream streams and buckets (tink-controller creates them); not ready, retrying every {SETUP_RETRY:?}");
                 }
                 attempts = attempts.saturating_add(1);
@@ -323,7 +323,7 @@ pub async fn serve(
                                     break;
                                 }
                                 Err(e) => {
-                                    if attempts % SETUP_LOG_EVERY == 0 {
+                                    if attempts.is_multiple_of(SETUP_LOG_EVERY) {
                                         warn!(error = %e, attempts, "NATS connected but the streams are not there; not ready, waiting for tink-controller to create them");
                                     }
                                     attempts = attempts.saturating_add(1);
