@@ -297,9 +297,17 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     );
     browser.screenshot(&shots.join("workflow-failed.png")).await;
 
-    // The action output, read from tink-server with alice's own token.
-    let js =
-        async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("nats client"));
+    // The action output (stored as the servers store it, with their NATS user), read from
+    // tink-server with alice's own token.
+    let js = async_nats::jetstream::new(
+        tink_bus::connect(
+            &nats.url(),
+            &auth("tink-server"),
+            async_nats::ConnectOptions::new,
+        )
+        .await
+        .expect("nats client"),
+    );
     for (n, a) in actions.iter().enumerate() {
         let batch = tink_bus::proto::LogBatch {
             workflow_id: id.clone(),
