@@ -371,6 +371,9 @@ async fn nats_restart_loses_no_event() -> TestResult {
     nats.restart().await?;
 
     let js = jetstream(&nats.url()).await?;
+    // The controller's part: after a reconnection its leader ensures the streams again (the
+    // memory-stored presence bucket is gone; the server waits for it, not ready).
+    tink_bus::ensure_streams(&js, &bus_config()).await?;
     let events = events_until(&js, "default/nats", terminal("a3")).await?;
     assert_eq!(
         summary(&events),

@@ -63,6 +63,10 @@ impl Replica {
     ) -> Result<Replica, BoxError> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
+        // The controller's part: the streams exist before a server can be ready (it only
+        // verifies them).
+        let js = async_nats::jetstream::new(async_nats::connect(nats_url).await?);
+        tink_bus::ensure_streams(&js, &bus_config()).await?;
         let mut config = tink_server::ServerConfig::new(nats_url, replica_id);
         config.bus = bus_config();
         // No controller runs here to publish the admitted agent ids.

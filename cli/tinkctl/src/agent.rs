@@ -21,6 +21,36 @@ pub struct ResetArgs {
     /// NATS server URL(s).
     #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
+    /// NATS credentials file (JWT and NKey seed, as `nsc` writes it).
+    #[arg(long, env = "NATS_CREDS")]
+    pub nats_creds: Option<std::path::PathBuf>,
+    /// NATS user (with --nats-password); deploy/'s is `tink-admin` (the dev stack's env file
+    /// sets it).
+    #[arg(long, env = "NATS_USER", requires = "nats_password")]
+    pub nats_user: Option<String>,
+    /// NATS password.
+    #[arg(
+        long,
+        env = "NATS_PASSWORD",
+        requires = "nats_user",
+        hide_env_values = true
+    )]
+    pub nats_password: Option<String>,
+    /// CA certificate (PEM) of the NATS servers; turns TLS on.
+    #[arg(long, env = "NATS_TLS_CA")]
+    pub nats_tls_ca: Option<std::path::PathBuf>,
+}
+
+impl ResetArgs {
+    fn nats_auth(&self) -> tink_bus::NatsAuth {
+        tink_bus::NatsAuth {
+            credentials_file: self.nats_creds.clone(),
+            user: self.nats_user.clone(),
+            password: self.nats_password.clone(),
+            tls_ca: self.nats_tls_ca.clone(),
+            ..Default::default()
+        }
+    }
 }
 
 /// Runs an agent command.
@@ -36,9 +66,11 @@ async fn reset(args: &ResetArgs) -> anyhow::Result<()> {
         .with_context(|| format!("agent id {:?}", args.agent_id))?;
     let key = tink_bus::agent_token(agent.as_str())
         .with_context(|| format!("agent id {:?}", args.agent_id))?;
-    let client = async_nats::connect(&args.nats_url)
-        .await
-        .with_context(|| format!("cannot connect to NATS at {}", args.nats_url))?;
+    let client = tink_bus::connect(&args.nats_url, &args.nats_auth(), || {
+        async_nats::ConnectOptions::new().name("tinkctl agent reset")
+    })
+    .await
+    .with_context(|| format!("cannot connect to NATS at {}", args.nats_url))?;
     let js = async_nats::jetstream::new(client);
     let bucket = js
         .get_key_value(tink_bus::PRESENCE_BUCKET)

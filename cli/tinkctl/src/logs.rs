@@ -502,8 +502,16 @@ pub fn last_lines_through(access: ServerAccess, namespace: String, name: String)
 
 /// Starts following the last output lines of workflow `name` (once it has a dispatch id);
 /// `None`, with a warning on stderr, when NATS cannot be reached (the watch goes on without).
-pub async fn last_lines(nats_url: &str, api: Api<Workflow>, name: String) -> Option<LastLines> {
-    let client = match async_nats::connect(nats_url).await {
+pub async fn last_lines(
+    nats_url: &str,
+    auth: &tink_bus::NatsAuth,
+    api: Api<Workflow>,
+    name: String,
+) -> Option<LastLines> {
+    let connect = tink_bus::connect(nats_url, auth, || {
+        async_nats::ConnectOptions::new().name("tinkctl workflow watch")
+    });
+    let client = match connect.await {
         Ok(client) => client,
         Err(e) => {
             eprintln!("not showing action output: cannot connect to NATS at {nats_url}: {e}");

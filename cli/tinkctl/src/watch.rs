@@ -23,7 +23,7 @@ pub use tink_api::TRACE_ID_ANNOTATION;
 #[derive(Subcommand, Debug)]
 pub enum WorkflowCommand {
     /// Follow a Workflow until it ends (exit status 0 only when it Succeeded).
-    Watch(WatchArgs),
+    Watch(Box<WatchArgs>),
     /// Print the output of a Workflow's actions (stored lines, then live ones with -f), each
     /// line prefixed by its action's name. Read through a server under Kubernetes RBAC
     /// (--server), or, for administrators, straight from NATS (--nats-url).
@@ -46,6 +46,24 @@ pub struct WatchArgs {
     /// bypasses RBAC (see `tinkctl workflow logs`).
     #[arg(long, env = "NATS_URL")]
     pub nats_url: Option<String>,
+    /// NATS credentials file (JWT and NKey seed, as `nsc` writes it).
+    #[arg(long, env = "NATS_CREDS")]
+    pub nats_creds: Option<std::path::PathBuf>,
+    /// NATS user (with --nats-password); deploy/'s is `tink-admin` (the dev stack's env file
+    /// sets it).
+    #[arg(long, env = "NATS_USER", requires = "nats_password")]
+    pub nats_user: Option<String>,
+    /// NATS password.
+    #[arg(
+        long,
+        env = "NATS_PASSWORD",
+        requires = "nats_user",
+        hide_env_values = true
+    )]
+    pub nats_password: Option<String>,
+    /// CA certificate (PEM) of the NATS servers; turns TLS on.
+    #[arg(long, env = "NATS_TLS_CA")]
+    pub nats_tls_ca: Option<std::path::PathBuf>,
     /// With a server (`--server`/`TINK_SERVER`), a terminal shows the last output line of the
     /// running action read through it, under Kubernetes RBAC (`get` on `workflows/log`).
     #[command(flatten)]
@@ -58,7 +76,7 @@ pub struct WatchArgs {
 pub fn run(cmd: WorkflowCommand) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let args = match cmd {
-        WorkflowCommand::Watch(args) => args,
+        WorkflowCommand::Watch(args) => *args,
         WorkflowCommand::Logs(args) => return rt.block_on(crate::logs::run(*args)),
     };
     rt.block_on(async {
@@ -76,7 +94,16 @@ pub fn run(cmd: WorkflowCommand) -> anyhow::Result<()> {
                     None
                 }
             },
-            (None, Some(url)) => crate::logs::last_lines(url, api.clone(), args.name.clone()).await,
+            (None, Some(url)) => {
+                let auth = tink_bus::NatsAuth {
+                    credentials_file: args.nats_creds.clone(),
+                    user: args.nats_user.clone(),
+                    password: args.nats_password.clone(),
+                    tls_ca: args.nats_tls_ca.clone(),
+                    ..Default::default()
+                };
+                crate::logs::last_lines(url, &auth, api.clone(), args.name.clone()).await
+            }
             (None, None) => None,
         };
         let wf = follow_with_output(

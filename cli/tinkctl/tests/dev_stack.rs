@@ -273,6 +273,8 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
         "HEGEL_URL=",
         "TINK_CONSOLE_URL=",
         "TINK_DEV_AGENT_ID='02:00:00:00:00:01'",
+        "NATS_USER=tink-admin",
+        "NATS_PASSWORD=",
     ] {
         assert!(env.contains(key), "{key} missing from the env file:\n{env}");
     }
@@ -408,7 +410,10 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
                 "--kubeconfig",
             ])
             .arg(stack.kubeconfig())
-            .args(["--nats-url", &value("NATS_URL=")]));
+            .args(["--nats-url", &value("NATS_URL=")])
+            // The env file's NATS user: deploy/'s tink-admin (NATS refuses anonymous clients).
+            .env("NATS_USER", value("NATS_USER="))
+            .env("NATS_PASSWORD", value("NATS_PASSWORD=")));
         assert!(out.status.success(), "tinkctl workflow logs");
         logs = String::from_utf8_lossy(&out.stdout).to_string();
         if logs.contains("[configure] configured machine-1") {

@@ -345,6 +345,11 @@ async fn replica(
     tokio_util::sync::CancellationToken,
     tokio::task::JoinHandle<Result<(), tink_server::ServerError>>,
 ) {
+    // The controller's part: the streams exist before a server can be ready.
+    let js = async_nats::jetstream::new(async_nats::connect(nats).await.expect("nats"));
+    tink_bus::ensure_streams(&js, &tink_bus::BusConfig::default())
+        .await
+        .expect("streams");
     let mut config = tink_server::ServerConfig::new(nats, id);
     config.kube = Some(tink_server::KubeClient(client.clone()));
     config.tls = Some(tink_server::TlsConfig {

@@ -1,5 +1,6 @@
-//! The bus flags shared by every service that talks to NATS (the server and the controller), so
-//! both create the streams and bucket with the same settings.
+//! The bus flags shared by every service that talks to NATS (the server and the controller).
+//! The controller creates the streams and buckets with these settings; the server verifies
+//! they exist and uses the timing settings itself.
 
 use std::time::Duration;
 
@@ -73,6 +74,11 @@ pub struct BusArgs {
     /// Seconds action output is kept.
     #[arg(long, env = "TINK_LOGS_MAX_AGE_SECONDS", default_value_t = 7 * 24 * 3600)]
     pub logs_max_age_seconds: u64,
+    /// The most bytes the dispatch targets bucket keeps (dispatch id -> agent id; entries
+    /// expire after a day, new ones are refused while it is full). Used by the controller,
+    /// which creates the bucket.
+    #[arg(long, env = "TINK_DISPATCH_TARGETS_MAX_BYTES", default_value_t = 64 << 20)]
+    pub dispatch_targets_max_bytes: i64,
 }
 
 impl BusArgs {
@@ -107,6 +113,7 @@ impl BusArgs {
             duplicate_window: Duration::from_secs(self.duplicate_window_seconds.max(1)),
             logs_max_bytes: self.logs_max_bytes.max(1 << 20),
             logs_max_age: Duration::from_secs(self.logs_max_age_seconds.max(60)),
+            dispatch_targets_max_bytes: self.dispatch_targets_max_bytes.max(1 << 20),
             ..BusConfig::default()
         }
     }

@@ -87,7 +87,9 @@ impl NatsAuth {
             options = options.nkey(seed.trim().to_string());
         }
         if let (Some(user), Some(password)) = (&self.user, &self.password) {
-            options = options.user_and_password(user.clone(), password.clone());
+            options = options
+                .user_and_password(user.clone(), password.clone())
+                .custom_inbox_prefix(inbox_prefix(user));
         }
         if let Some(ca) = &self.tls_ca {
             options = options.require_tls(true).add_root_certificates(ca.clone());
@@ -97,6 +99,15 @@ impl NatsAuth {
         }
         Ok(options)
     }
+}
+
+/// The inbox prefix of a connection as NATS user `user`: `_INBOX_<user>`. Replies to its
+/// JetStream requests and its pull and watch deliveries arrive under it, so each user's
+/// permissions allow subscribing to its own inbox only (`_INBOX_<user>.>`, deploy/nats/nats.yaml)
+/// and no user can read another's deliveries (commands, secrets). Connections with a
+/// credentials file or an NKey keep NATS's default `_INBOX`.
+pub fn inbox_prefix(user: &str) -> String {
+    format!("_INBOX_{user}")
 }
 
 /// Connects to NATS. A refusal (bad credentials, TLS) is an error at once, so a misconfigured

@@ -1,4 +1,6 @@
-//! Stream, bucket and consumer configuration, and [`ensure_streams`].
+//! Stream, bucket and consumer configuration; [`ensure_streams`] (the controller, or an admin
+//! job: creates or updates every stream and bucket) and [`verify_streams`] (every other
+//! service: finds them, never creates or changes one, as its NATS user may not).
 
 use std::time::Duration;
 
@@ -25,15 +27,14 @@ pub const AGENT_SECRETS_STREAM: &str = "KV_tink_agent_secrets";
 /// secret matches it, so the machine is refused until the Secret exists (fail closed).
 pub const AGENT_SECRET_MISSING: &str = "missing";
 /// The KV bucket of dispatch targets: workflow (dispatch) token -> [`DispatchTarget`] (JSON),
-/// written by the server replica that forwards a StartWorkflow before it forwards it. Every
+/// created by the controller, written by the server replica that forwards a StartWorkflow before
+/// it forwards it (one revision per key, kept as long as events are). Every
 /// replica reads it to tie an event to the agent its dispatch went to: an event from another
 /// agent is refused, and (with unauthenticated agents allowed) an event that names no agent is
 /// recorded for the target of a dispatch that went to a stream without credentials.
 pub const DISPATCH_TARGETS_BUCKET: &str = "tink_dispatch_targets";
 /// The stream backing [`DISPATCH_TARGETS_BUCKET`].
 pub const DISPATCH_TARGETS_STREAM: &str = "KV_tink_dispatch_targets";
-/// The most bytes the dispatch targets bucket keeps (an entry is about 200 bytes).
-pub const DISPATCH_TARGETS_MAX_BYTES: i64 = 64 << 20;
 
 /// Settings of the bus; the defaults suit production and tests alike. Every service gets the
 /// same value (flags of the binaries), so streams are created identically by whoever comes first.
@@ -75,6 +76,9 @@ pub struct BusConfig {
     pub logs_max_bytes: i64,
     /// How long action output is kept.
     pub logs_max_age: Duration,
+    /// The most bytes the dispatch targets bucket keeps (an entry is about 200 bytes; the oldest
+    /// go first when full; entries expire with [`BusConfig::events_max_age`]).
+    pub dispatch_targets_max_bytes: i64,
 }
 
 impl Default for BusConfig {
@@ -94,6 +98,7 @@ impl Default for BusConfig {
             receipt_timeout: Duration::from_secs(30),
             logs_max_bytes: 1 << 30,
             logs_max_age: Duration::from_secs(7 * 24 * 3600),
+            dispatch_targets_max_bytes: 64 << 20,
         }
     }
 }
@@ -117,11 +122,38 @@ pub enum BusError {
         /// Why.
         source: jetstream::context::GetStreamError,
     },
-    /// The presence bucket could not be created or updated.
+    /// A KV bucket could not be opened.
+    #[error("cannot open the KV bucket {bucket}: {source}")]
+    Bucket {
+        /// The bucket.
+        bucket: &'static str,
+        /// Why.
+        source: jetstream::context::KeyValueError,
+    },
+    /// A stream or bucket another service must create does not exist (yet).
     #[error(
-        "cannot open a KV bucket ({PRESENCE_BUCKET}, {AGENT_SECRETS_BUCKET} or {DISPATCH_TARGETS_BUCKET}): {0}"
+        "the JetStream {what} {name} does not exist: tink-controller (or an admin job running `ensure_streams`) creates it; start the controller, or check that it uses the same NATS account"
     )]
-    Bucket(#[source] jetstream::context::KeyValueError),
+    Missing {
+        /// `stream` or `KV bucket`.
+        what: &'static str,
+        /// Its name.
+        name: &'static str,
+    },
+    /// A stream or bucket exists with a setting this service cannot work with.
+    #[error(
+        "the JetStream stream {stream} has {field} {found}, expected {expected}: it was created by another version or configuration; let tink-controller update it"
+    )]
+    Mismatch {
+        /// The stream.
+        stream: &'static str,
+        /// The setting.
+        field: &'static str,
+        /// What this service needs.
+        expected: String,
+        /// What the stream has.
+        found: String,
+    },
     /// An id cannot be used on the bus.
     #[error(transparent)]
     Token(#[from] TokenError),
@@ -244,21 +276,18 @@ pub fn agent_secrets_stream_config(config: &BusConfig) -> stream::Config {
     }
 }
 
-/// The stream backing the dispatch targets bucket (`KV_tink_dispatch_targets`): a KV bucket with
-/// file storage, one revision per key, entries kept as long as events are (a workflow's events
-/// are checked against it for as long as they can arrive), bounded in bytes with the oldest
-/// entries dropped first.
+/// The stream backing the dispatch targets bucket (`KV_tink_dispatch_targets`), configured as
+/// a NATS KV bucket with file storage, one revision per key, entries kept as long as
+/// events are (a workflow's events are checked against it for as long as they can arrive), at
+/// most [`BusConfig::dispatch_targets_max_bytes`], the oldest dropped first.
 pub fn dispatch_targets_stream_config(config: &BusConfig) -> stream::Config {
     stream::Config {
         name: DISPATCH_TARGETS_STREAM.to_string(),
-        description: Some(
-            "tinkerbell dispatch targets: workflow token -> the agent its StartWorkflow went to"
-                .to_string(),
-        ),
+        description: Some("tinkerbell dispatch targets: dispatch id token -> agent id".to_string()),
         subjects: vec![format!("$KV.{DISPATCH_TARGETS_BUCKET}.>")],
         max_messages_per_subject: 1,
         max_age: config.events_max_age,
-        max_bytes: DISPATCH_TARGETS_MAX_BYTES,
+        max_bytes: config.dispatch_targets_max_bytes,
         storage: stream::StorageType::File,
         allow_rollup: true,
         deny_delete: true,
@@ -352,86 +381,139 @@ pub fn events_consumer_config(ack_wait: Duration) -> consumer::pull::Config {
     }
 }
 
-/// Creates the streams and the bucket, or updates them to `config`. Idempotent: every service
-/// calls it at start-up and the first one creates, the others find them.
+/// Every stream the bus needs, with its configuration, in creation order.
+fn all_streams(config: &BusConfig) -> [(&'static str, stream::Config); 7] {
+    [
+        (DISPATCH_STREAM, dispatch_stream_config(config)),
+        (EVENTS_STREAM, events_stream_config(config)),
+        (PRESENCE_STREAM, presence_stream_config(config)),
+        (
+            crate::logs::LOGS_STREAM,
+            crate::logs::logs_stream_config(config),
+        ),
+        (AGENT_SECRETS_STREAM, agent_secrets_stream_config(config)),
+        (
+            DISPATCH_TARGETS_STREAM,
+            dispatch_targets_stream_config(config),
+        ),
+        (
+            crate::admitted::ADMITTED_AGENTS_STREAM,
+            crate::admitted::admitted_agents_stream_config(config),
+        ),
+    ]
+}
+
+/// Creates every stream and bucket, or updates them to `config`. Idempotent. Only the
+/// controller (or an admin job) calls it: its NATS user is the one allowed to create and update
+/// streams. Every other service calls [`verify_streams`].
 pub async fn ensure_streams(
     jetstream: &jetstream::Context,
     config: &BusConfig,
 ) -> Result<Bus, BusError> {
-    let dispatch =
-        ensure_stream(jetstream, dispatch_stream_config(config), DISPATCH_STREAM).await?;
-    let events = ensure_stream(jetstream, events_stream_config(config), EVENTS_STREAM).await?;
-    ensure_stream(jetstream, presence_stream_config(config), PRESENCE_STREAM).await?;
-    let logs = ensure_stream(
-        jetstream,
-        crate::logs::logs_stream_config(config),
-        crate::logs::LOGS_STREAM,
-    )
-    .await?;
-    let presence = jetstream
-        .get_key_value(PRESENCE_BUCKET)
-        .await
-        .map_err(BusError::Bucket)?;
-    ensure_stream(
-        jetstream,
-        agent_secrets_stream_config(config),
-        AGENT_SECRETS_STREAM,
-    )
-    .await?;
-    let agent_secrets = jetstream
-        .get_key_value(AGENT_SECRETS_BUCKET)
-        .await
-        .map_err(BusError::Bucket)?;
-    ensure_stream(
-        jetstream,
-        dispatch_targets_stream_config(config),
-        DISPATCH_TARGETS_STREAM,
-    )
-    .await?;
-    let dispatch_targets = jetstream
-        .get_key_value(DISPATCH_TARGETS_BUCKET)
-        .await
-        .map_err(BusError::Bucket)?;
-    ensure_stream(
-        jetstream,
-        crate::admitted::admitted_agents_stream_config(config),
-        crate::admitted::ADMITTED_AGENTS_STREAM,
-    )
-    .await?;
-    let admitted_agents = jetstream
-        .get_key_value(crate::admitted::ADMITTED_AGENTS_BUCKET)
-        .await
-        .map_err(BusError::Bucket)?;
-    Ok(Bus {
-        dispatch_targets,
-        admitted_agents,
-        jetstream: jetstream.clone(),
-        dispatch,
-        events,
-        presence,
-        agent_secrets,
-        config: config.clone(),
-        logs,
+    for (name, stream_config) in all_streams(config) {
+        jetstream
+            .create_or_update_stream(stream_config)
+            .await
+            .map_err(|source| BusError::Stream {
+                stream: name,
+                source,
+            })?;
+    }
+    open(jetstream, config).await
+}
+
+/// Finds every stream and bucket without creating or changing any, and checks the settings
+/// this service relies on (subjects, retention, one revision per KV key). A missing one is
+/// [`BusError::Missing`], naming it (the controller has not created it yet); a stream with
+/// other settings is [`BusError::Mismatch`].
+pub async fn verify_streams(
+    jetstream: &jetstream::Context,
+    config: &BusConfig,
+) -> Result<Bus, BusError> {
+    for (name, wanted) in all_streams(config) {
+        let found = get_stream(jetstream, name).await?;
+        let found = &found.cached_info().config;
+        check(name, "subjects", &wanted.subjects, &found.subjects)?;
+        check(name, "retention", &wanted.retention, &found.retention)?;
+        // Unlimited is 0 in a request and -1 in the stream's answer.
+        let per_subject = |n: i64| if n <= 0 { -1 } else { n };
+        check(
+            name,
+            "max_messages_per_subject",
+            &per_subject(wanted.max_messages_per_subject),
+            &per_subject(found.max_messages_per_subject),
+        )?;
+        check(
+            name,
+            "allow_direct",
+            &wanted.allow_direct,
+            &found.allow_direct,
+        )?;
+    }
+    open(jetstream, config).await
+}
+
+fn check<T: PartialEq + std::fmt::Debug>(
+    stream: &'static str,
+    field: &'static str,
+    expected: &T,
+    found: &T,
+) -> Result<(), BusError> {
+    if expected == found {
+        return Ok(());
+    }
+    Err(BusError::Mismatch {
+        stream,
+        field,
+        expected: format!("{expected:?}"),
+        found: format!("{found:?}"),
     })
 }
 
-async fn ensure_stream(
+async fn get_stream(
     jetstream: &jetstream::Context,
-    config: stream::Config,
     name: &'static str,
 ) -> Result<stream::Stream, BusError> {
-    jetstream
-        .create_or_update_stream(config)
-        .await
-        .map_err(|source| BusError::Stream {
+    jetstream.get_stream(name).await.map_err(|source| {
+        if let jetstream::context::GetStreamErrorKind::JetStream(e) = source.kind()
+            && e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+        {
+            let what = if name.starts_with("KV_") {
+                "KV bucket"
+            } else {
+                "stream"
+            };
+            let name = name.strip_prefix("KV_").unwrap_or(name);
+            return BusError::Missing { what, name };
+        }
+        BusError::GetStream {
             stream: name,
             source,
-        })?;
+        }
+    })
+}
+
+async fn bucket(
+    jetstream: &jetstream::Context,
+    bucket: &'static str,
+) -> Result<kv::Store, BusError> {
     jetstream
-        .get_stream(name)
+        .get_key_value(bucket)
         .await
-        .map_err(|source| BusError::GetStream {
-            stream: name,
-            source,
-        })
+        .map_err(|source| BusError::Bucket { bucket, source })
+}
+
+/// Handles on the existing streams and buckets.
+async fn open(jetstream: &jetstream::Context, config: &BusConfig) -> Result<Bus, BusError> {
+    Ok(Bus {
+        jetstream: jetstream.clone(),
+        dispatch: get_stream(jetstream, DISPATCH_STREAM).await?,
+        events: get_stream(jetstream, EVENTS_STREAM).await?,
+        presence: bucket(jetstream, PRESENCE_BUCKET).await?,
+        agent_secrets: bucket(jetstream, AGENT_SECRETS_BUCKET).await?,
+        dispatch_targets: bucket(jetstream, DISPATCH_TARGETS_BUCKET).await?,
+        admitted_agents: bucket(jetstream, crate::admitted::ADMITTED_AGENTS_BUCKET).await?,
+        config: config.clone(),
+        logs: get_stream(jetstream, crate::logs::LOGS_STREAM).await?,
+    })
 }

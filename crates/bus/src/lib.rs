@@ -18,7 +18,11 @@
 //! | takeover subject | `tink.presence.takeover.<agent token>` | core NATS: "a newer stream for this agent exists", session id |
 //!
 //! Tokens: agent ids (MAC addresses) and workflow ids (`namespace/name`) contain characters a
-//! subject token, a KV key or a consumer name cannot hold. [`encode_token`] maps any id to a
+//! subject token, a KV key or a consumer name cannot hold.
+//!
+//! Who creates what: the controller (or an admin job) creates and updates every stream and
+//! bucket ([`ensure_streams`]); every other service only finds them ([`verify_streams`]), as
+//! its NATS user (deploy/nats/nats.yaml) may not create, change, delete or purge a stream. [`encode_token`] maps any id to a
 //! reversible token over `[A-Za-z0-9_-]` (see its documentation).
 #![forbid(unsafe_code)]
 
@@ -36,7 +40,7 @@ mod token;
 
 pub use admitted::{ADMITTED_AGENTS_BUCKET, ADMITTED_AGENTS_STREAM, admitted_agents_stream_config};
 pub use args::BusArgs;
-pub use auth::{NatsAuth, NatsConnectError, connect};
+pub use auth::{NatsAuth, NatsConnectError, connect, inbox_prefix};
 pub use codec::{
     CodecError, EventKind, InvalidMessage, MSG_ID_HEADER, command_workflow_id, decode_command,
     decode_event, encode_command, encode_event, event_kind, event_msg_id, headers_with,
@@ -48,7 +52,7 @@ pub use config::{
     DispatchTarget, EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM, agent_consumer_config,
     agent_consumer_name, agent_pull_subject, agent_secrets_stream_config, dispatch_stream_config,
     dispatch_targets_stream_config, ensure_streams, events_consumer_config, events_stream_config,
-    presence_stream_config,
+    presence_stream_config, verify_streams,
 };
 pub use delivery::{
     DeliveryError, Withdrawal, dispatch_received, dispatch_received_by, queued_command,

@@ -193,3 +193,112 @@ async fn the_controller_consumer_reads_every_workflows_events() {
     }
     assert_eq!(seen, ["ns/a", "other/b"]);
 }
+
+#[tokio::test]
+async fn verify_finds_what_ensure_made_and_names_what_is_missing_or_different() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = connect(&nats).await;
+    let config = BusConfig::default();
+    // Nothing created yet: verify creates nothing and names the first missing stream.
+    let e = tink_bus::verify_streams(&js, &config)
+        .await
+        .expect_err("nothing exists yet");
+    assert!(
+        matches!(
+            e,
+            tink_bus::BusError::Missing {
+                what: "stream",
+                name: "TINK_DISPATCH"
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("tink-controller"), "{e}");
+    assert!(
+        js.get_stream(tink_bus::DISPATCH_STREAM).await.is_err(),
+        "verify created a stream"
+    );
+
+    let bus = tink_bus::ensure_streams(&js, &config)
+        .await
+        .expect("ensure");
+    let verified = tink_bus::verify_streams(&js, &config)
+        .await
+        .expect("verify finds everything");
+    assert_eq!(verified.config, config);
+
+    // The dispatch targets bucket: one revision per key, a day, bounded.
+    let info = js
+        .get_stream(tink_bus::DISPATCH_TARGETS_STREAM)
+        .await
+        .expect("targets stream")
+        .info()
+        .await
+        .expect("info")
+        .clone();
+    assert_eq!(info.config.max_messages_per_subject, 1);
+    assert_eq!(info.config.max_age, Duration::from_secs(24 * 3600));
+    assert_eq!(info.config.max_bytes, config.dispatch_targets_max_bytes);
+    assert!(info.config.max_bytes > 0);
+    assert_eq!(info.config.num_replicas, config.replicas);
+    bus.dispatch_targets
+        .put("wf", "agent-1".into())
+        .await
+        .expect("put");
+    bus.dispatch_targets
+        .put("wf", "agent-2".into())
+        .await
+        .expect("put again");
+    let state = js
+        .get_stream(tink_bus::DISPATCH_TARGETS_STREAM)
+        .await
+        .expect("targets stream")
+        .info()
+        .await
+        .expect("info")
+        .state
+        .clone();
+    assert_eq!(state.messages, 1, "one revision kept per key");
+    let entry = bus.dispatch_targets.entry("wf").await.expect("entry");
+    assert_eq!(entry.expect("stored").value, "agent-2");
+
+    // A bucket that disappeared is named as a bucket.
+    js.delete_stream(tink_bus::DISPATCH_TARGETS_STREAM)
+        .await
+        .expect("delete");
+    let e = tink_bus::verify_streams(&js, &config)
+        .await
+        .expect_err("the targets bucket is gone");
+    assert!(
+        matches!(
+            e,
+            tink_bus::BusError::Missing {
+                what: "KV bucket",
+                name: "tink_dispatch_targets"
+            }
+        ),
+        "{e:?}"
+    );
+
+    // A stream with other subjects (another version made it) is refused, naming the field.
+    tink_bus::ensure_streams(&js, &config)
+        .await
+        .expect("ensure");
+    let mut other = tink_bus::events_stream_config(&config);
+    other.subjects = vec!["tink.events.*.*".into()];
+    js.update_stream(other).await.expect("update");
+    let e = tink_bus::verify_streams(&js, &config)
+        .await
+        .expect_err("different subjects");
+    assert!(
+        matches!(
+            e,
+            tink_bus::BusError::Mismatch {
+                stream: "TINK_EVENTS",
+                field: "subjects",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}

@@ -6,6 +6,11 @@
 //! back on the same port with the same store, which is how tests show that a NATS restart loses
 //! no stored message.
 //!
+//! [`NatsServer::start_deploy`] runs the server with deploy/nats/nats.yaml's own `accounts`
+//! block (every service's user and permissions) and test passwords, which
+//! [`deploy_credentials`] hands out per user, so a stack started with it runs under the
+//! permissions production has.
+//!
 //! ```no_run
 //! # async fn example() -> Result<(), tink_testkit::nats::NatsError> {
 //! let mut nats = tink_testkit::nats::NatsServer::start().await?;
@@ -23,6 +28,81 @@ use tokio::process::{Child, Command};
 
 /// The binary started; Debian package `nats-server`.
 pub const NATS_SERVER_BIN: &str = "nats-server";
+
+/// deploy/ (the Kubernetes manifests), whose nats.yaml holds the NATS users and permissions.
+const DEPLOY_NATS_YAML: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/nats/nats.yaml");
+
+/// The NATS users deploy/nats/nats.yaml defines: one per service, and the administrator's.
+pub const DEPLOY_USERS: [&str; 4] = [
+    "tink-controller",
+    "tink-server",
+    "tink-console",
+    "tink-admin",
+];
+
+/// The user and test password of `user` (one of [`DEPLOY_USERS`]) for a server started with
+/// [`NatsServer::start_deploy`]: deploy/ reads user `tink-<name>`'s password from
+/// `$TINK_NATS_<NAME>_PASSWORD`; the test password is `test-<name>-password`.
+pub fn deploy_credentials(user: &str) -> (String, String) {
+    let name = user.strip_prefix("tink-").unwrap_or(user);
+    (user.to_string(), format!("test-{name}-password"))
+}
+
+/// The `accounts { ... }` block of deploy/nats/nats.yaml with every `$TINK_NATS_<NAME>_PASSWORD`
+/// replaced by its test password (see [`deploy_credentials`]).
+pub fn deploy_accounts() -> Result<String, NatsError> {
+    let text = std::fs::read_to_string(DEPLOY_NATS_YAML)
+        .map_err(|e| NatsError::Deploy(format!("cannot read {DEPLOY_NATS_YAML}: {e}")))?;
+    let block = accounts_block(&text).ok_or_else(|| {
+        NatsError::Deploy(format!(
+            "{DEPLOY_NATS_YAML} has no complete `accounts {{ ... }}` block"
+        ))
+    })?;
+    let mut out = String::with_capacity(block.len());
+    let mut rest = block;
+    while let Some(at) = rest.find("$TINK_NATS_") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "$TINK_NATS_".len()..];
+        let end = after
+            .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+            .unwrap_or(after.len());
+        let Some(name) = after[..end].strip_suffix("_PASSWORD") else {
+            return Err(NatsError::Deploy(format!(
+                "unknown variable $TINK_NATS_{}",
+                &after[..end]
+            )));
+        };
+        out.push_str(
+            &deploy_credentials(&format!(
+                "tink-{}",
+                name.to_ascii_lowercase().replace('_', "-")
+            ))
+            .1,
+        );
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The text from `accounts {` to its matching `}`.
+fn accounts_block(text: &str) -> Option<&str> {
+    let start = text.find("accounts {")?;
+    let mut depth = 0;
+    for (i, c) in text[start..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(&text[start..start + i + 1]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
 
 /// How long a starting server may take to write its ports file and accept connections.
 const START_DEADLINE: Duration = Duration::from_secs(20);
@@ -55,6 +135,9 @@ pub enum NatsError {
         /// The server's log file.
         log: PathBuf,
     },
+    /// deploy/nats/nats.yaml cannot be read or has no accounts block.
+    #[error("deploy/nats/nats.yaml: {0}")]
+    Deploy(String),
     /// Waiting for or killing the process failed.
     #[error("cannot stop {NATS_SERVER_BIN}: {0}")]
     Stop(#[source] io::Error),
@@ -114,6 +197,13 @@ impl NatsServer {
         };
         server.launch(None).await?;
         Ok(server)
+    }
+
+    /// Like [`start`](Self::start) with deploy/nats/nats.yaml's `accounts` block: every
+    /// service's user with its permissions, test passwords from [`deploy_credentials`]. No
+    /// anonymous connection is accepted.
+    pub async fn start_deploy() -> Result<Self, NatsError> {
+        Self::start_with_config(&deploy_accounts()?).await
     }
 
     /// The client URL, `nats://127.0.0.1:PORT`.
@@ -284,6 +374,34 @@ mod tests {
             err.to_string().contains("apt-get install nats-server"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn deploy_accounts_have_every_user_with_its_test_password() {
+        let accounts = deploy_accounts().expect("deploy accounts");
+        assert!(accounts.starts_with("accounts {"), "{accounts}");
+        assert!(!accounts.contains("$TINK_NATS_"), "{accounts}");
+        for user in DEPLOY_USERS {
+            let (user, password) = deploy_credentials(user);
+            assert!(
+                accounts.contains(&format!("user: {user}, password: {password}")),
+                "{user}: {accounts}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn deploy_accounts_refuse_anonymous_clients() {
+        let nats = NatsServer::start_deploy()
+            .await
+            .expect("nats-server starts with deploy's accounts");
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", nats.port()))
+            .await
+            .expect("connects");
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        reader.read_line(&mut line).await.expect("reads INFO");
+        assert!(line.contains("\"auth_required\":true"), "{line}");
     }
 
     #[tokio::test]

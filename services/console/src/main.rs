@@ -48,6 +48,18 @@ struct Args {
     /// NATS credentials file (JWT and NKey seed) for the presence watch.
     #[arg(long, env = "NATS_CREDS")]
     nats_creds: Option<std::path::PathBuf>,
+    /// NATS user for the presence watch (with --nats-password); deploy/'s is `tink-console`,
+    /// which may only watch the presence bucket.
+    #[arg(long, env = "NATS_USER", requires = "nats_password")]
+    nats_user: Option<String>,
+    /// NATS password.
+    #[arg(
+        long,
+        env = "NATS_PASSWORD",
+        requires = "nats_user",
+        hide_env_values = true
+    )]
+    nats_password: Option<String>,
     /// CA certificate (PEM) of the NATS servers; turns TLS on.
     #[arg(long, env = "NATS_TLS_CA")]
     nats_tls_ca: Option<std::path::PathBuf>,
@@ -107,6 +119,8 @@ async fn main() -> anyhow::Result<()> {
             nats_url,
             auth: tink_bus::NatsAuth {
                 credentials_file: args.nats_creds,
+                user: args.nats_user,
+                password: args.nats_password,
                 tls_ca: args.nats_tls_ca,
                 ..Default::default()
             },

@@ -67,14 +67,22 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     opentelemetry::global::set_text_map_propagator(
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );
-    // The real tink-server and controller on a real NATS, whose presence bucket the console
-    // watches.
-    let nats = NatsServer::start().await.expect("nats-server");
+    // The real tink-server and controller on a real NATS with deploy/'s users (each service
+    // its own), whose presence bucket the console watches.
+    let nats = NatsServer::start_deploy().await.expect("nats-server");
+    let auth = |user: &str| {
+        let (user, password) = tink_testkit::nats::deploy_credentials(user);
+        tink_bus::NatsAuth {
+            user: Some(user),
+            password: Some(password),
+            ..Default::default()
+        }
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let server_addr = listener.local_addr().expect("addr");
-    let stack = stack_with(Some(nats.url()), Some(server_addr)).await;
+    let stack = stack_with(Some((nats.url(), auth("tink-console"))), Some(server_addr)).await;
     let admin = stack.admin.clone();
     let console = format!("http://{}", stack.console);
     let shots = screenshots();
@@ -85,17 +93,20 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     server.bus = bus.clone();
     // The agents connect right after their Hardware is created (admission has its own tests).
     server.admit_unknown_agents = true;
+    server.nats_auth = auth("tink-server");
     // ReadLogs checks the caller's token with kube-lite.
     server.kube = Some(tink_server::KubeClient(admin.clone()));
+    let server_health = tink_runtime::Health::new();
     tokio::spawn(tink_server::serve(
         server,
         listener,
-        tink_runtime::Health::new(),
+        server_health.clone(),
         tink_server::Metrics::default(),
         stop.clone(),
     ));
     let mut c = tink_controller::ControllerConfig::new(nats.url(), "controller-0");
     c.bus = bus;
+    c.nats_auth = auth("tink-controller");
     c.namespace = Some("a".into());
     c.events_ack_wait = Duration::from_secs(2);
     c.lease = tink_controller::LeaseConfig {
@@ -116,6 +127,13 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     ));
     within("the controller to be ready", async {
         while !controller_health.is_ready() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    // The server verifies the streams the controller created, then turns ready.
+    within("the server to be ready", async {
+        while !server_health.is_ready() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
@@ -281,9 +299,17 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     );
     browser.screenshot(&shots.join("workflow-failed.png")).await;
 
-    // The action output, read from tink-server with alice's own token.
-    let js =
-        async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("nats client"));
+    // The action output (stored as the servers store it, with their NATS user), read from
+    // tink-server with alice's own token.
+    let js = async_nats::jetstream::new(
+        tink_bus::connect(
+            &nats.url(),
+            &auth("tink-server"),
+            async_nats::ConnectOptions::new,
+        )
+        .await
+        .expect("nats client"),
+    );
     for (n, a) in actions.iter().enumerate() {
         let batch = tink_bus::proto::LogBatch {
             workflow_id: id.clone(),

@@ -46,8 +46,10 @@ pub(crate) async fn lead(
     metrics: Metrics,
     health: Health,
     jetstream: jetstream::Context,
+    mut reconnects: tokio::sync::watch::Receiver<u64>,
     term: CancellationToken,
 ) -> Result<(), Error> {
+    reconnects.borrow_and_update();
     let bus = loop {
         match tink_bus::ensure_streams(&jetstream, &config.bus).await {
             Ok(bus) => break bus,
@@ -61,6 +63,40 @@ pub(crate) async fn lead(
             }
         }
     };
+    // The leader owns the streams and buckets: after a NATS reconnection it ensures them again
+    // (the servers wait, not ready, until they exist).
+    {
+        let (jetstream, bus_config, metrics, term) = (
+            jetstream.clone(),
+            config.bus.clone(),
+            metrics.clone(),
+            term.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = term.cancelled() => return,
+                    changed = reconnects.changed() => if changed.is_err() { return },
+                }
+                loop {
+                    match tink_bus::ensure_streams(&jetstream, &bus_config).await {
+                        Ok(_) => {
+                            info!("NATS reconnected; the streams and buckets are in place");
+                            break;
+                        }
+                        Err(e) => {
+                            metrics.error("nats");
+                            warn!(error = %e, "NATS reconnected but the streams cannot be set up yet; retrying");
+                            tokio::select! {
+                                _ = term.cancelled() => return,
+                                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    }
     let ns = config.namespace.as_deref();
     let wc = watcher::Config::default();
 

@@ -85,10 +85,23 @@ pub async fn run(
 ) -> Result<(), Error> {
     health.set_ready(false);
     let name = format!("tink-controller {}", config.replica_id);
+    // Counts reconnections: the leader ensures the streams again after one (a NATS server that
+    // lost its store, or memory streams after a restart, gets them back; the servers only
+    // verify and wait for them).
+    let reconnects = std::sync::Arc::new(tokio::sync::watch::channel(0u64).0);
     let nats = tink_bus::connect(&config.nats_url, &config.nats_auth, || {
+        let reconnects = reconnects.clone();
         async_nats::ConnectOptions::new()
             .name(name.clone())
             .max_reconnects(None)
+            .event_callback(move |event| {
+                let reconnects = reconnects.clone();
+                async move {
+                    if matches!(event, async_nats::Event::Connected) {
+                        reconnects.send_modify(|n| *n += 1);
+                    }
+                }
+            })
     })
     .await
     .map_err(Error::Nats)?;
@@ -116,6 +129,7 @@ pub async fn run(
             metrics.clone(),
             health.clone(),
             jetstream.clone(),
+            reconnects.subscribe(),
             term.clone(),
         );
         let keeper = elector.keep(&term);

@@ -16,7 +16,7 @@ const MAC: &str = "aa:bb:cc:00:00:61";
 const OTHER: &str = "aa:bb:cc:00:00:62";
 
 async fn admitted(stack: &Stack, agent: &str) -> Option<String> {
-    let js = async_nats::jetstream::new(async_nats::connect(stack.nats.url()).await.ok()?);
+    let js = stack.jetstream_as("tink-controller").await;
     let bucket = js
         .get_key_value(tink_bus::ADMITTED_AGENTS_BUCKET)
         .await

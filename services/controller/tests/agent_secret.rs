@@ -44,11 +44,7 @@ async fn open(stack: &Stack, secret: Option<&str>) -> Result<(), tonic::Status> 
 }
 
 async fn bucket_value_of(stack: &Stack, mac: &str) -> Option<String> {
-    let js = async_nats::jetstream::new(
-        async_nats::connect(stack.nats.url())
-            .await
-            .expect("nats connects"),
-    );
+    let js = stack.jetstream_as("tink-controller").await;
     let bucket = js
         .get_key_value(tink_bus::AGENT_SECRETS_BUCKET)
         .await

@@ -61,6 +61,7 @@ async fn chaos_role() {
                 .expect("bind");
             let mut config = tink_server::ServerConfig::new(nats, id);
             config.bus = chaos_bus();
+            config.nats_auth = nats_auth("tink-server");
             tink_server::serve(
                 config,
                 listener,
@@ -92,6 +93,7 @@ async fn chaos_role() {
 
 fn controller_config(nats: &str, id: &str) -> tink_controller::ControllerConfig {
     let mut c = tink_controller::ControllerConfig::new(nats, id);
+    c.nats_auth = nats_auth("tink-controller");
     c.namespace = Some(NS.into());
     c.events_ack_wait = Duration::from_secs(2);
     c.workflow.backoff_base = Duration::from_millis(300);

@@ -88,7 +88,7 @@ async fn a_start_lost_before_its_publish_is_published_after_a_restart() {
     // command is removed from the queue, as if it had never been stored.
     let token = agent.token.clone();
     drop(agent);
-    let js = async_nats::jetstream::new(async_nats::connect(stack.nats.url()).await.unwrap());
+    let js = stack.jetstream_as("tink-controller").await;
     let dispatch = js.get_stream(tink_bus::DISPATCH_STREAM).await.unwrap();
     let msg_id = format!("{id}/start");
     within("the start to be back in the queue", async {
@@ -308,8 +308,8 @@ async fn an_event_from_another_agent_is_refused_and_reported() {
     agent.started(&id, &actions[0]).await;
     stack.wait_state("wf1", WorkflowState::Running).await;
     // Someone with access to the bus forges the end of the workflow, as another agent and as
-    // none at all.
-    let js = async_nats::jetstream::new(async_nats::connect(stack.nats.url()).await.unwrap());
+    // none at all (only the servers' user may publish events).
+    let js = stack.jetstream_as("tink-server").await;
     for claimed in ["aa:bb:cc:00:00:99", ""] {
         for a in &actions {
             let forged = tink_bus::proto::Event {

@@ -28,6 +28,11 @@ async fn sigterm_ends_the_controller_in_time_with_its_dependencies_gone() {
             "--nats-url",
             &stack.nats.url(),
         ])
+        .env("NATS_USER", "tink-controller")
+        .env(
+            "NATS_PASSWORD",
+            tink_testkit::nats::deploy_credentials("tink-controller").1,
+        )
         .args(["--namespace", NS, "--lease-namespace", "tink-system"])
         .args(["--shutdown-grace-seconds", &GRACE.as_secs().to_string()])
         .env("KUBECONFIG", &kubeconfig)

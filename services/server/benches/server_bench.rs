@@ -73,6 +73,10 @@ struct ServerProcess {
 
 impl ServerProcess {
     async fn start(nats_url: &str) -> anyhow::Result<Self> {
+        // The controller's part: the streams exist before the server can be ready (it only
+        // verifies them).
+        let js = async_nats::jetstream::new(async_nats::connect(nats_url).await?);
+        tink_bus::ensure_streams(&js, &tink_bus::BusConfig::default()).await?;
         // A free port, picked here so the server's log level does not matter (a benchmark may
         // lose this race to another process; it then fails to start and says so).
         let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;

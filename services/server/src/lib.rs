@@ -89,6 +89,8 @@ pub const UNAUTHENTICATED_AGENTS_NOTE: &str = "--allow-unauthenticated-agents is
 const CLEANUP_GRACE: Duration = Duration::from_secs(5);
 /// Pause between attempts to set up the streams while NATS is unreachable.
 const SETUP_RETRY: Duration = Duration::from_secs(1);
+/// While the streams are missing, one warning per this many attempts.
+const SETUP_LOG_EVERY: u32 = 30;
 
 /// TLS material (PEM).
 #[derive(Clone, Debug)]
@@ -208,7 +210,8 @@ pub enum ServerError {
 
 /// Runs one replica on `listener` until `shutdown` is cancelled.
 ///
-/// Connects to NATS (retrying while it is unreachable), makes sure the streams exist, then
+/// Connects to NATS (retrying while it is unreachable), waits until the streams exist (the
+/// controller creates them: this service's NATS user may not), then
 /// serves `WorkflowService` and the gRPC health service. `health` turns ready only while NATS is
 /// connected and the streams exist. On shutdown every agent stream ends with UNAVAILABLE (so
 /// agents reconnect to another replica), in-flight calls finish, and presence entries are
@@ -240,11 +243,17 @@ pub async fn serve(
     .map_err(ServerError::Nats)?;
     let jetstream = async_nats::jetstream::new(client.clone());
 
+    // The controller creates the streams and buckets; this replica only finds them (its NATS
+    // user may not create one) and waits, not ready, until they exist.
+    let mut attempts = 0u32;
     let bus = loop {
-        match tink_bus::ensure_streams(&jetstream, &config.bus).await {
+        match tink_bus::verify_streams(&jetstream, &config.bus).await {
             Ok(bus) => break bus,
             Err(e) => {
-                warn!(error = %e, "cannot set up the JetStream streams yet; retrying");
+                if attempts.is_multiple_of(SETUP_LOG_EVERY) {
+                    warn!(error = %e, attempts, "waiting for the JetStream streams and buckets (tink-controller creates them); not ready, retrying every {SETUP_RETRY:?}");
+                }
+                attempts = attempts.saturating_add(1);
                 tokio::select! {
                     _ = shutdown.cancelled() => return Ok(()),
                     _ = tokio::time::sleep(SETUP_RETRY) => {}
@@ -252,6 +261,9 @@ pub async fn serve(
             }
         }
     };
+    if attempts > 0 {
+        info!(attempts, "the JetStream streams and buckets exist");
+    }
 
     if config.allow_unauthenticated_agents {
         warn!("{UNAUTHENTICATED_AGENTS_NOTE}");
@@ -323,8 +335,7 @@ pub async fn serve(
     }
     set_serving(true).await;
 
-    // Readiness follows the NATS connection; after a reconnect the streams are ensured again
-    // (a NATS server that lost its store gets them back).
+    // Readiness follows the NATS connection; after a reconnect the streams are verified again.
     let watcher = {
         let shared = shared.clone();
         let shutdown = shutdown.clone();
@@ -341,17 +352,33 @@ pub async fn serve(
                         set_serving(false).await;
                     }
                     Some(async_nats::Event::Connected) => {
-                        match tink_bus::ensure_streams(&shared.bus.jetstream, &shared.bus.config)
+                        // Not ready until the streams exist again (a NATS server that lost its
+                        // store gets them back from the controller).
+                        let mut attempts = 0u32;
+                        loop {
+                            match tink_bus::verify_streams(
+                                &shared.bus.jetstream,
+                                &shared.bus.config,
+                            )
                             .await
-                        {
-                            Ok(_) => {
-                                info!("NATS connected; ready");
-                                // Pull requests waiting on the old connection may be lost.
-                                shared.reconnects.send_modify(|n| *n += 1);
-                                set_serving(true).await;
-                            }
-                            Err(e) => {
-                                warn!(error = %e, "NATS connected but streams are not set up")
+                            {
+                                Ok(_) => {
+                                    info!("NATS connected; ready");
+                                    // Pull requests waiting on the old connection may be lost.
+                                    shared.reconnects.send_modify(|n| *n += 1);
+                                    set_serving(true).await;
+                                    break;
+                                }
+                                Err(e) => {
+                                    if attempts.is_multiple_of(SETUP_LOG_EVERY) {
+                                        warn!(error = %e, attempts, "NATS connected but the streams are not there; not ready, waiting for tink-controller to create them");
+                                    }
+                                    attempts = attempts.saturating_add(1);
+                                    tokio::select! {
+                                        _ = shutdown.cancelled() => return,
+                                        _ = tokio::time::sleep(SETUP_RETRY) => {}
+                                    }
+                                }
                             }
                         }
                     }

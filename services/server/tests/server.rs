@@ -341,6 +341,9 @@ async fn a_nats_restart_loses_no_event_and_no_command() {
         .expect("stored before the restart");
 
     nats.restart().await.expect("nats restarts");
+    // The controller's part: after a reconnection its leader ensures the streams again (the
+    // memory-stored presence bucket does not survive a restart; the server only waits for it).
+    create_streams(&nats.url(), &bus_config()).await;
 
     // The agent retries until the server confirms, as a real agent does.
     within("the event after the restart to be stored", async {
@@ -544,6 +547,16 @@ async fn the_binary_is_ready_only_while_nats_is_connected() {
         "still alive"
     );
     nats.restart().await.expect("nats back");
+    // The controller's part (see a_nats_restart_loses_no_event_and_no_command).
+    create_streams(
+        &nats.url(),
+        &tink_bus::BusConfig {
+            presence_ttl: Duration::from_secs(3),
+            presence_heartbeat: Duration::from_secs(1),
+            ..Default::default()
+        },
+    )
+    .await;
     eventually("ready again", || async {
         http_get(replica.admin, "/readyz").await.0 == 200
     })

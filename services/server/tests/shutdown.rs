@@ -15,6 +15,8 @@ const SLACK: Duration = Duration::from_secs(8);
 #[tokio::test]
 async fn sigterm_ends_the_server_in_time_with_nats_gone() {
     let mut nats = NatsServer::start().await.expect("nats");
+    // The controller's part: the streams exist before the server can be ready.
+    create_streams(&nats.url(), &tink_bus::BusConfig::default()).await;
     let listen = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("addr")

@@ -482,6 +482,34 @@ async fn start_stack(args: &Args, dir: &Path) -> anyhow::Result<(Stack, kube::Cl
         ("RUST_LOG", args.log_level.clone()),
         ("KUBECONFIG", kubeconfig.display().to_string()),
     ];
+    // The controller first: its leader creates the streams and buckets, which the servers only
+    // verify before they turn ready.
+    let admin = format!("127.0.0.1:{}", free_port()?);
+    let mut controller = spawn(
+        "controller",
+        &bins.join("tink-controller"),
+        &[
+            "--admin-addr".into(),
+            admin.clone(),
+            "--replica-id".into(),
+            "controller-0".into(),
+        ],
+        &common,
+        &logs,
+    )?;
+    wait_ready(&mut controller, &admin, "/readyz").await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, body) = http_get(&admin, "/metrics").await?;
+        if body.lines().any(|l| l.trim() == "tink_controller_leader 1") {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the controller did not become leader within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    procs.push(controller);
     let mut grpc = Vec::new();
     for i in 0..args.servers {
         let (port, admin) = (free_port()?, free_port()?);
@@ -514,32 +542,6 @@ async fn start_stack(args: &Args, dir: &Path) -> anyhow::Result<(Stack, kube::Cl
         procs.push(p);
         grpc.push(format!("127.0.0.1:{port}"));
     }
-    let admin = format!("127.0.0.1:{}", free_port()?);
-    let mut controller = spawn(
-        "controller",
-        &bins.join("tink-controller"),
-        &[
-            "--admin-addr".into(),
-            admin.clone(),
-            "--replica-id".into(),
-            "controller-0".into(),
-        ],
-        &common,
-        &logs,
-    )?;
-    wait_ready(&mut controller, &admin, "/readyz").await?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, body) = http_get(&admin, "/metrics").await?;
-        if body.lines().any(|l| l.trim() == "tink_controller_leader 1") {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("the controller did not become leader within 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    procs.push(controller);
     Ok((
         Stack {
             procs,

@@ -49,6 +49,74 @@ pub enum DevCommand {
     /// Write a development CA and the webhook's serving certificate into a directory
     /// (`ca.crt`, `webhook.crt`, `webhook.key`; kept when present), as `dev up` does.
     Certs(CertsArgs),
+    /// Write the NATS users and permissions of deploy/nats/nats.yaml (its `accounts` block, with
+    /// the passwords read from `$TINK_NATS_<USER>_PASSWORD` by nats-server) into a
+    /// configuration file for `nats-server -c`, as `dev up` and compose run NATS.
+    NatsConfig(NatsConfigArgs),
+}
+
+/// Arguments of `tinkctl dev nats-config`.
+#[derive(Args, Debug, Clone)]
+pub struct NatsConfigArgs {
+    /// The file to write.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// deploy/nats/nats.yaml, built in: its `accounts` block is the NATS users and permissions the
+/// development stack runs with, so it runs under production's permissions.
+const DEPLOY_NATS_YAML: &str = include_str!("../../../../deploy/nats/nats.yaml");
+
+/// The NATS users of deploy/nats/nats.yaml: (user, the variable nats-server reads its password
+/// from). tinkctl itself connects as `tink-admin`.
+pub const NATS_USERS: [(&str, &str); 4] = [
+    ("tink-controller", "TINK_NATS_CONTROLLER_PASSWORD"),
+    ("tink-server", "TINK_NATS_SERVER_PASSWORD"),
+    ("tink-console", "TINK_NATS_CONSOLE_PASSWORD"),
+    ("tink-admin", "TINK_NATS_ADMIN_PASSWORD"),
+];
+
+/// The `accounts { ... }` block of deploy/nats/nats.yaml.
+pub fn nats_accounts() -> anyhow::Result<&'static str> {
+    let text = DEPLOY_NATS_YAML;
+    let start = text
+        .find("accounts {")
+        .context("deploy/nats/nats.yaml has no accounts block")?;
+    let mut depth = 0;
+    for (i, c) in text[start..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Ok(&text[start..=start + i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    bail!("deploy/nats/nats.yaml: the accounts block does not end")
+}
+
+/// A nats-server configuration file with deploy/'s users (passwords from the environment).
+fn write_nats_config(path: &Path) -> anyhow::Result<()> {
+    let text = format!(
+        "# Written by tinkctl from deploy/nats/nats.yaml: every service's user and permissions.\n# nats-server reads the passwords from the environment: {}.\n{}\n",
+        NATS_USERS.map(|(_, var)| var).join(", "),
+        nats_accounts()?
+    );
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A random password (128 bits, hex) for one NATS user of the development stack.
+fn random_password() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 16];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom").context("opening /dev/urandom")?,
+        &mut bytes,
+    )
+    .context("reading /dev/urandom")?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Arguments of `tinkctl dev certs`.
@@ -185,6 +253,7 @@ pub fn run(cmd: DevCommand) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        DevCommand::NatsConfig(args) => write_nats_config(&args.out),
         DevCommand::Status(args) => {
             let ok = status(&args.resolve()?, &mut std::io::stdout().lock())?;
             if ok {
@@ -310,6 +379,8 @@ struct Exes {
 struct Env {
     kubeconfig: PathBuf,
     nats_url: String,
+    /// The password of NATS user `tink-admin` (tinkctl's administrator mode).
+    nats_admin_password: String,
     tink_server: String,
     hegel_url: String,
     /// The web console's URL, when it runs.
@@ -398,10 +469,28 @@ impl Stack {
 
         let (nats_port, nats_mon) = (process::free_port()?, process::free_port()?);
         let nats_url = format!("nats://{}", loopback(nats_port));
+        // deploy/'s NATS users and permissions, with a fresh password each per stack.
+        let nats_conf = dir.join("nats.conf");
+        write_nats_config(&nats_conf)?;
+        let mut passwords = std::collections::HashMap::new();
+        let mut nats_env = Vec::new();
+        for (user, var) in NATS_USERS {
+            let password = random_password()?;
+            nats_env.push((var, password.clone()));
+            passwords.insert(user, password);
+        }
+        let nats_user = |env: &[(&'static str, String)], user: &str| {
+            let mut env = env.to_vec();
+            env.push(("NATS_USER", user.to_string()));
+            env.push(("NATS_PASSWORD", passwords[user].clone()));
+            env
+        };
         self.launch(
             "nats",
             &exes.nats,
             vec![
+                "-c".into(),
+                nats_conf.display().to_string(),
                 "-js".into(),
                 "-a".into(),
                 "127.0.0.1".into(),
@@ -412,7 +501,7 @@ impl Stack {
                 "-sd".into(),
                 dir.join("nats").display().to_string(),
             ],
-            &[],
+            &nats_env,
             format!("http://{}/healthz", loopback(nats_mon)),
         )?;
 
@@ -491,6 +580,24 @@ impl Stack {
             rt.block_on(apply_cluster_objects(&kubeconfig, &ca, true))?;
         }
 
+        // The controllers first: the leader creates the streams and buckets, which the servers
+        // only verify (their NATS user may not create one) before they turn ready.
+        for i in 0..2 {
+            let admin = process::free_port()?;
+            // A standby is ready too once it can read the Lease.
+            self.launch(
+                &format!("controller-{i}"),
+                &exes.controller,
+                vec![
+                    "--admin-addr".into(),
+                    loopback(admin),
+                    "--replica-id".into(),
+                    format!("controller-{i}"),
+                ],
+                &nats_user(&identity("tink-controller")?, "tink-controller"),
+                format!("http://{}/readyz", loopback(admin)),
+            )?;
+        }
         let mut grpc = Vec::new();
         for i in 0..2 {
             let (port, admin) = (process::free_port()?, process::free_port()?);
@@ -516,26 +623,10 @@ impl Stack {
                         .display()
                         .to_string(),
                 ],
-                &common,
+                &nats_user(&common, "tink-server"),
                 format!("http://{}/readyz", loopback(admin)),
             )?;
             grpc.push(exposed(port));
-        }
-        for i in 0..2 {
-            let admin = process::free_port()?;
-            // A standby is ready too once it can read the Lease.
-            self.launch(
-                &format!("controller-{i}"),
-                &exes.controller,
-                vec![
-                    "--admin-addr".into(),
-                    loopback(admin),
-                    "--replica-id".into(),
-                    format!("controller-{i}"),
-                ],
-                &identity("tink-controller")?,
-                format!("http://{}/readyz", loopback(admin)),
-            )?;
         }
         let (hegel_port, admin) = (process::free_port()?, process::free_port()?);
         let hegel_url = format!("http://{}", exposed(hegel_port));
@@ -577,7 +668,7 @@ impl Stack {
                         "--server-tls-ca".into(),
                         pki.ca_cert.display().to_string(),
                     ],
-                    &identity("tink-console")?,
+                    &nats_user(&identity("tink-console")?, "tink-console"),
                     format!("http://{}/readyz", loopback(admin)),
                 )?;
                 started.then(|| format!("http://{}", loopback(port)))
@@ -648,6 +739,7 @@ impl Stack {
         let env = Env {
             kubeconfig,
             nats_url,
+            nats_admin_password: passwords["tink-admin"].clone(),
             tink_server: grpc.join(","),
             hegel_url,
             console_url,
@@ -756,6 +848,11 @@ fn write_env(dir: &Path, env: &Env) -> anyhow::Result<()> {
         shell_quote(DEV_AGENT_ID),
         shell_quote(&dir.join("pki").join("ca.crt").display().to_string()),
     );
+    // tinkctl's administrator mode (`workflow logs --nats-url`, `agent reset`) as tink-admin.
+    text.push_str(&format!(
+        "NATS_USER=tink-admin\nNATS_PASSWORD={}\nexport NATS_USER NATS_PASSWORD\n",
+        shell_quote(&env.nats_admin_password)
+    ));
     if let Some(url) = &env.console_url {
         text.push_str(&format!(
             "TINK_CONSOLE_URL={}\nexport TINK_CONSOLE_URL\n",
@@ -769,7 +866,11 @@ fn write_env(dir: &Path, env: &Env) -> anyhow::Result<()> {
         ));
     }
     let p = dir.join("env");
-    std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))
+    std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+    // It holds a NATS password.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("restricting {}", p.display()))
 }
 
 fn print_summary(dir: &Path, env: &Env, state: &State) {
@@ -890,6 +991,7 @@ mod tests {
         let env = Env {
             kubeconfig: dir.path().join("kube config"),
             nats_url: "nats://127.0.0.1:1".into(),
+            nats_admin_password: "pw".into(),
             tink_server: "127.0.0.1:2,127.0.0.1:3".into(),
             hegel_url: "http://127.0.0.1:4".into(),
             console_url: Some("http://127.0.0.1:5".into()),
@@ -899,7 +1001,7 @@ mod tests {
         let out = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(
-                ". '{}/env' && echo \"$KUBECONFIG|$TINK_SERVER|$TINK_DEV_AGENT_ID|$TINK_CONSOLE_URL|$TINK_NETBOOT_URL\"",
+                ". '{}/env' && echo \"$KUBECONFIG|$TINK_SERVER|$TINK_DEV_AGENT_ID|$TINK_CONSOLE_URL|$TINK_NETBOOT_URL|$NATS_USER|$NATS_PASSWORD\"",
                 dir.path().display()
             ))
             .output()
@@ -907,9 +1009,37 @@ mod tests {
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
             format!(
-                "{}|127.0.0.1:2,127.0.0.1:3|{DEV_AGENT_ID}|http://127.0.0.1:5|http://10.99.0.1:8080",
+                "{}|127.0.0.1:2,127.0.0.1:3|{DEV_AGENT_ID}|http://127.0.0.1:5|http://10.99.0.1:8080|tink-admin|pw",
                 dir.path().join("kube config").display()
             )
+        );
+    }
+
+    #[test]
+    fn the_nats_config_is_deploys_accounts_and_nats_server_accepts_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("nats.conf");
+        write_nats_config(&path).expect("written");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(text.contains(nats_accounts().expect("accounts")));
+        for (user, var) in NATS_USERS {
+            assert!(
+                text.contains(&format!("user: {user}, password: ${var}")),
+                "{user}: {text}"
+            );
+        }
+        let mut check = std::process::Command::new("nats-server");
+        check.args(["-c"]).arg(&path).arg("-t");
+        for (_, var) in NATS_USERS {
+            check.env(var, "x");
+        }
+        let out = check
+            .output()
+            .expect("nats-server is installed (apt-get install nats-server)");
+        assert!(
+            out.status.success(),
+            "nats-server -t: {}",
+            String::from_utf8_lossy(&out.stderr)
         );
     }
 

@@ -59,7 +59,10 @@ pub async fn stack() -> Stack {
 
 /// [`stack`] with the console watching agent presence on `nats_url` and reading action output
 /// from the tink-server at `logs`.
-pub async fn stack_with(nats_url: Option<String>, logs: Option<SocketAddr>) -> Stack {
+pub async fn stack_with(
+    nats: Option<(String, tink_bus::NatsAuth)>,
+    logs: Option<SocketAddr>,
+) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, TOKENS).expect("token file");
@@ -119,9 +122,9 @@ pub async fn stack_with(nats_url: Option<String>, logs: Option<SocketAddr>) -> S
     let uri: http::Uri = kube.url().parse().expect("uri");
     let mut config = tink_console::ConsoleConfig::new(console, kube::Config::new(uri));
     config.secure_cookies = false;
-    config.presence = nats_url.map(|nats_url| tink_console::presence::PresenceConfig {
+    config.presence = nats.map(|(nats_url, auth)| tink_console::presence::PresenceConfig {
         nats_url,
-        auth: Default::default(),
+        auth,
         ttl: Duration::from_secs(3),
     });
     config.logs = logs.map(|addr| tink_console::logs::LogsConfig {

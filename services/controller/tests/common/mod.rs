@@ -1,5 +1,6 @@
-//! The test stack: kube-lite with the project's generated CRDs, a real NATS, a real tink-server
-//! in process, controllers in process, and agents simulated over the server's gRPC API.
+//! The test stack: kube-lite with the project's generated CRDs, a real NATS running deploy/'s
+//! users and permissions (each service connects as its own user), a real tink-server in
+//! process, controllers in process, and agents simulated over the server's gRPC API.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -49,6 +50,28 @@ pub fn bus_config() -> tink_bus::BusConfig {
     }
 }
 
+/// The NATS credentials of `user` (deploy/nats/nats.yaml's users; test passwords).
+pub fn nats_auth(user: &str) -> tink_bus::NatsAuth {
+    let (user, password) = tink_testkit::nats::deploy_credentials(user);
+    tink_bus::NatsAuth {
+        user: Some(user),
+        password: Some(password),
+        ..Default::default()
+    }
+}
+
+/// A JetStream context connected as `user` (`tink-controller`, `tink-server`, ...).
+pub async fn jetstream_as(nats: &NatsServer, user: &str) -> async_nats::jetstream::Context {
+    let client = tink_bus::connect(
+        &nats.url(),
+        &nats_auth(user),
+        async_nats::ConnectOptions::new,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{user} connects to NATS: {e}"));
+    async_nats::jetstream::new(client)
+}
+
 /// kube-lite + CRDs + namespaces, NATS, one tink-server.
 pub struct Stack {
     pub kube: kube_lite::RunningServer,
@@ -93,7 +116,14 @@ impl Stack {
                 Err(e) => panic!("cannot create namespace {ns}: {e}"),
             }
         }
-        let nats = NatsServer::start().await.expect("nats-server starts");
+        let nats = NatsServer::start_deploy()
+            .await
+            .expect("nats-server starts with deploy's users");
+        // What the controller (or an admin job) does before the servers can be ready: create
+        // the streams and buckets (the server's user may only verify them).
+        tink_bus::ensure_streams(&jetstream_as(&nats, "tink-controller").await, &bus)
+            .await
+            .expect("the controller's user creates the streams");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -141,6 +171,7 @@ impl Stack {
     pub fn config(&self, replica: &str) -> ControllerConfig {
         let mut c = ControllerConfig::new(self.nats.url(), replica);
         c.bus = self.bus.clone();
+        c.nats_auth = nats_auth("tink-controller");
         c.namespace = Some(NS.into());
         c.events_ack_wait = Duration::from_secs(2);
         c.workflow.backoff_base = Duration::from_millis(300);
@@ -208,6 +239,11 @@ impl Stack {
         let (id, token) = (previous.id.clone(), previous.token.clone());
         drop(previous);
         Agent::connect_with(self.server_addr, &id, instance, token).await
+    }
+
+    /// A JetStream context connected as `user`.
+    pub async fn jetstream_as(&self, user: &str) -> async_nats::jetstream::Context {
+        jetstream_as(&self.nats, user).await
     }
 
     pub fn workflows(&self) -> Api<Workflow> {
@@ -362,6 +398,7 @@ async fn start_server(
     let mut config = tink_server::ServerConfig::new(nats_url, replica);
     config.bus = bus.clone();
     config.allow_unauthenticated_agents = allow_unauthenticated;
+    config.nats_auth = nats_auth("tink-server");
     let health = tink_runtime::Health::new();
     tokio::spawn(tink_server::serve(
         config,

@@ -67,15 +67,20 @@ impl Replica {
         Replica::start_config(config).await
     }
 
-    /// A replica with `config`, admitting agent ids that no Hardware names (no controller runs
-    /// here to publish the admitted ids; `start_config_strict` keeps admission on).
+    /// Starts a replica with `config`, admitting agent ids that no Hardware names (no controller
+    /// runs here to publish the admitted ids; `start_config_strict` keeps admission on).
     pub async fn start_config(mut config: ServerConfig) -> Replica {
         config.admit_unknown_agents = true;
         Replica::start_config_strict(config).await
     }
 
-    /// A replica with `config` as it is.
+    /// Starts a replica with `config` as it is. On an anonymous NATS the streams and buckets
+    /// are created first, as the controller would (the servers only verify them); with NATS
+    /// users, the test creates them as tink-controller.
     pub async fn start_config_strict(config: ServerConfig) -> Replica {
+        if config.nats_auth == tink_bus::NatsAuth::default() {
+            create_streams(&config.nats_url, &config.bus).await;
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -137,6 +142,12 @@ pub struct ProcessReplica {
 
 impl ProcessReplica {
     pub async fn start(nats_url: &str, replica_id: &str) -> ProcessReplica {
+        let bus = tink_bus::BusConfig {
+            presence_ttl: Duration::from_secs(3),
+            presence_heartbeat: Duration::from_secs(1),
+            ..Default::default()
+        };
+        create_streams(nats_url, &bus).await;
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tink-server"))
             .args(["--listen", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
             .args(["--nats-url", nats_url, "--replica-id", replica_id])
@@ -214,6 +225,15 @@ fn strip_ansi(text: &str) -> String {
         }
     }
     out
+}
+
+/// What the controller does before the servers can start: creates (or updates) the streams and
+/// buckets on an anonymous NATS.
+pub async fn create_streams(nats_url: &str, bus: &tink_bus::BusConfig) -> tink_bus::Bus {
+    let js = jetstream(nats_url).await;
+    tink_bus::ensure_streams(&js, bus)
+        .await
+        .expect("the streams and buckets are created")
 }
 
 pub async fn jetstream(nats_url: &str) -> jetstream::Context {
