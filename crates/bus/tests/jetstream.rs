@@ -227,7 +227,8 @@ async fn verify_finds_what_ensure_made_and_names_what_is_missing_or_different() 
         .expect("verify finds everything");
     assert_eq!(verified.config, config);
 
-    // The dispatch targets bucket: one revision per key, a day, bounded.
+    // The dispatch targets bucket: one revision per key, kept as long as events, bounded with
+    // the oldest dropped first (a full bucket never refuses a new dispatch's record).
     let info = js
         .get_stream(tink_bus::DISPATCH_TARGETS_STREAM)
         .await
@@ -237,7 +238,11 @@ async fn verify_finds_what_ensure_made_and_names_what_is_missing_or_different() 
         .expect("info")
         .clone();
     assert_eq!(info.config.max_messages_per_subject, 1);
-    assert_eq!(info.config.max_age, Duration::from_secs(24 * 3600));
+    assert_eq!(info.config.max_age, config.events_max_age);
+    assert_eq!(
+        info.config.discard,
+        async_nats::jetstream::stream::DiscardPolicy::Old
+    );
     assert_eq!(info.config.max_bytes, config.dispatch_targets_max_bytes);
     assert!(info.config.max_bytes > 0);
     assert_eq!(info.config.num_replicas, config.replicas);
