@@ -178,8 +178,12 @@ async fn services_authenticate_and_the_server_waits_for_the_controllers_streams(
     let mut commands = connect_agent(&mut client, AGENT).await;
     dispatch(&controller, AGENT, "ns/real").await;
     assert_eq!(next_workflow(&mut commands).await, "ns/real");
+    let mut event = action_started("ns/real", "a1", "e1");
+    if let Some(e) = event.event.as_mut() {
+        e.agent_id = AGENT.into();
+    }
     client
-        .publish_event(action_started("ns/real", "a1", "e1"))
+        .publish_event(event)
         .await
         .expect("an event stored with the server's credentials");
     replica.stop().await.expect("stops");

@@ -733,8 +733,14 @@ impl Stack {
                     args.privileged_actions.to_string(),
                 ],
                 &common,
-                format!("http://{}/readyz", loopback(admin)),
+                // Alive, not ready: the servers admit the agent only once a Hardware names its
+                // id (`tinkctl demo` applies one), and it connects then by itself.
+                format!("http://{}/healthz", loopback(admin)),
             )?;
+            println!(
+                "  {:<14} connects once a Hardware names {DEV_AGENT_ID} (tinkctl demo applies one)",
+                ""
+            );
         }
         let env = Env {
             kubeconfig,
