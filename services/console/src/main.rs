@@ -32,12 +32,23 @@ struct Args {
     /// Updates kept for the live streams; a browser further behind reloads its page.
     #[arg(long, env = "TINK_CONSOLE_SSE_BUFFER", default_value_t = 4096)]
     sse_buffer: usize,
-    /// At most this many live-update streams at once (more get 503).
+    /// At most this many live-update streams at once (more get 429).
     #[arg(long, env = "TINK_CONSOLE_SSE_MAX_CLIENTS", default_value_t = 1000)]
     sse_max_clients: usize,
+    /// At most this many live-update streams of one user at once (more get 429).
+    #[arg(
+        long,
+        env = "TINK_CONSOLE_SSE_MAX_CLIENTS_PER_USER",
+        default_value_t = 8
+    )]
+    sse_max_clients_per_user: usize,
     /// Seconds after which a live stream ends (the page reloads and access is checked again).
     #[arg(long, env = "TINK_CONSOLE_SSE_MAX_AGE_SECONDS", default_value_t = 1800)]
     sse_max_age_seconds: u64,
+    /// Seconds between checks of a live stream's access (TokenReview, SubjectAccessReview):
+    /// a withdrawn permission ends the stream within this plus --review-cache-seconds.
+    #[arg(long, env = "TINK_CONSOLE_SSE_RECHECK_SECONDS", default_value_t = 30)]
+    sse_recheck_seconds: u64,
     /// Deleted workflows remembered, so the page of a canceled workflow shows how it ended.
     #[arg(long, env = "TINK_CONSOLE_TOMBSTONES", default_value_t = 1000)]
     tombstones: usize,
@@ -89,7 +100,9 @@ async fn main() -> anyhow::Result<()> {
     config.secure_cookies = args.secure_cookies;
     config.sse_buffer = args.sse_buffer.max(1);
     config.sse_max_clients = args.sse_max_clients;
+    config.sse_max_clients_per_user = args.sse_max_clients_per_user;
     config.limits.max_age = Duration::from_secs(args.sse_max_age_seconds.max(10));
+    config.limits.recheck = Duration::from_secs(args.sse_recheck_seconds.max(1));
     config.tombstones = args.tombstones;
     config.logs = args
         .server_url

@@ -22,6 +22,8 @@ pub const DEADLINE: Duration = Duration::from_secs(120);
 pub const TOKENS: &str = "\
 alice-token,alice,uid-alice
 bob-token,bob,uid-bob,\"developers\"
+carol-token,carol,uid-carol
+dave-token,dave,uid-dave
 ";
 
 pub async fn within<F: Future>(what: &str, f: F) -> F::Output {
@@ -60,6 +62,15 @@ pub async fn stack() -> Stack {
 /// [`stack`] with the console watching agent presence on `nats_url` and reading action output
 /// from the tink-server at `logs`.
 pub async fn stack_with(nats_url: Option<String>, logs: Option<SocketAddr>) -> Stack {
+    stack_configured(nats_url, logs, |_| {}).await
+}
+
+/// [`stack_with`], with `configure` changing the console's configuration last.
+pub async fn stack_configured(
+    nats_url: Option<String>,
+    logs: Option<SocketAddr>,
+    configure: impl FnOnce(&mut tink_console::ConsoleConfig),
+) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, TOKENS).expect("token file");
@@ -130,6 +141,7 @@ pub async fn stack_with(nats_url: Option<String>, logs: Option<SocketAddr>) -> S
         max_lines: 1000,
         timeout: Duration::from_secs(10),
     });
+    configure(&mut config);
     let health = tink_runtime::Health::new();
     let metrics = tink_console::Metrics::default();
     let shutdown = CancellationToken::new();
