@@ -69,9 +69,14 @@ struct Args {
     /// output on workflow pages, read with the user's own token; unset: no output shown.
     #[arg(long, env = "TINK_CONSOLE_SERVER_URL")]
     server_url: Option<String>,
-    /// CA certificate (PEM) of the servers; plaintext gRPC when unset.
+    /// CA certificate (PEM) of the servers' TLS certificates; required with --server-url
+    /// unless --insecure.
     #[arg(long, env = "TINK_CONSOLE_SERVER_TLS_CA")]
     server_tls_ca: Option<std::path::PathBuf>,
+    /// Talk plaintext gRPC to the servers (servers started with --insecure; development
+    /// only: the users' tokens cross the network in the clear).
+    #[arg(long, env = "TINK_CONSOLE_INSECURE", conflicts_with = "server_tls_ca")]
+    insecure: bool,
     /// The most output lines one page shows.
     #[arg(long, env = "TINK_CONSOLE_LOG_LINES_MAX", default_value_t = 5000)]
     log_lines_max: usize,
@@ -87,7 +92,27 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Checked before anything starts: TLS to the servers unless --insecure.
+    let logs = args
+        .server_url
+        .clone()
+        .filter(|u| !u.trim().is_empty())
+        .map(|servers| tink_console::logs::LogsConfig {
+            servers,
+            tls_ca: args.server_tls_ca.clone(),
+            insecure: args.insecure,
+            max_lines: args.log_lines_max.max(1),
+            timeout: Duration::from_secs(15),
+        });
+    if let Some(logs) = &logs {
+        logs.check().map_err(anyhow::Error::msg)?;
+    }
     let _telemetry = tink_telemetry::init("tink-console", &args.telemetry)?;
+    if args.insecure && logs.is_some() {
+        tracing::warn!(
+            "--insecure: plaintext gRPC to the servers; the users' tokens cross the network in the clear"
+        );
+    }
     let replica_id = tink_runtime::replica_id(args.replica_id, "tink-console");
     tracing::info!(replica = %replica_id, listen = %args.listen, "tink-console starting");
 
@@ -104,15 +129,7 @@ async fn main() -> anyhow::Result<()> {
     config.limits.max_age = Duration::from_secs(args.sse_max_age_seconds.max(10));
     config.limits.recheck = Duration::from_secs(args.sse_recheck_seconds.max(1));
     config.tombstones = args.tombstones;
-    config.logs = args
-        .server_url
-        .filter(|u| !u.trim().is_empty())
-        .map(|servers| tink_console::logs::LogsConfig {
-            servers,
-            tls_ca: args.server_tls_ca,
-            max_lines: args.log_lines_max.max(1),
-            timeout: Duration::from_secs(15),
-        });
+    config.logs = logs;
     config.presence = args
         .nats_url
         .filter(|u| !u.trim().is_empty())

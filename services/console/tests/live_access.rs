@@ -1,6 +1,7 @@
 //! The live streams through each user's RBAC (issue 24): a user who may list Hardware but not
 //! Workflows gets machine tiles without the workflow's name or state; a withdrawn binding ends
-//! the stream within the recheck period; per-user and global caps answer 429.
+//! the stream within the recheck period; per-user and global caps answer 429; the console
+//! refuses plaintext gRPC to the servers unless `--insecure`.
 
 mod common;
 
@@ -368,4 +369,43 @@ async fn a_user_gets_429_beyond_their_stream_cap_while_others_still_connect() {
     })
     .await;
     drop(stack);
+}
+
+#[test]
+fn a_plaintext_server_url_without_insecure_stops_the_console_at_start() {
+    let exe = env!("CARGO_BIN_EXE_tink-console");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(exe)
+            .args(args)
+            .env_remove("TINK_CONSOLE_INSECURE")
+            .env_remove("TINK_CONSOLE_SERVER_TLS_CA")
+            .env_remove("TINK_CONSOLE_SERVER_URL")
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("TINK_CONSOLE_LISTEN", "127.0.0.1:0")
+            .env("TINK_ADMIN_ADDR", "127.0.0.1:0")
+            .output()
+            .expect("run tink-console");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = run(&["--server-url", "http://127.0.0.1:42113"]);
+    assert!(!ok);
+    assert!(
+        err.contains("plaintext") && err.contains("--insecure"),
+        "{err}"
+    );
+    let (ok, err) = run(&["--server-url", "127.0.0.1:42113"]);
+    assert!(!ok);
+    assert!(
+        err.contains("--server-tls-ca") && err.contains("--insecure"),
+        "{err}"
+    );
+    // With --insecure the check passes: it stops later, at the (missing) kubeconfig.
+    let (ok, err) = run(&["--server-url", "http://127.0.0.1:42113", "--insecure"]);
+    assert!(!ok);
+    assert!(!err.contains("--insecure ("), "{err}");
+    assert!(err.contains("Kubernetes"), "{err}");
 }

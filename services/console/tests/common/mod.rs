@@ -138,6 +138,8 @@ pub async fn stack_configured(
     config.logs = logs.map(|addr| tink_console::logs::LogsConfig {
         servers: addr.to_string(),
         tls_ca: None,
+        // the browser test's tink-server is plaintext
+        insecure: true,
         max_lines: 1000,
         timeout: Duration::from_secs(10),
     });
