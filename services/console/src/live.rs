@@ -546,6 +546,11 @@ pub fn stream<P: Send + 'static>(
             self.metrics.sse_clients.dec();
         }
     }
+    // A check at most every second, whatever the configuration says.
+    let limits = StreamLimits {
+        recheck: limits.recheck.max(Duration::from_secs(1)),
+        ..limits
+    };
     live.metrics().sse_clients.inc();
     let (rx, backlog) = live.subscribe(since);
     let missed = backlog.is_none();
