@@ -115,9 +115,12 @@ async fn main() {
         tink_console::HttpSettings {
             secure_cookies: false,
             sse_max_clients: clients + 10,
+            // every simulated browser is the same user
+            sse_max_clients_per_user: clients + 10,
             limits: tink_console::StreamLimits {
                 keepalive: Duration::from_secs(15),
                 max_age: Duration::from_secs(3600),
+                recheck: Duration::from_secs(30),
             },
             logs: None,
         },

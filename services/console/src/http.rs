@@ -23,12 +23,11 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde::Deserialize;
 use tink_api::v1alpha2::{Hardware, Workflow, WorkflowState};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::access::{Access, AccessError, Permission, User, csrf_token};
 use crate::cache::Cache;
-use crate::live::{Filter, Live, Namespaces, StreamLimits};
+use crate::live::{Filter, Live, Namespaces, Recheck, Refused, Slots, StreamLimits};
 use crate::metrics::Metrics;
 use crate::pages::*;
 use crate::views::{Detail, EventRow, Row, Selector, Tile, state_of};
@@ -60,7 +59,7 @@ struct Inner {
     metrics: Metrics,
     kube: kube::Config,
     secure_cookies: bool,
-    sse: Arc<Semaphore>,
+    sse: Slots,
     limits: StreamLimits,
     logs: Option<crate::logs::Logs>,
     shutdown: CancellationToken,
@@ -73,6 +72,8 @@ pub struct HttpSettings {
     pub secure_cookies: bool,
     /// At most this many live streams at once.
     pub sse_max_clients: usize,
+    /// At most this many live streams of one user at once.
+    pub sse_max_clients_per_user: usize,
     /// The live streams' limits.
     pub limits: StreamLimits,
     /// Where action output is read, if anywhere.
@@ -98,7 +99,7 @@ impl AppState {
                 metrics,
                 kube,
                 secure_cookies: settings.secure_cookies,
-                sse: Arc::new(Semaphore::new(settings.sse_max_clients)),
+                sse: Slots::new(settings.sse_max_clients, settings.sse_max_clients_per_user),
                 limits: settings.limits,
                 logs: settings.logs,
                 shutdown,
@@ -120,6 +121,8 @@ pub enum PageError {
     NotFound(String),
     /// Malformed input.
     BadRequest(String),
+    /// Too many live streams (of this user, or in all).
+    TooMany(String),
     /// The caches have not synced, or the Kubernetes API did not answer.
     Unavailable(String),
 }
@@ -132,6 +135,7 @@ impl PageError {
             PageError::Forbidden(_) => StatusCode::FORBIDDEN,
             PageError::NotFound(_) => StatusCode::NOT_FOUND,
             PageError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            PageError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             PageError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -161,6 +165,7 @@ impl IntoResponse for PageError {
             | PageError::Forbidden(m)
             | PageError::NotFound(m)
             | PageError::BadRequest(m)
+            | PageError::TooMany(m)
             | PageError::Unavailable(m) => m,
         };
         let page = ErrorPage {
@@ -172,6 +177,11 @@ impl IntoResponse for PageError {
             message,
         };
         let mut response = html(status, &page);
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("10"));
+        }
         if status == StatusCode::UNAUTHORIZED {
             // The stored token is of no use any more.
             if let Ok(v) = HeaderValue::from_str(&format!(
@@ -484,6 +494,7 @@ struct MachinesView {
     namespaces: Vec<String>,
     counts: Vec<(&'static str, usize)>,
     hw_visible: Namespaces,
+    wf_visible: Namespaces,
     selector: Selector,
 }
 
@@ -573,6 +584,7 @@ impl AppState {
             namespaces,
             counts,
             hw_visible,
+            wf_visible,
             selector,
         })
     }
@@ -617,8 +629,10 @@ async fn live_machines(
         let s = st.session(&headers, "/").await?;
         let v = st.machines_view(&s, &q).await?;
         st.sse(
+            &s,
             Filter::Machines {
                 namespaces: v.hw_visible,
+                workflows: v.wf_visible,
                 namespace: nonempty(&q.ns).map(str::to_string),
                 selector: v.selector,
             },
@@ -630,16 +644,40 @@ async fn live_machines(
 }
 
 impl AppState {
-    fn sse(&self, filter: Filter, since: Option<u64>) -> PageResult {
-        let permit = self.inner.sse.clone().try_acquire_owned().map_err(|_| {
-            PageError::Unavailable("too many live-update streams are open; try again later".into())
+    /// Opens a live stream of `filter` for `s` (whose access to it was just checked): within
+    /// the caps, and checked again every `limits.recheck`.
+    fn sse(&self, s: &Session, filter: Filter, since: Option<u64>) -> PageResult {
+        let slot = self.inner.sse.acquire(&s.user.name).map_err(|r| {
+            let (cap, message) = match r {
+                Refused::User(n) => (
+                    "user",
+                    format!(
+                        "user {:?} already has {n} live-update streams open, the most one user may (--sse-max-clients-per-user): close other console tabs, or try again later",
+                        s.user.name
+                    ),
+                ),
+                Refused::Total(n) => (
+                    "total",
+                    format!(
+                        "the console already has {n} live-update streams open, the most it serves (--sse-max-clients): try again later"
+                    ),
+                ),
+            };
+            self.inner
+                .metrics
+                .sse_refused
+                .get_or_create(&crate::RefusedLabels { cap })
+                .inc();
+            PageError::TooMany(message)
         })?;
+        let recheck = self.recheck(s, filter.needs());
         let body = crate::live::stream(
             &self.inner.live,
             filter,
             since,
             self.inner.limits,
-            permit,
+            slot,
+            Some(recheck),
             self.inner.shutdown.clone(),
         );
         Ok((
@@ -651,6 +689,46 @@ impl AppState {
             Body::from_stream(body),
         )
             .into_response())
+    }
+}
+
+impl AppState {
+    /// The periodic check of a stream: the token still names the same user (TokenReview) and
+    /// the user still has every permission in `needs` (SubjectAccessReview; positive answers
+    /// cached for `--review-cache-seconds`). A review that cannot be made counts as a refusal:
+    /// the stream ends and the page reloads, which answers with the reason.
+    fn recheck(&self, s: &Session, needs: Vec<Permission>) -> Recheck {
+        let st = self.clone();
+        let token = s.token.clone();
+        let user = s.user.clone();
+        let needs = Arc::new(needs);
+        Box::new(move || {
+            let (st, token, user, needs) = (st.clone(), token.clone(), user.clone(), needs.clone());
+            Box::pin(async move {
+                let access = &st.inner.access;
+                match access.authenticate(&token).await {
+                    Ok(u) if u == user => {}
+                    Ok(_) => return false,
+                    Err(e) => {
+                        tracing::debug!(user = %user.name, error = %e, "live stream recheck: token");
+                        return false;
+                    }
+                }
+                // One by one: a background check, cached answers mostly, and it stops at the
+                // first refusal.
+                for p in needs.iter() {
+                    match access.may(&user, p).await {
+                        Ok(true) => {}
+                        Ok(false) => return false,
+                        Err(e) => {
+                            tracing::debug!(user = %user.name, error = %e, "live stream recheck");
+                            return false;
+                        }
+                    }
+                }
+                true
+            })
+        })
     }
 }
 
@@ -793,6 +871,7 @@ async fn live_workflows(
             .visible(&s.user, crate::access::GROUP, "workflows", filter, known)
             .await?;
         st.sse(
+            &s,
             Filter::Workflows {
                 namespaces: visible,
                 namespace: filter.map(str::to_string),
@@ -888,6 +967,7 @@ async fn live_workflow(
             .may(&s.user, &Permission::events("list", &ns))
             .await?;
         st.sse(
+            &s,
             Filter::Workflow {
                 namespace: ns,
                 name,

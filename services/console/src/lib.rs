@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use http::{AppState, HttpSettings, router};
 pub use live::StreamLimits;
-pub use metrics::{Metrics, RequestLabels};
+pub use metrics::{Metrics, RefusedLabels, RequestLabels};
 
 /// How the console runs.
 #[derive(Clone)]
@@ -58,7 +58,9 @@ pub struct ConsoleConfig {
     pub sse_buffer: usize,
     /// At most this many live streams at once.
     pub sse_max_clients: usize,
-    /// The live streams' keep-alive and maximum age.
+    /// At most this many live streams of one user at once.
+    pub sse_max_clients_per_user: usize,
+    /// The live streams' keep-alive, maximum age and access recheck period.
     pub limits: StreamLimits,
     /// Deleted workflows remembered (their pages show how they ended).
     pub tombstones: usize,
@@ -79,9 +81,11 @@ impl ConsoleConfig {
             secure_cookies: true,
             sse_buffer: 4096,
             sse_max_clients: 1000,
+            sse_max_clients_per_user: 8,
             limits: StreamLimits {
                 keepalive: Duration::from_secs(15),
                 max_age: Duration::from_secs(1800),
+                recheck: Duration::from_secs(30),
             },
             tombstones: cache::DEFAULT_TOMBSTONES,
             presence: None,
@@ -157,6 +161,7 @@ pub async fn run_on(
         HttpSettings {
             secure_cookies: config.secure_cookies,
             sse_max_clients: config.sse_max_clients,
+            sse_max_clients_per_user: config.sse_max_clients_per_user,
             limits: config.limits,
             logs,
         },

@@ -1,25 +1,33 @@
-//! Live updates: every change the watches deliver is rendered once into the HTML fragments it
-//! affects (a machine's tile, a workflow's row, the live part of its page, an Event row) and
-//! broadcast; each browser's server-sent-events stream forwards the fragments its page shows
-//! and its user may see.
+//! Live updates: every change the watches deliver is rendered once per permission variant into
+//! the HTML fragments it affects (a machine's tile, with and without its latest workflow; a
+//! workflow's row, the live part of its page, an Event row) and broadcast; each browser's
+//! server-sent-events stream forwards the fragments its page shows, in the variant its user may
+//! see: a machine's tile names its latest workflow and its state only to users who may `list
+//! workflows` in the machine's namespace.
+//!
+//! Access is checked when a stream opens and again every `--sse-recheck-seconds` (the same
+//! `Access` checks, with their cached positive answers): a token or a binding that no longer
+//! grants what the stream forwards ends it with `resync` (the page reloads and is refused).
 //!
 //! Memory stays bounded whatever the browsers do: the broadcast channel is one ring of
 //! `--sse-buffer` updates shared by every stream; a stream that falls that far behind (a slow
 //! browser) skips what it missed and gets a `resync` event, on which the page reloads. At most
-//! `--sse-max-clients` streams are open at once, and each ends after `--sse-max-age-seconds`
-//! (the page reloads and so checks the user's access again).
+//! `--sse-max-clients` streams are open at once, at most `--sse-max-clients-per-user` of one
+//! user ([`Slots`]), and each ends after `--sse-max-age-seconds`.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::Stream;
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Event;
 use tink_api::v1alpha2::{Hardware, Workflow};
-use tokio::sync::{OwnedSemaphorePermit, broadcast};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 
+use crate::access::Permission;
 use crate::cache::Cache;
 use crate::metrics::Metrics;
 use crate::pages::{DetailFragment, EventFragment, RowFragment, TileFragment};
@@ -51,8 +59,12 @@ pub struct Update {
     pub labels: BTreeMap<String, String>,
     /// The DOM id of the fragment.
     pub id: String,
-    /// The fragment, `None` when the object is gone.
+    /// The fragment, `None` when the object is gone. A machine's tile here names its latest
+    /// workflow and that workflow's state: only for users who may list workflows there.
     pub html: Option<String>,
+    /// A machine's tile without its latest workflow (no name, no state): what users who may
+    /// list the Hardware but not the Workflows of the namespace see. `None` for other kinds.
+    pub bare: Option<String>,
     /// For a workflow, the live part of its page.
     pub detail: Option<String>,
     /// When the watch delivered it (the benchmark measures delivery from here).
@@ -142,6 +154,7 @@ impl Live {
                 labels: BTreeMap::new(),
                 id: String::new(),
                 html: None,
+                bare: None,
                 detail: None,
                 at: Instant::now(),
                 seq: 0,
@@ -152,12 +165,24 @@ impl Live {
     /// Machine `hw` changed (or went).
     pub fn machine_changed(&self, cache: &Cache, hw: &Hardware, deleted: bool) {
         let (ns, name) = crate::cache::key_of(hw);
-        let html = if deleted {
-            None
+        // Two variants at most, whatever the number of streams: with the latest workflow, and
+        // without it (the same tile when the machine has none).
+        let (html, bare) = if deleted {
+            (None, None)
         } else {
-            let latest = cache.latest_workflow(&ns, &name);
-            let t = Tile::new(hw, latest.as_deref(), cache.presence.of(hw));
-            render(&TileFragment { t: &t })
+            let agent = cache.presence.of(hw);
+            let bare = render(&TileFragment {
+                t: &Tile::new(hw, None, agent),
+            });
+            match cache.latest_workflow(&ns, &name) {
+                Some(latest) => (
+                    render(&TileFragment {
+                        t: &Tile::new(hw, Some(&latest), agent),
+                    }),
+                    bare,
+                ),
+                None => (bare.clone(), bare),
+            }
         };
         self.send(Update {
             kind: Kind::Machine,
@@ -166,6 +191,7 @@ impl Live {
             name,
             labels: hw.metadata.labels.clone().unwrap_or_default(),
             html,
+            bare,
             detail: None,
             at: Instant::now(),
             seq: 0,
@@ -189,6 +215,7 @@ impl Live {
             } else {
                 render(&RowFragment { w: &row })
             },
+            bare: None,
             detail: render(&DetailFragment { d: &detail }),
             at: Instant::now(),
             seq: 0,
@@ -208,6 +235,7 @@ impl Live {
             labels: BTreeMap::new(),
             id: row.id.clone(),
             html: render(&EventFragment { e: &row }),
+            bare: None,
             detail: None,
             at: Instant::now(),
             seq: 0,
@@ -253,8 +281,11 @@ impl Namespaces {
 pub enum Filter {
     /// Machine tiles, in the visible namespaces, matching the page's filters.
     Machines {
-        /// Visible namespaces.
+        /// Visible namespaces (the user may list Hardware there).
         namespaces: Namespaces,
+        /// Where the user may list Workflows: tiles there name their latest workflow and its
+        /// state; elsewhere they come without ([`Update::bare`]).
+        workflows: Namespaces,
         /// The page's namespace filter.
         namespace: Option<String>,
         /// The page's label filter.
@@ -286,6 +317,7 @@ pub fn message(filter: &Filter, u: &Update) -> Option<String> {
         (
             Filter::Machines {
                 namespaces,
+                workflows,
                 namespace,
                 selector,
             },
@@ -298,7 +330,9 @@ pub fn message(filter: &Filter, u: &Update) -> Option<String> {
                 return None;
             }
             match &u.html {
-                Some(h) => replace(&u.id, h, "tiles"),
+                // The variant this user may see: never the workflow where they may not list it.
+                Some(h) if workflows.contains(&u.namespace) => replace(&u.id, h, "tiles"),
+                Some(_) => replace(&u.id, u.bare.as_deref()?, "tiles"),
                 None => remove(&u.id),
             }
         }
@@ -342,6 +376,50 @@ pub fn message(filter: &Filter, u: &Update) -> Option<String> {
     Some(v.to_string())
 }
 
+impl Filter {
+    /// What the user must still be allowed for the stream to go on forwarding what it
+    /// forwards: `list` in each namespace (or in every namespace) it shows, `get` of the one
+    /// workflow, `list events` when it forwards them.
+    pub fn needs(&self) -> Vec<Permission> {
+        fn list(resource: &'static str, ns: &Namespaces, out: &mut Vec<Permission>) {
+            match ns {
+                Namespaces::All => out.push(Permission::tink("list", resource, "", "")),
+                Namespaces::Some(set) => {
+                    let mut set: Vec<&String> = set.iter().collect();
+                    set.sort();
+                    out.extend(
+                        set.into_iter()
+                            .map(|n| Permission::tink("list", resource, n, "")),
+                    )
+                }
+            }
+        }
+        let mut out = Vec::new();
+        match self {
+            Filter::Machines {
+                namespaces,
+                workflows,
+                ..
+            } => {
+                list("hardware", namespaces, &mut out);
+                list("workflows", workflows, &mut out);
+            }
+            Filter::Workflows { namespaces, .. } => list("workflows", namespaces, &mut out),
+            Filter::Workflow {
+                namespace,
+                name,
+                events,
+            } => {
+                out.push(Permission::tink("get", "workflows", namespace, name));
+                if *events {
+                    out.push(Permission::events("list", namespace));
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The limits of the streams.
 #[derive(Debug, Clone, Copy)]
 pub struct StreamLimits {
@@ -349,36 +427,130 @@ pub struct StreamLimits {
     pub keepalive: Duration,
     /// The stream ends after this long (the page reloads, checking access again).
     pub max_age: Duration,
+    /// The user's access is checked again this often; a stream no longer allowed ends.
+    pub recheck: Duration,
+}
+
+/// The periodic access check of one stream: `check` answers whether the user may still see
+/// what the stream forwards (a failed review counts as no).
+pub type Recheck = Box<dyn FnMut() -> BoxFuture<'static, bool> + Send>;
+
+/// Why a stream was not opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The user already has this many streams open.
+    User(usize),
+    /// The console already has this many streams open.
+    Total(usize),
+}
+
+/// The stream slots: at most `total` streams, at most `per_user` of one user. Memory is
+/// bounded by `total` (one counter per user with an open stream).
+#[derive(Debug, Clone)]
+pub struct Slots {
+    total: Arc<Semaphore>,
+    max_total: usize,
+    per_user: usize,
+    users: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// One open stream's slot; dropping it frees it.
+#[derive(Debug)]
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+    user: String,
+    users: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = users.get_mut(&self.user) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                users.remove(&self.user);
+            }
+        }
+    }
+}
+
+impl Slots {
+    /// `total` streams at most, `per_user` of one user.
+    pub fn new(total: usize, per_user: usize) -> Slots {
+        Slots {
+            total: Arc::new(Semaphore::new(total)),
+            max_total: total,
+            per_user,
+            users: Arc::default(),
+        }
+    }
+
+    /// A slot for one more stream of `user`, or why not.
+    pub fn acquire(&self, user: &str) -> Result<Slot, Refused> {
+        let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        let open = users.get(user).copied().unwrap_or(0);
+        if open >= self.per_user {
+            return Err(Refused::User(self.per_user));
+        }
+        let permit = self
+            .total
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Refused::Total(self.max_total))?;
+        *users.entry(user.to_string()).or_insert(0) += 1;
+        Ok(Slot {
+            _permit: permit,
+            user: user.to_string(),
+            users: self.users.clone(),
+        })
+    }
+
+    /// Streams of `user` open now.
+    pub fn open_of(&self, user: &str) -> usize {
+        let users = self.users.lock().unwrap_or_else(|e| e.into_inner());
+        users.get(user).copied().unwrap_or(0)
+    }
 }
 
 /// The bytes of one stream: the updates after `since` (the page's sequence number) then every
 /// new one, as `update` events for `filter`; `resync` when updates were missed or a watch
-/// relisted; keep-alive comments; until `shutdown` or `limits.max_age`.
-pub fn stream(
+/// relisted; keep-alive comments; until `shutdown` or `limits.max_age`, or until `recheck`
+/// (run every `limits.recheck`) says the user may no longer see what it forwards (then a
+/// last `resync`: the page reloads and is refused). `permit` (the stream's [`Slot`]) is held
+/// while the stream lives.
+pub fn stream<P: Send + 'static>(
     live: &Live,
     filter: Filter,
     since: Option<u64>,
     limits: StreamLimits,
-    permit: OwnedSemaphorePermit,
+    permit: P,
+    recheck: Option<Recheck>,
     shutdown: CancellationToken,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static {
-    struct State {
+    struct State<P> {
         rx: broadcast::Receiver<Arc<Update>>,
         backlog: VecDeque<Arc<Update>>,
         last: u64,
         filter: Filter,
         limits: StreamLimits,
         deadline: tokio::time::Instant,
+        recheck: Option<Recheck>,
+        next_check: tokio::time::Instant,
         shutdown: CancellationToken,
         metrics: Metrics,
         done: bool,
-        _permit: OwnedSemaphorePermit,
+        _permit: P,
     }
-    impl Drop for State {
+    impl<P> Drop for State<P> {
         fn drop(&mut self) {
             self.metrics.sse_clients.dec();
         }
     }
+    // A check at most every second, whatever the configuration says.
+    let limits = StreamLimits {
+        recheck: limits.recheck.max(Duration::from_secs(1)),
+        ..limits
+    };
     live.metrics().sse_clients.inc();
     let (rx, backlog) = live.subscribe(since);
     let missed = backlog.is_none();
@@ -389,6 +561,8 @@ pub fn stream(
         filter,
         limits,
         deadline: tokio::time::Instant::now() + limits.max_age,
+        next_check: tokio::time::Instant::now() + limits.recheck,
+        recheck,
         shutdown,
         metrics: live.metrics().clone(),
         done: false,
@@ -415,13 +589,29 @@ pub fn stream(
                     None => continue,
                 }
             }
+            // Biased: an end (shutdown, age, a due access check) goes before any update, so no
+            // update is forwarded after a check fell due.
             let chunk = tokio::select! {
+                biased;
                 _ = s.shutdown.cancelled() => return None,
                 _ = tokio::time::sleep_until(s.deadline) => {
                     s.done = true;
                     "event: resync\ndata: {}\n\n".to_string()
                 }
-                _ = tokio::time::sleep(s.limits.keepalive) => ": keepalive\n\n".to_string(),
+                _ = tokio::time::sleep_until(s.next_check), if s.recheck.is_some() => {
+                    let allowed = match s.recheck.as_mut() {
+                        Some(check) => check().await,
+                        None => true,
+                    };
+                    if allowed {
+                        s.next_check = tokio::time::Instant::now() + s.limits.recheck;
+                        continue;
+                    }
+                    s.metrics.sse_revoked.inc();
+                    tracing::info!("a live stream's access was withdrawn; the stream ends");
+                    s.done = true;
+                    "event: resync\ndata: {}\n\n".to_string()
+                }
                 r = s.rx.recv() => match r {
                     Ok(u) if u.seq <= s.last => continue,
                     Ok(u) if u.kind == Kind::Resync => "event: resync\ndata: {}\n\n".to_string(),
@@ -436,6 +626,7 @@ pub fn stream(
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,
                 },
+                _ = tokio::time::sleep(s.limits.keepalive) => ": keepalive\n\n".to_string(),
             };
             return Some((Ok(Bytes::from(chunk)), s));
         }
@@ -458,6 +649,7 @@ mod tests {
                 .collect(),
             id: format!("x/{ns}/{name}"),
             html: Some("<div>x</div>".into()),
+            bare: Some("<div>bare</div>".into()),
             detail: Some("<div>d</div>".into()),
             at: Instant::now(),
             seq: 0,
@@ -468,6 +660,7 @@ mod tests {
     fn machines_streams_forward_visible_matching_tiles_only() {
         let f = Filter::Machines {
             namespaces: Namespaces::Some(["a".to_string()].into()),
+            workflows: Namespaces::All,
             namespace: None,
             selector: Selector::parse("rack=r1").unwrap(),
         };
@@ -481,6 +674,134 @@ mod tests {
             message(&f, &gone).unwrap(),
             r#"{"remove":["x/a/m"]}"#.to_string()
         );
+    }
+
+    #[test]
+    fn machine_tiles_name_their_workflow_only_where_the_user_may_list_workflows() {
+        let f = |workflows: Namespaces| Filter::Machines {
+            namespaces: Namespaces::Some(["a".to_string(), "b".to_string()].into()),
+            workflows,
+            namespace: None,
+            selector: Selector::default(),
+        };
+        let mut u = update(Kind::Machine, "a", "m", &[]);
+        u.html = Some("<a>wf-secret Running</a>".into());
+        u.bare = Some("<a>no workflow</a>".into());
+        let full = message(&f(Namespaces::Some(["a".to_string()].into())), &u).unwrap();
+        assert!(full.contains("wf-secret"), "{full}");
+        let bare = message(&f(Namespaces::Some(["b".to_string()].into())), &u).unwrap();
+        assert!(
+            !bare.contains("wf-secret") && !bare.contains("Running"),
+            "{bare}"
+        );
+        assert!(bare.contains("no workflow"), "{bare}");
+        let bare = message(&f(Namespaces::Some(HashSet::new())), &u).unwrap();
+        assert!(!bare.contains("wf-secret"), "{bare}");
+        // No bare variant (it failed to render): nothing rather than the full tile.
+        u.bare = None;
+        assert!(message(&f(Namespaces::Some(HashSet::new())), &u).is_none());
+    }
+
+    #[test]
+    fn a_stream_needs_what_it_forwards() {
+        let f = Filter::Machines {
+            namespaces: Namespaces::All,
+            workflows: Namespaces::Some(["a".to_string()].into()),
+            namespace: None,
+            selector: Selector::default(),
+        };
+        assert_eq!(
+            f.needs(),
+            vec![
+                Permission::tink("list", "hardware", "", ""),
+                Permission::tink("list", "workflows", "a", ""),
+            ]
+        );
+        let f = Filter::Workflow {
+            namespace: "a".into(),
+            name: "w".into(),
+            events: true,
+        };
+        assert_eq!(
+            f.needs(),
+            vec![
+                Permission::tink("get", "workflows", "a", "w"),
+                Permission::events("list", "a"),
+            ]
+        );
+    }
+
+    #[test]
+    fn slots_cap_streams_per_user_and_in_all() {
+        let slots = Slots::new(3, 2);
+        let a1 = slots.acquire("alice").unwrap();
+        let _a2 = slots.acquire("alice").unwrap();
+        assert_eq!(slots.acquire("alice").unwrap_err(), Refused::User(2));
+        let _b1 = slots.acquire("bob").unwrap();
+        assert_eq!(slots.acquire("carol").unwrap_err(), Refused::Total(3));
+        drop(a1);
+        assert_eq!(slots.open_of("alice"), 1);
+        let _c1 = slots.acquire("carol").unwrap();
+        assert_eq!(slots.acquire("alice").unwrap_err(), Refused::Total(3));
+        drop(_c1);
+        let _a3 = slots.acquire("alice").unwrap();
+        assert_eq!(slots.open_of("alice"), 2);
+        drop(_a3);
+        drop(_a2);
+        assert_eq!(slots.open_of("alice"), 0);
+        assert!(
+            slots.users.lock().unwrap().get("alice").is_none(),
+            "no entry left behind"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_ends_when_its_recheck_fails() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let live = Live::new(16, Metrics::default());
+        let limits = StreamLimits {
+            keepalive: Duration::from_secs(3600),
+            max_age: Duration::from_secs(3600),
+            recheck: Duration::from_secs(10),
+        };
+        let allowed = Arc::new(AtomicBool::new(true));
+        let checks = Arc::new(AtomicUsize::new(0));
+        let (a, c) = (allowed.clone(), checks.clone());
+        let recheck: Recheck = Box::new(move || {
+            c.fetch_add(1, Ordering::SeqCst);
+            let ok = a.load(Ordering::SeqCst);
+            Box::pin(async move { ok })
+        });
+        let f = Filter::Workflows {
+            namespaces: Namespaces::All,
+            namespace: None,
+        };
+        let mut s = Box::pin(stream(
+            &live,
+            f,
+            None,
+            limits,
+            (),
+            Some(recheck),
+            CancellationToken::new(),
+        ));
+        assert!(next_text(&mut s).await.contains(": connected"));
+        live.send(update(Kind::Workflow, "a", "w1", &[]));
+        assert!(next_text(&mut s).await.contains("x/a/w1"));
+        // Still allowed after a recheck: updates keep coming.
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        live.send(update(Kind::Workflow, "a", "w2", &[]));
+        assert!(next_text(&mut s).await.contains("x/a/w2"));
+        assert!(checks.load(Ordering::SeqCst) >= 1);
+        // Revoked: the next recheck ends the stream with a resync, nothing more is sent.
+        allowed.store(false, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        live.send(update(Kind::Workflow, "a", "w3", &[]));
+        let last = next_text(&mut s).await;
+        assert_eq!(last, "event: resync\ndata: {}\n\n");
+        use futures::StreamExt as _;
+        assert!(s.next().await.is_none(), "the stream ended");
+        assert_eq!(live.metrics.sse_revoked.get(), 1);
     }
 
     #[test]
@@ -516,6 +837,7 @@ mod tests {
         let limits = StreamLimits {
             keepalive: Duration::from_secs(60),
             max_age: Duration::from_secs(60),
+            recheck: Duration::from_secs(60),
         };
         let mut s = Box::pin(stream(
             &live,
@@ -523,6 +845,7 @@ mod tests {
             None,
             limits,
             permit,
+            None,
             CancellationToken::new(),
         ));
         assert!(
@@ -559,6 +882,7 @@ mod tests {
         let limits = StreamLimits {
             keepalive: Duration::from_secs(60),
             max_age: Duration::from_secs(60),
+            recheck: Duration::from_secs(60),
         };
         let f = || Filter::Workflows {
             namespaces: Namespaces::All,
@@ -577,6 +901,7 @@ mod tests {
             Some(rendered_at),
             limits,
             permit,
+            None,
             CancellationToken::new(),
         ));
         assert!(next_text(&mut s).await.contains(": connected"));
@@ -595,6 +920,7 @@ mod tests {
             Some(rendered_at),
             limits,
             permit,
+            None,
             CancellationToken::new(),
         ));
         assert!(next_text(&mut old).await.contains("event: resync"));

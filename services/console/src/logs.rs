@@ -2,6 +2,10 @@
 //! user's own bearer token: the server checks it (TokenReview, then SubjectAccessReview for
 //! `get` on `workflows/log`), so the console shows output only to those allowed to read it.
 //! Optional: without `--server-url` the page points at `tinkctl workflow logs`.
+//!
+//! TLS by default, as tinkctl and the server: the users' tokens travel on this connection, so
+//! the console refuses to start with a server and no `--server-tls-ca`, or with an `http://`
+//! server, unless `--insecure` says plaintext is meant (development only).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,10 +17,12 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 /// Where the servers are.
 #[derive(Debug, Clone)]
 pub struct LogsConfig {
-    /// `HOST:PORT` of the servers, comma separated.
+    /// `HOST:PORT` (or `https://HOST:PORT`) of the servers, comma separated.
     pub servers: String,
-    /// The servers' CA (PEM); plaintext gRPC when `None`.
+    /// The servers' CA (PEM); required unless `insecure`.
     pub tls_ca: Option<PathBuf>,
+    /// Plaintext gRPC (`--insecure`): the users' tokens cross the network in the clear.
+    pub insecure: bool,
     /// The most lines one page shows (the first ones; `--action` narrows).
     pub max_lines: usize,
     /// How long one read may take.
@@ -60,25 +66,70 @@ impl std::fmt::Debug for Logs {
     }
 }
 
-impl Logs {
-    /// A client; connects on first use.
-    pub fn new(config: LogsConfig) -> Result<Logs, String> {
-        let tls = match &config.tls_ca {
-            Some(ca) => {
-                let pem =
-                    std::fs::read(ca).map_err(|e| format!("cannot read {}: {e}", ca.display()))?;
-                Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
-            }
-            None => None,
-        };
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let mut endpoints = Vec::new();
-        for server in config
+impl LogsConfig {
+    /// The servers as `HOST:PORT`, after checking that the configuration is TLS or says
+    /// `--insecure`: a clear message naming the flags otherwise.
+    pub fn check(&self) -> Result<Vec<String>, String> {
+        let mut servers = Vec::new();
+        for server in self
             .servers
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
         {
+            let host_port = if let Some(rest) = server.strip_prefix("https://") {
+                if self.insecure {
+                    return Err(format!(
+                        "--server-url {server:?} asks for TLS but --insecure (TINK_CONSOLE_INSECURE) asks for plaintext: drop one"
+                    ));
+                }
+                rest
+            } else if let Some(rest) = server.strip_prefix("http://") {
+                if !self.insecure {
+                    return Err(format!(
+                        "--server-url {server:?} is plaintext gRPC, which would send the users' tokens in the clear: use HOST:PORT with --server-tls-ca (TINK_CONSOLE_SERVER_TLS_CA), or pass --insecure (TINK_CONSOLE_INSECURE) for a plaintext server (development only)"
+                    ));
+                }
+                rest
+            } else {
+                server
+            };
+            servers.push(host_port.trim_end_matches('/').to_string());
+        }
+        if servers.is_empty() {
+            return Err("--server-url is empty".into());
+        }
+        match (&self.tls_ca, self.insecure) {
+            (Some(_), true) => Err(
+                "--server-tls-ca and --insecure (TINK_CONSOLE_INSECURE) contradict each other: drop one".into(),
+            ),
+            (None, false) => Err(
+                "the servers' TLS CA is needed for --server-url: pass --server-tls-ca (TINK_CONSOLE_SERVER_TLS_CA), or --insecure (TINK_CONSOLE_INSECURE) for a plaintext server (development only)".into(),
+            ),
+            _ => Ok(servers),
+        }
+    }
+}
+
+impl Logs {
+    /// A client; connects on first use. Refuses plaintext unless `config.insecure`
+    /// ([`LogsConfig::check`]).
+    pub fn new(config: LogsConfig) -> Result<Logs, String> {
+        let servers = config.check()?;
+        let tls = match &config.tls_ca {
+            Some(ca) => {
+                let pem = std::fs::read(ca)
+                    .map_err(|e| format!("--server-tls-ca: cannot read {}: {e}", ca.display()))?;
+                Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
+            }
+            None => None,
+        };
+        if !config.insecure && tls.is_none() {
+            return Err("TLS is required for --server-url".into());
+        }
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut endpoints = Vec::new();
+        for server in &servers {
             let mut e = Endpoint::from_shared(format!("{scheme}://{server}"))
                 .map_err(|e| format!("--server-url {server:?}: expected HOST:PORT ({e})"))?
                 .connect_timeout(Duration::from_secs(5))
@@ -87,9 +138,6 @@ impl Logs {
                 e = e.tls_config(tls.clone()).map_err(|e| format!("TLS: {e}"))?;
             }
             endpoints.push(e);
-        }
-        if endpoints.is_empty() {
-            return Err("--server-url is empty".into());
         }
         Ok(Logs {
             channel: Channel::balance_list(endpoints.into_iter()),
@@ -160,5 +208,55 @@ fn status(s: tonic::Status) -> LogsError {
             "reading the output from tink-server: {}: {m}",
             s.code()
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(servers: &str, ca: bool, insecure: bool) -> LogsConfig {
+        LogsConfig {
+            servers: servers.into(),
+            tls_ca: ca.then(|| PathBuf::from("/nonexistent/ca.pem")),
+            insecure,
+            max_lines: 10,
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[tokio::test]
+    async fn plaintext_needs_insecure() {
+        let e = config("http://server:42113", false, false)
+            .check()
+            .unwrap_err();
+        assert!(
+            e.contains("--insecure") && e.contains("http://server:42113"),
+            "{e}"
+        );
+        let e = config("http://server:42113", true, false)
+            .check()
+            .unwrap_err();
+        assert!(e.contains("--insecure"), "{e}");
+        let e = config("server:42113", false, false).check().unwrap_err();
+        assert!(
+            e.contains("--server-tls-ca") && e.contains("--insecure"),
+            "{e}"
+        );
+        assert!(config("server:42113", true, true).check().is_err());
+        assert!(config("https://server:42113", false, true).check().is_err());
+        assert_eq!(
+            config("server-0:1, https://server-1:2", true, false)
+                .check()
+                .unwrap(),
+            vec!["server-0:1".to_string(), "server-1:2".to_string()]
+        );
+        assert_eq!(
+            config("http://server:1", false, true).check().unwrap(),
+            vec!["server:1".to_string()]
+        );
+        let e = Logs::new(config("server:1", true, false)).unwrap_err();
+        assert!(e.contains("--server-tls-ca: cannot read"), "{e}");
+        assert!(Logs::new(config("server:1", false, true)).is_ok());
     }
 }

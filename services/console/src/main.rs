@@ -32,12 +32,23 @@ struct Args {
     /// Updates kept for the live streams; a browser further behind reloads its page.
     #[arg(long, env = "TINK_CONSOLE_SSE_BUFFER", default_value_t = 4096)]
     sse_buffer: usize,
-    /// At most this many live-update streams at once (more get 503).
+    /// At most this many live-update streams at once (more get 429).
     #[arg(long, env = "TINK_CONSOLE_SSE_MAX_CLIENTS", default_value_t = 1000)]
     sse_max_clients: usize,
+    /// At most this many live-update streams of one user at once (more get 429).
+    #[arg(
+        long,
+        env = "TINK_CONSOLE_SSE_MAX_CLIENTS_PER_USER",
+        default_value_t = 8
+    )]
+    sse_max_clients_per_user: usize,
     /// Seconds after which a live stream ends (the page reloads and access is checked again).
     #[arg(long, env = "TINK_CONSOLE_SSE_MAX_AGE_SECONDS", default_value_t = 1800)]
     sse_max_age_seconds: u64,
+    /// Seconds between checks of a live stream's access (TokenReview, SubjectAccessReview):
+    /// a withdrawn permission ends the stream within this plus --review-cache-seconds.
+    #[arg(long, env = "TINK_CONSOLE_SSE_RECHECK_SECONDS", default_value_t = 30)]
+    sse_recheck_seconds: u64,
     /// Deleted workflows remembered, so the page of a canceled workflow shows how it ended.
     #[arg(long, env = "TINK_CONSOLE_TOMBSTONES", default_value_t = 1000)]
     tombstones: usize,
@@ -70,9 +81,14 @@ struct Args {
     /// output on workflow pages, read with the user's own token; unset: no output shown.
     #[arg(long, env = "TINK_CONSOLE_SERVER_URL")]
     server_url: Option<String>,
-    /// CA certificate (PEM) of the servers; plaintext gRPC when unset.
+    /// CA certificate (PEM) of the servers' TLS certificates; required with --server-url
+    /// unless --insecure.
     #[arg(long, env = "TINK_CONSOLE_SERVER_TLS_CA")]
     server_tls_ca: Option<std::path::PathBuf>,
+    /// Talk plaintext gRPC to the servers (servers started with --insecure; development
+    /// only: the users' tokens cross the network in the clear).
+    #[arg(long, env = "TINK_CONSOLE_INSECURE", conflicts_with = "server_tls_ca")]
+    insecure: bool,
     /// The most output lines one page shows.
     #[arg(long, env = "TINK_CONSOLE_LOG_LINES_MAX", default_value_t = 5000)]
     log_lines_max: usize,
@@ -88,7 +104,27 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Checked before anything starts: TLS to the servers unless --insecure.
+    let logs = args
+        .server_url
+        .clone()
+        .filter(|u| !u.trim().is_empty())
+        .map(|servers| tink_console::logs::LogsConfig {
+            servers,
+            tls_ca: args.server_tls_ca.clone(),
+            insecure: args.insecure,
+            max_lines: args.log_lines_max.max(1),
+            timeout: Duration::from_secs(15),
+        });
+    if let Some(logs) = &logs {
+        logs.check().map_err(anyhow::Error::msg)?;
+    }
     let _telemetry = tink_telemetry::init("tink-console", &args.telemetry)?;
+    if args.insecure && logs.is_some() {
+        tracing::warn!(
+            "--insecure: plaintext gRPC to the servers; the users' tokens cross the network in the clear"
+        );
+    }
     let replica_id = tink_runtime::replica_id(args.replica_id, "tink-console");
     tracing::info!(replica = %replica_id, listen = %args.listen, "tink-console starting");
 
@@ -101,17 +137,11 @@ async fn main() -> anyhow::Result<()> {
     config.secure_cookies = args.secure_cookies;
     config.sse_buffer = args.sse_buffer.max(1);
     config.sse_max_clients = args.sse_max_clients;
+    config.sse_max_clients_per_user = args.sse_max_clients_per_user;
     config.limits.max_age = Duration::from_secs(args.sse_max_age_seconds.max(10));
+    config.limits.recheck = Duration::from_secs(args.sse_recheck_seconds.max(1));
     config.tombstones = args.tombstones;
-    config.logs = args
-        .server_url
-        .filter(|u| !u.trim().is_empty())
-        .map(|servers| tink_console::logs::LogsConfig {
-            servers,
-            tls_ca: args.server_tls_ca,
-            max_lines: args.log_lines_max.max(1),
-            timeout: Duration::from_secs(15),
-        });
+    config.logs = logs;
     config.presence = args
         .nats_url
         .filter(|u| !u.trim().is_empty())

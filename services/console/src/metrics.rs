@@ -15,6 +15,13 @@ pub struct RequestLabels {
     pub status: u16,
 }
 
+/// Labels of a refused live stream.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    /// `user` (the user's own cap, --sse-max-clients-per-user) or `total` (--sse-max-clients).
+    pub cap: &'static str,
+}
+
 /// The console's metrics; clones share the same values.
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {
@@ -24,6 +31,10 @@ pub struct Metrics {
     pub sse_clients: Gauge,
     /// Streams that fell behind and were told to resync.
     pub sse_resyncs: Counter,
+    /// Streams refused (429) by a cap, by cap.
+    pub sse_refused: Family<RefusedLabels, Counter>,
+    /// Streams ended because the user's access was withdrawn (the periodic recheck).
+    pub sse_revoked: Counter,
     /// Errors of the watches (retried with back-off).
     pub watch_errors: Counter,
 }
@@ -49,6 +60,16 @@ impl Metrics {
             m.sse_resyncs.clone(),
         );
         r.register(
+            "sse_refused",
+            "Live-update streams refused with 429 by a cap (cap: user or total)",
+            m.sse_refused.clone(),
+        );
+        r.register(
+            "sse_revoked",
+            "Live-update streams ended because the user's access was withdrawn",
+            m.sse_revoked.clone(),
+        );
+        r.register(
             "watch_errors",
             "Errors of the Hardware, Workflow, Template and Event watches (retried with back-off)",
             m.watch_errors.clone(),
@@ -60,6 +81,11 @@ impl Metrics {
         self.requests
             .get_or_create(&RequestLabels { page, status })
             .inc();
+    }
+
+    /// Live streams refused by `cap` (`user` or `total`) so far.
+    pub fn sse_refused_of(&self, cap: &'static str) -> u64 {
+        self.sse_refused.get_or_create(&RefusedLabels { cap }).get()
     }
 
     /// Requests to `page` answered with `status` so far.

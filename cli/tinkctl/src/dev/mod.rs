@@ -662,7 +662,8 @@ impl Stack {
                         // Agent presence on the machine tiles.
                         "--nats-url".into(),
                         nats_url.clone(),
-                        // Action output from the servers, read with the user's token.
+                        // Action output from the servers, read with the user's token over
+                        // TLS with the dev CA (the console refuses plaintext without --insecure).
                         "--server-url".into(),
                         grpc.join(","),
                         "--server-tls-ca".into(),

@@ -22,6 +22,8 @@ pub const DEADLINE: Duration = Duration::from_secs(120);
 pub const TOKENS: &str = "\
 alice-token,alice,uid-alice
 bob-token,bob,uid-bob,\"developers\"
+carol-token,carol,uid-carol
+dave-token,dave,uid-dave
 ";
 
 pub async fn within<F: Future>(what: &str, f: F) -> F::Output {
@@ -62,6 +64,15 @@ pub async fn stack() -> Stack {
 pub async fn stack_with(
     nats: Option<(String, tink_bus::NatsAuth)>,
     logs: Option<SocketAddr>,
+) -> Stack {
+    stack_configured(nats, logs, |_| {}).await
+}
+
+/// [`stack_with`], with `configure` changing the console's configuration last.
+pub async fn stack_configured(
+    nats: Option<(String, tink_bus::NatsAuth)>,
+    logs: Option<SocketAddr>,
+    configure: impl FnOnce(&mut tink_console::ConsoleConfig),
 ) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let tokens = dir.path().join("tokens.csv");
@@ -130,9 +141,12 @@ pub async fn stack_with(
     config.logs = logs.map(|addr| tink_console::logs::LogsConfig {
         servers: addr.to_string(),
         tls_ca: None,
+        // the browser test's tink-server is plaintext
+        insecure: true,
         max_lines: 1000,
         timeout: Duration::from_secs(10),
     });
+    configure(&mut config);
     let health = tink_runtime::Health::new();
     let metrics = tink_console::Metrics::default();
     let shutdown = CancellationToken::new();
