@@ -108,7 +108,9 @@ fn write_nats_config(path: &Path) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-/// A random password (128 bits, hex) for one NATS user of the development stack.
+/// A random password (128 bits, hex, after a letter) for one NATS user of the development stack.
+/// nats-server parses a `$VARIABLE`'s value as a configuration value: one starting with a digit
+/// is read as a number and refused ("4e1f..." even as a float), so it starts with `p`.
 fn random_password() -> anyhow::Result<String> {
     let mut bytes = [0u8; 16];
     std::io::Read::read_exact(
@@ -116,7 +118,9 @@ fn random_password() -> anyhow::Result<String> {
         &mut bytes,
     )
     .context("reading /dev/urandom")?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(std::iter::once("p".to_string())
+        .chain(bytes.iter().map(|b| format!("{b:02x}")))
+        .collect())
 }
 
 /// Arguments of `tinkctl dev certs`.
@@ -1035,19 +1039,23 @@ mod tests {
                 "{user}: {text}"
             );
         }
-        let mut check = std::process::Command::new("nats-server");
-        check.args(["-c"]).arg(&path).arg("-t");
-        for (_, var) in NATS_USERS {
-            check.env(var, "x");
+        // With the passwords dev up generates (each run a fresh set: one starting with a digit
+        // once made nats-server refuse the whole configuration).
+        for _ in 0..8 {
+            let mut check = std::process::Command::new("nats-server");
+            check.args(["-c"]).arg(&path).arg("-t");
+            for (_, var) in NATS_USERS {
+                check.env(var, random_password().expect("password"));
+            }
+            let out = check
+                .output()
+                .expect("nats-server is installed (apt-get install nats-server)");
+            assert!(
+                out.status.success(),
+                "nats-server -t: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
-        let out = check
-            .output()
-            .expect("nats-server is installed (apt-get install nats-server)");
-        assert!(
-            out.status.success(),
-            "nats-server -t: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
     }
 
     #[test]
@@ -1064,5 +1072,20 @@ mod tests {
         let mut out = Vec::new();
         assert!(!status(dir.path(), &mut out).expect("status"));
         assert!(String::from_utf8_lossy(&out).starts_with("no stack recorded"));
+    }
+}
+
+#[cfg(test)]
+mod password_tests {
+    /// nats-server refuses a `$VARIABLE` whose value starts with a digit; every generated
+    /// password starts with a letter, whatever the random bytes.
+    #[test]
+    fn passwords_start_with_a_letter() {
+        for _ in 0..64 {
+            let p = super::random_password().expect("password");
+            assert!(p.starts_with('p'), "{p}");
+            assert_eq!(p.len(), 33);
+            assert!(p[1..].bytes().all(|b| b.is_ascii_hexdigit()));
+        }
     }
 }
