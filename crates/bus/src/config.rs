@@ -17,9 +17,11 @@ pub const EVENTS_STREAM: &str = "TINK_EVENTS";
 pub const PRESENCE_BUCKET: &str = "tink_presence";
 /// The stream backing [`PRESENCE_BUCKET`].
 pub const PRESENCE_STREAM: &str = "KV_tink_presence";
-/// The KV bucket of per-machine pre-shared secrets: agent token -> hex SHA-256 of the secret
-/// (or [`AGENT_SECRET_MISSING`]). Written by the controller from the Secrets Hardware reference;
-/// read by the servers, which then require that secret from the agent.
+/// The KV bucket of per-machine boot secrets: agent token -> hex SHA-256 of the machine's
+/// current boot secret, followed (space-separated) by the previous generation's for the agent
+/// that exchanged it (or [`AGENT_SECRET_MISSING`]). Written by the controller from the Secrets
+/// Hardware reference; read by the servers, which then require one of them to create that
+/// agent's session (see [`AGENT_SECRETS_USED_BUCKET`]).
 pub const AGENT_SECRETS_BUCKET: &str = "tink_agent_secrets";
 /// The stream backing [`AGENT_SECRETS_BUCKET`].
 pub const AGENT_SECRETS_STREAM: &str = "KV_tink_agent_secrets";
