@@ -39,8 +39,8 @@ pub struct CmdlineSettings {
     pub insecure_tls: Option<bool>,
     /// `syslog_host` (not used by the agent; reported).
     pub syslog_host: Option<String>,
-    /// `tink_agent_secret`: the machine's pre-shared secret, when its Hardware names one (never
-    /// logged).
+    /// `tink_agent_secret`: the machine's boot secret (single-use: exchanged for a session at the
+    /// first connect), when its Hardware names one (never logged).
     pub agent_secret: Option<String>,
 }
 

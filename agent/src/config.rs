@@ -180,9 +180,10 @@ pub struct AgentConfig {
     /// Where the session token the servers issue is kept across restarts of the agent process
     /// (`None`: in memory only).
     pub token_file: Option<std::path::PathBuf>,
-    /// The machine's pre-shared secret (`tinkerbell.org/agent-secret` on its Hardware; Hegel
-    /// passes it as the `tink_agent_secret` boot parameter), presented on every call. Only
-    /// machines whose Hardware references one need it.
+    /// The machine's boot secret (derived from `tinkerbell.org/agent-secret` on its Hardware;
+    /// Hegel passes it as the `tink_agent_secret` boot parameter), presented on every call; the
+    /// servers need it only to create a session, once (it is single-use). Only machines whose
+    /// Hardware references one need it.
     pub agent_secret: Option<String>,
     /// The most dispatch ids remembered as run (a redelivered one is refused `AlreadyRun`).
     pub remembered_dispatches: usize,

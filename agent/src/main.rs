@@ -59,8 +59,9 @@ struct Args {
     /// Name to verify in the servers' certificates, when it differs from the address.
     #[arg(long, env = "TINK_AGENT_TLS_DOMAIN", requires = "tls_ca")]
     tls_domain: Option<String>,
-    /// The machine's pre-shared secret, for Hardware that reference one
+    /// The machine's boot secret, for Hardware that reference one
     /// (`tinkerbell.org/agent-secret`); Hegel's boot script passes it as `tink_agent_secret`.
+    /// Single-use: the servers accept it to create the agent's session once.
     #[arg(
         long,
         env = "TINK_AGENT_SECRET",

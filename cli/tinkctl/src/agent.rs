@@ -1,5 +1,7 @@
 //! `tinkctl agent reset <agent id>`: ends an agent's session, so a re-installed machine (whose
-//! new agent does not have the old session token) is admitted by the servers again.
+//! new agent does not have the old session token) is admitted by the servers again, and clears
+//! the record of its exchanged boot secret, so an agent restarted in the same boot after its
+//! session ended (the one case the single-use boot secret costs) may exchange it once more.
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -9,7 +11,10 @@ use clap::{Args, Subcommand};
 pub enum AgentCommand {
     /// End an agent's session: its presence entry (holding the session token's hash) is
     /// deleted, and the next stream of that agent id gets a new token. The stream the old
-    /// session holds keeps running until it ends; its events are refused from then on.
+    /// session holds keeps running until it ends; its events are refused from then on. For a
+    /// machine with a boot secret, the record of the agent's exchanged secret is cleared too:
+    /// the value of its current boot is accepted once more (whoever presents it first gets the
+    /// session, so reset only a machine whose own agent is waiting).
     Reset(ResetArgs),
 }
 
@@ -92,6 +97,24 @@ async fn reset(args: &ResetArgs) -> anyhow::Result<()> {
         );
     } else {
         println!("agent {}: had no live session", args.agent_id);
+    }
+    let used = js
+        .get_key_value(tink_bus::AGENT_SECRETS_USED_BUCKET)
+        .await
+        .context("cannot open the exchanged agent secrets bucket")?;
+    let exchanged = used
+        .entry(&key)
+        .await
+        .context("cannot read the agent's exchanged boot secret")?
+        .is_some_and(|e| e.operation == async_nats::jetstream::kv::Operation::Put);
+    if exchanged {
+        used.purge(&key)
+            .await
+            .context("cannot clear the agent's exchanged boot secret")?;
+        println!(
+            "agent {}: its boot secret may be exchanged once more (the machine's current boot's)",
+            args.agent_id
+        );
     }
     Ok(())
 }

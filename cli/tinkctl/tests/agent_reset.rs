@@ -1,4 +1,5 @@
-//! `tinkctl agent reset` ends an agent's session against a real NATS.
+//! `tinkctl agent reset` ends an agent's session against a real NATS, and clears the record of
+//! its exchanged boot secret.
 
 use tink_testkit::nats::NatsServer;
 
@@ -27,6 +28,11 @@ async fn agent_reset_deletes_the_session() {
         .put(&key, presence.to_bytes())
         .await
         .expect("presence");
+    // The agent exchanged its boot secret for that session (what a server records).
+    bus.agent_secrets_used
+        .put(&key, "11".repeat(32).into())
+        .await
+        .expect("exchange");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tinkctl"))
         .args(["agent", "reset", agent, "--nats-url", &nats.url()])
         .output()
@@ -37,6 +43,9 @@ async fn agent_reset_deletes_the_session() {
     assert!(text.contains("session reset"), "{text}");
     let entry = bus.presence.get(&key).await.expect("read");
     assert!(entry.is_none(), "the session is still there");
+    assert!(text.contains("exchanged once more"), "{text}");
+    let exchanged = bus.agent_secrets_used.get(&key).await.expect("read");
+    assert!(exchanged.is_none(), "the exchange is still recorded");
     // Again: nothing to reset, said so.
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tinkctl"))
         .args(["agent", "reset", agent, "--nats-url", &nats.url()])

@@ -8,6 +8,13 @@
 //! value's hash for the servers) reads the named Secret in the Hardware's namespace and copies
 //! a valid one into the system namespace ([`copy_name`], [`copy_for`]); Hegel reads only those
 //! copies, so it needs no access to Secrets outside the system namespace.
+//!
+//! The value a machine boots with is not the operator's value but one derived from it per
+//! generation ([`derive_value`]): the agent exchanges it for a session once, and the controller
+//! then moves the machine to the next generation, so the value on the kernel command line (which
+//! every action can read) is worth nothing after the first connect. The copy keeps the
+//! generation ([`GENERATION_ANNOTATION`]) and which agent exchanged the previous one
+//! ([`EXCHANGED_BY_ANNOTATION`]); Hegel serves the copy's value as it is.
 
 use std::collections::BTreeMap;
 
@@ -37,6 +44,52 @@ pub const HARDWARE_NAME_LABEL: &str = "tinkerbell.org/hardware-name";
 pub const HARDWARE_ANNOTATION: &str = "tinkerbell.org/hardware";
 /// The annotation holding `namespace/name` of the Secret a copy was made from.
 pub const SOURCE_ANNOTATION: &str = "tinkerbell.org/agent-secret-source";
+/// The annotation holding the generation (a decimal number) whose derived value a copy holds.
+pub const GENERATION_ANNOTATION: &str = "tinkerbell.org/agent-secret-generation";
+/// The annotation holding the bus token of the agent that exchanged the previous generation's
+/// value for a session (empty when none did): only that agent may use it again, after an
+/// operator reset.
+pub const EXCHANGED_BY_ANNOTATION: &str = "tinkerbell.org/agent-secret-exchanged-by";
+
+/// The boot secret of generation `generation` derived from the operator's value `source`:
+/// `hex(HMAC-SHA256(key = source, msg = "tink-agent-secret/<generation>"))`, 64 printable
+/// characters. Knowing one generation's value tells nothing of another's.
+pub fn derive_value(source: &str, generation: u64) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, source.as_bytes());
+    let tag = ring::hmac::sign(&key, format!("tink-agent-secret/{generation}").as_bytes());
+    tag.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The generation of a copy, if it records one.
+pub fn copy_generation(copy: &Secret) -> Option<u64> {
+    copy.metadata
+        .annotations
+        .as_ref()?
+        .get(GENERATION_ANNOTATION)?
+        .parse()
+        .ok()
+}
+
+/// The agent token that exchanged the previous generation's value, as a copy records it.
+pub fn copy_exchanged_by(copy: &Secret) -> Option<&str> {
+    copy.metadata
+        .annotations
+        .as_ref()?
+        .get(EXCHANGED_BY_ANNOTATION)
+        .map(String::as_str)
+        .filter(|t| !t.is_empty())
+}
+
+/// `copy` recording generation `generation` and the agent that exchanged the previous one.
+pub fn with_generation(mut copy: Secret, generation: u64, exchanged_by: Option<&str>) -> Secret {
+    let annotations = copy.metadata.annotations.get_or_insert_default();
+    annotations.insert(GENERATION_ANNOTATION.to_string(), generation.to_string());
+    annotations.insert(
+        EXCHANGED_BY_ANNOTATION.to_string(),
+        exchanged_by.unwrap_or_default().to_string(),
+    );
+    copy
+}
 
 /// Why `secret` may not be used as an agent secret because of its type, if so. A Secret
 /// without a type is `Opaque` (the API server's default).
@@ -269,6 +322,46 @@ mod tests {
                 .unwrap_err()
                 .contains("must have type")
         );
+    }
+
+    #[test]
+    fn derived_values_are_hmac_sha256_per_generation() {
+        // RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?".
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"Jefe");
+        let tag = ring::hmac::sign(&key, b"what do ya want for nothing?");
+        let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        let v1 = derive_value("operator-value", 1);
+        assert_eq!(v1.len(), 64);
+        assert_eq!(v1, derive_value("operator-value", 1));
+        assert_ne!(v1, derive_value("operator-value", 2));
+        assert_ne!(v1, derive_value("other-value", 1));
+        assert!(!v1.contains("operator-value"));
+        // A usable agent secret (printable, short enough for the kernel command line).
+        let copy = copy_for("tink-system", "ns", "m1", "m1-agent", &v1);
+        assert_eq!(typed_agent_secret_value(&copy).as_deref(), Ok(v1.as_str()));
+    }
+
+    #[test]
+    fn copies_record_their_generation() {
+        let c = copy_for("tink-system", "ns", "m1", "m1-agent", "v-1");
+        assert_eq!(copy_generation(&c), None);
+        let c = with_generation(c, 7, Some("aa_3abb"));
+        assert_eq!(copy_generation(&c), Some(7));
+        assert_eq!(copy_exchanged_by(&c), Some("aa_3abb"));
+        let c = with_generation(c, 8, None);
+        assert_eq!(copy_generation(&c), Some(8));
+        assert_eq!(copy_exchanged_by(&c), None);
+        // Another generation is another copy.
+        let want = with_generation(
+            copy_for("tink-system", "ns", "m1", "m1-agent", "v-1"),
+            9,
+            None,
+        );
+        assert!(!copy_is_current(&c, &want));
     }
 
     #[test]

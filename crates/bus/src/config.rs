@@ -17,15 +17,27 @@ pub const EVENTS_STREAM: &str = "TINK_EVENTS";
 pub const PRESENCE_BUCKET: &str = "tink_presence";
 /// The stream backing [`PRESENCE_BUCKET`].
 pub const PRESENCE_STREAM: &str = "KV_tink_presence";
-/// The KV bucket of per-machine pre-shared secrets: agent token -> hex SHA-256 of the secret
-/// (or [`AGENT_SECRET_MISSING`]). Written by the controller from the Secrets Hardware reference;
-/// read by the servers, which then require that secret from the agent.
+/// The KV bucket of per-machine boot secrets: agent token -> hex SHA-256 of the machine's
+/// current boot secret, followed (space-separated) by the previous generation's for the agent
+/// that exchanged it (or [`AGENT_SECRET_MISSING`]). Written by the controller from the Secrets
+/// Hardware reference; read by the servers, which then require one of them to create that
+/// agent's session (see [`AGENT_SECRETS_USED_BUCKET`]).
 pub const AGENT_SECRETS_BUCKET: &str = "tink_agent_secrets";
 /// The stream backing [`AGENT_SECRETS_BUCKET`].
 pub const AGENT_SECRETS_STREAM: &str = "KV_tink_agent_secrets";
 /// The value of an [`AGENT_SECRETS_BUCKET`] entry whose Secret cannot be read: no presented
 /// secret matches it, so the machine is refused until the Secret exists (fail closed).
 pub const AGENT_SECRET_MISSING: &str = "missing";
+/// The KV bucket of exchanged agent secrets: agent token -> hex SHA-256 of the boot secret the
+/// agent exchanged for a session. A secret is single-use: the server replica that lets a
+/// secret create a session records its hash here (compare-and-set, before it answers), and
+/// refuses a later session created with a secret whose hash is recorded. The controller then
+/// moves the machine to the next generation of its secret (a new value for the next boot) and
+/// leaves the entry as it is (it goes on refusing the consumed value); `tinkctl agent reset`
+/// purges it.
+pub const AGENT_SECRETS_USED_BUCKET: &str = "tink_agent_secrets_used";
+/// The stream backing [`AGENT_SECRETS_USED_BUCKET`].
+pub const AGENT_SECRETS_USED_STREAM: &str = "KV_tink_agent_secrets_used";
 /// The KV bucket of dispatch targets: workflow (dispatch) token -> [`DispatchTarget`] (JSON),
 /// created by the controller, written by the server replica that forwards a StartWorkflow before
 /// it forwards it (one revision per key, kept as long as events are). Every
@@ -183,6 +195,8 @@ pub struct Bus {
     pub presence: kv::Store,
     /// The per-machine agent secrets bucket.
     pub agent_secrets: kv::Store,
+    /// The exchanged (used) agent secrets bucket.
+    pub agent_secrets_used: kv::Store,
     /// The dispatch targets bucket.
     pub dispatch_targets: kv::Store,
     /// The admitted agents bucket.
@@ -265,6 +279,28 @@ pub fn agent_secrets_stream_config(config: &BusConfig) -> stream::Config {
                 .to_string(),
         ),
         subjects: vec![format!("$KV.{AGENT_SECRETS_BUCKET}.>")],
+        max_messages_per_subject: 1,
+        storage: stream::StorageType::File,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
+/// The stream backing the exchanged agent secrets bucket (`KV_tink_agent_secrets_used`),
+/// configured as a NATS KV bucket with file storage (a replica that restarts must still refuse
+/// a consumed secret), one revision per key and no expiry.
+pub fn agent_secrets_used_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        name: AGENT_SECRETS_USED_STREAM.to_string(),
+        description: Some(
+            "tinkerbell exchanged agent secrets: agent token -> SHA-256 of the consumed secret"
+                .to_string(),
+        ),
+        subjects: vec![format!("$KV.{AGENT_SECRETS_USED_BUCKET}.>")],
         max_messages_per_subject: 1,
         storage: stream::StorageType::File,
         allow_rollup: true,
@@ -382,7 +418,7 @@ pub fn events_consumer_config(ack_wait: Duration) -> consumer::pull::Config {
 }
 
 /// Every stream the bus needs, with its configuration, in creation order.
-fn all_streams(config: &BusConfig) -> [(&'static str, stream::Config); 7] {
+fn all_streams(config: &BusConfig) -> [(&'static str, stream::Config); 8] {
     [
         (DISPATCH_STREAM, dispatch_stream_config(config)),
         (EVENTS_STREAM, events_stream_config(config)),
@@ -392,6 +428,10 @@ fn all_streams(config: &BusConfig) -> [(&'static str, stream::Config); 7] {
             crate::logs::logs_stream_config(config),
         ),
         (AGENT_SECRETS_STREAM, agent_secrets_stream_config(config)),
+        (
+            AGENT_SECRETS_USED_STREAM,
+            agent_secrets_used_stream_config(config),
+        ),
         (
             DISPATCH_TARGETS_STREAM,
             dispatch_targets_stream_config(config),
@@ -511,6 +551,7 @@ async fn open(jetstream: &jetstream::Context, config: &BusConfig) -> Result<Bus,
         events: get_stream(jetstream, EVENTS_STREAM).await?,
         presence: bucket(jetstream, PRESENCE_BUCKET).await?,
         agent_secrets: bucket(jetstream, AGENT_SECRETS_BUCKET).await?,
+        agent_secrets_used: bucket(jetstream, AGENT_SECRETS_USED_BUCKET).await?,
         dispatch_targets: bucket(jetstream, DISPATCH_TARGETS_BUCKET).await?,
         admitted_agents: bucket(jetstream, crate::admitted::ADMITTED_AGENTS_BUCKET).await?,
         config: config.clone(),

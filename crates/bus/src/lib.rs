@@ -11,7 +11,8 @@
 //! | dispatch stream | [`DISPATCH_STREAM`] | work queue: a command is removed once the agent's consumer acknowledged it |
 //! | events stream | [`EVENTS_STREAM`] | limits retention, read durably by the controller |
 //! | presence bucket | [`PRESENCE_BUCKET`] | KV: agent token -> [`Presence`] (JSON); entries expire after [`BusConfig::presence_ttl`] |
-//! | agent secrets bucket | [`AGENT_SECRETS_BUCKET`] | KV: agent token -> hex SHA-256 of the machine's pre-shared secret (controller writes, servers read) |
+//! | agent secrets bucket | [`AGENT_SECRETS_BUCKET`] | KV: agent token -> hex SHA-256 of the machine's current boot secret, then, for the agent that exchanged the previous one, that one's (controller writes, servers read) |
+//! | exchanged agent secrets bucket | [`AGENT_SECRETS_USED_BUCKET`] | KV: agent token -> hex SHA-256 of the boot secret it exchanged for a session (servers write before answering and refuse it afterwards; the controller rotates the machine's secret) |
 //! | admitted agents bucket | [`ADMITTED_AGENTS_BUCKET`] | KV: agent token -> the `namespace/name` of the Hardware naming that agent id (controller writes, servers refuse every other id) |
 //! | dispatch targets bucket | [`DISPATCH_TARGETS_BUCKET`] | KV: workflow token -> [`DispatchTarget`] (JSON): the agent a StartWorkflow was forwarded to (servers write before forwarding, and check events against it) |
 //! | logs subject | `tink.logs.<workflow token>.<action token>` | a `LogBatch` (protobuf), see [`LOGS_STREAM`] |
@@ -47,12 +48,13 @@ pub use codec::{
     publish_command, publish_event, publish_event_with_headers, validate_command, validate_event,
 };
 pub use config::{
-    AGENT_SECRET_MISSING, AGENT_SECRETS_BUCKET, AGENT_SECRETS_STREAM, Bus, BusConfig, BusError,
-    CONTROLLER_EVENTS_CONSUMER, DISPATCH_STREAM, DISPATCH_TARGETS_BUCKET, DISPATCH_TARGETS_STREAM,
-    DispatchTarget, EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM, agent_consumer_config,
-    agent_consumer_name, agent_pull_subject, agent_secrets_stream_config, dispatch_stream_config,
-    dispatch_targets_stream_config, ensure_streams, events_consumer_config, events_stream_config,
-    presence_stream_config, verify_streams,
+    AGENT_SECRET_MISSING, AGENT_SECRETS_BUCKET, AGENT_SECRETS_STREAM, AGENT_SECRETS_USED_BUCKET,
+    AGENT_SECRETS_USED_STREAM, Bus, BusConfig, BusError, CONTROLLER_EVENTS_CONSUMER,
+    DISPATCH_STREAM, DISPATCH_TARGETS_BUCKET, DISPATCH_TARGETS_STREAM, DispatchTarget,
+    EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM, agent_consumer_config, agent_consumer_name,
+    agent_pull_subject, agent_secrets_stream_config, agent_secrets_used_stream_config,
+    dispatch_stream_config, dispatch_targets_stream_config, ensure_streams, events_consumer_config,
+    events_stream_config, presence_stream_config, verify_streams,
 };
 pub use delivery::{
     DeliveryError, Withdrawal, dispatch_received, dispatch_received_by, queued_command,

@@ -3,7 +3,9 @@
 //! `tinkctl agent reset MAC` does, for operators who only have kubectl.
 //!
 //! The leader sees the annotation in its Hardware watch, purges the presence entry (which holds
-//! the session token's hash) of every agent id of the machine, then removes the annotation
+//! the session token's hash) and the exchanged boot secret entry (so the agent of the same boot
+//! may exchange its boot secret once more) of every agent id of the machine, then removes the
+//! annotation
 //! with a JSON patch that tests its value: a new reset written meanwhile is not lost (the test
 //! fails and the next watch event resets again). Purging twice is harmless, so a leader that
 //! dies between the purge and the patch only makes the next one reset again. A Kubernetes
@@ -60,6 +62,7 @@ async fn reset(shared: &Shared, hw: &Hardware, value: &str) -> anyhow::Result<()
     for id in &ids {
         let key = tink_bus::agent_token(id)?;
         shared.bus.presence.purge(&key).await?;
+        shared.bus.agent_secrets_used.purge(&key).await?;
         ended.push(id.as_str());
     }
     let ns = hw.namespace().unwrap_or_default();

@@ -1,25 +1,41 @@
-//! Per-machine pre-shared secrets: `tinkerbell.org/agent-secret: <Secret name>` on a Hardware
-//! names a Secret of type `tinkerbell.org/agent-secret` in its namespace whose `secret` key the
-//! machine's agent must present on every call (Hegel puts it in the machine's boot parameters).
-//! The leader publishes the SHA-256 of the value into the agent secrets bucket, one entry per
-//! agent id of the machine; the servers mirror the bucket and refuse that agent's streams and
-//! events without it. It also copies the value into a Secret of the same type in the system
-//! namespace (`--system-namespace`), named after the Hardware ([`copy_name`]): Hegel reads only
-//! those copies, so it needs no access to Secrets in the Hardware's namespace, and a Hardware
-//! editor cannot send an ordinary Secret (one of any other type) into a boot script.
+//! Per-machine boot secrets: `tinkerbell.org/agent-secret: <Secret name>` on a Hardware names a
+//! Secret of type `tinkerbell.org/agent-secret` in its namespace. From its `secret` key the
+//! leader derives the value the machine boots with, one per generation
+//! ([`tink_api::agent_secret::derive_value`]), and writes it into a Secret of the same type in
+//! the system namespace (`--system-namespace`), named after the Hardware ([`copy_name`]), with
+//! the generation in an annotation: Hegel reads only those copies (so it needs no access to
+//! Secrets in the Hardware's namespace, and a Hardware editor cannot send an ordinary Secret
+//! into a boot script) and puts the value in the machine's boot parameters. The leader publishes
+//! its SHA-256 into the agent secrets bucket, one entry per agent id of the machine; the servers
+//! mirror the bucket and create a session for that agent only with the value, once.
 //!
-//! - On every Hardware change the machine's entries and its copy are brought up to date
-//!   (written only when they differ); a deleted Hardware's copy is deleted at once.
+//! **Rotation per boot.** A server records each exchange of a value for a session in the
+//! exchanged secrets bucket ([`tink_bus::AGENT_SECRETS_USED_BUCKET`]). When that bucket holds
+//! the current generation's hash for one of the machine's agents, the leader moves the machine
+//! to the next generation (new copy value, new hash): the value on the kernel command line,
+//! which every action can read, works once, and the next boot's iPXE script carries the next
+//! value. The exchanged entry is left in place (it goes on refusing the consumed value, also on
+//! a replica whose mirror of the secrets bucket is a moment behind). The agent that exchanged
+//! the previous generation keeps its hash listed after the current one (the servers accept it
+//! only once an operator reset that agent: an agent restarted in the same boot after its
+//! session ended holds that value). The generation lives in the copy, so a restarted leader
+//! continues it; a copy that is gone (a Secret that was missing, a first copy) starts at a
+//! random generation, so no value of an earlier generation comes back. A rotated operator Secret
+//! changes the derivation key and keeps the generation.
+//!
+//! - On every Hardware change and every exchange the machine's copy and then its entries are
+//!   brought up to date (written only when they differ; the copy first, since it holds the
+//!   generation); a deleted Hardware's copy is deleted at once.
 //! - Every `agent_secrets_sweep` (30 s by default) the whole bucket and every copy are
-//!   reconciled with the Hardware cache: rotated Secrets are picked up and the entries and copies
-//!   of deleted or un-annotated Hardware removed.
+//!   reconciled with the Hardware cache: rotated Secrets and missed exchanges are picked up, and
+//!   the entries, exchanged entries and copies of deleted or un-annotated Hardware removed.
 //! - A Secret that is missing, of another type or unusable publishes
 //!   [`tink_bus::AGENT_SECRET_MISSING`], which no secret matches (the machine is refused: fail
 //!   closed), deletes the copy (Hegel then serves the machine no script), and a Warning Event on
 //!   the Hardware says why.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
@@ -37,7 +53,8 @@ use crate::shared::{KubeEvent, Shared};
 
 pub use tink_api::agent_secret::{AGENT_SECRET_ANNOTATION, AGENT_SECRET_TYPE, copy_name};
 use tink_api::agent_secret::{
-    COPY_LABEL, HARDWARE_NAMESPACE_LABEL, copy_for, copy_is_current, typed_agent_secret_value,
+    COPY_LABEL, HARDWARE_NAMESPACE_LABEL, copy_exchanged_by, copy_for, copy_generation,
+    copy_is_current, derive_value, typed_agent_secret_value, with_generation,
 };
 
 /// The hex SHA-256 of a secret, as the servers compare it.
@@ -46,16 +63,78 @@ pub fn secret_hash(secret: &str) -> String {
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Per-Hardware locks: one sync of a machine's secret at a time (by copy name).
+#[derive(Default)]
+pub(crate) struct SyncLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl SyncLocks {
+    fn of(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(name.to_string()).or_default().clone()
+    }
+
+    fn forget(&self, name: &str) {
+        let mut locks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        locks.remove(name);
+    }
+}
+
 /// What one Hardware should have.
 struct Wanted {
-    /// Agent token -> hash in the bucket (empty: no secret).
+    /// Agent token -> value in the bucket: the current hash, then, for the agent that exchanged
+    /// the previous generation, that one's (empty map: no secret).
     tokens: HashMap<String, String>,
     /// The copy for Hegel (None: no copy).
     copy: Option<Secret>,
 }
 
-/// What the bucket and the system namespace should hold for one Hardware.
-async fn desired(shared: &Shared, hw: &Hardware) -> Wanted {
+/// A generation to start at when a machine has none: random (48 bits), so a machine whose copy
+/// was deleted never gets an earlier generation's value again.
+fn first_generation() -> u64 {
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; 8];
+    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+        // No randomness: the time is as good a start as any.
+        return jiff::Timestamp::now().as_microsecond().unsigned_abs();
+    }
+    u64::from_be_bytes(bytes) >> 16
+}
+
+/// The generation the machine should boot with, and the agent token that exchanged the
+/// previous one: the copy's, or the next one when an agent of the machine exchanged the copy's
+/// value (the exchanged bucket holds its hash).
+async fn generation(
+    shared: &Shared,
+    hardware: &str,
+    source: &str,
+    have: Option<&Secret>,
+    tokens: &[String],
+) -> (u64, Option<String>) {
+    let Some(generation) = have.and_then(copy_generation) else {
+        return (first_generation(), None);
+    };
+    let exchanged_by = have.and_then(copy_exchanged_by).map(str::to_string);
+    let current = secret_hash(&derive_value(source, generation));
+    for token in tokens {
+        match current_value(&shared.bus.agent_secrets_used, token).await {
+            Ok(Some(used)) if used.trim() == current => {
+                info!(hardware = %hardware, generation = generation + 1, "boot secret exchanged; the machine's next boot gets the next one");
+                return (generation.saturating_add(1), Some(token.clone()));
+            }
+            Ok(_) => {}
+            // Not rotated now (the exchanged entry goes on refusing the value); the sweep
+            // retries.
+            Err(e) => {
+                shared.metrics.error("agent_secret");
+                warn!(hardware = %hardware, error = %e, "cannot read the exchanged agent secrets");
+            }
+        }
+    }
+    (generation, exchanged_by)
+}
+
+/// What the bucket and the system namespace should hold for one Hardware whose copy is `have`.
+async fn desired(shared: &Shared, hw: &Hardware, have: Option<&Secret>) -> Wanted {
     let Some(name) = hw.annotations().get(AGENT_SECRET_ANNOTATION) else {
         return Wanted {
             tokens: HashMap::new(),
@@ -63,6 +142,10 @@ async fn desired(shared: &Shared, hw: &Hardware) -> Wanted {
         };
     };
     let ns = hw.namespace().unwrap_or_default();
+    let tokens: Vec<String> = agent_ids(&hw.spec)
+        .iter()
+        .filter_map(|id| tink_bus::agent_token(id).ok())
+        .collect();
     let secrets: Api<Secret> = Api::namespaced(shared.client.clone(), &ns);
     let value = match secrets.get_opt(name).await {
         Ok(Some(s)) => {
@@ -71,17 +154,40 @@ async fn desired(shared: &Shared, hw: &Hardware) -> Wanted {
         Ok(None) => Err(format!("Secret {ns}/{name} does not exist")),
         Err(e) => Err(format!("Secret {ns}/{name} cannot be read: {e}")),
     };
-    let (hash, copy) = match value {
-        Ok(v) => (
-            secret_hash(&v),
-            Some(copy_for(
+    match value {
+        Ok(source) => {
+            let hardware = format!("{ns}/{}", hw.name_any());
+            let (generation, exchanged_by) =
+                generation(shared, &hardware, &source, have, &tokens).await;
+            let value = derive_value(&source, generation);
+            let current = secret_hash(&value);
+            let previous = generation
+                .checked_sub(1)
+                .map(|g| secret_hash(&derive_value(&source, g)));
+            let tokens = tokens
+                .into_iter()
+                .map(|t| {
+                    let hashes = match &previous {
+                        Some(p) if exchanged_by.as_deref() == Some(t.as_str()) => {
+                            format!("{current} {p}")
+                        }
+                        _ => current.clone(),
+                    };
+                    (t, hashes)
+                })
+                .collect();
+            let copy = copy_for(
                 &shared.config.system_namespace,
                 &ns,
                 &hw.name_any(),
                 name,
-                &v,
-            )),
-        ),
+                &value,
+            );
+            Wanted {
+                tokens,
+                copy: Some(with_generation(copy, generation, exchanged_by.as_deref())),
+            }
+        }
         Err(why) => {
             warn!(hardware = %format!("{ns}/{}", hw.name_any()), reason = %why, "the machine's agent secret is unusable; its agent is refused until it is fixed");
             shared.kube_event_raw(KubeEvent {
@@ -92,20 +198,18 @@ async fn desired(shared: &Shared, hw: &Hardware) -> Wanted {
                     "{AGENT_SECRET_ANNOTATION}: {why}; the machine's agent is refused until it is fixed"
                 ),
             });
-            (tink_bus::AGENT_SECRET_MISSING.to_string(), None)
+            Wanted {
+                tokens: tokens
+                    .into_iter()
+                    .map(|t| (t, tink_bus::AGENT_SECRET_MISSING.to_string()))
+                    .collect(),
+                copy: None,
+            }
         }
-    };
-    Wanted {
-        tokens: agent_ids(&hw.spec)
-            .iter()
-            .filter_map(|id| tink_bus::agent_token(id).ok())
-            .map(|t| (t, hash.clone()))
-            .collect(),
-        copy,
     }
 }
 
-async fn current(bucket: &kv::Store, token: &str) -> Result<Option<String>, kv::EntryError> {
+async fn current_value(bucket: &kv::Store, token: &str) -> Result<Option<String>, kv::EntryError> {
     Ok(bucket
         .get(token)
         .await?
@@ -165,15 +269,23 @@ async fn delete_copy(api: &Api<Secret>, name: &str) -> kube::Result<()> {
     }
 }
 
-/// Brings one Hardware's entries (tokens of its agent ids only) and its copy up to date.
+/// Brings one Hardware's copy and then its entries (tokens of its agent ids only) up to date.
 async fn sync_one(shared: &Shared, hw: &Hardware) -> anyhow::Result<()> {
-    let want = desired(shared, hw).await;
+    let api = copies(shared);
+    let name = copy_name(&hw.namespace().unwrap_or_default(), &hw.name_any());
+    let lock = shared.secret_syncs.of(&name);
+    let _one_at_a_time = lock.lock().await;
+    let have = api.get_opt(&name).await?;
+    let want = desired(shared, hw, have.as_ref()).await;
+    // The copy first: it holds the generation the entries are derived from (a leader that dies
+    // between the two writes derives the same entries from it).
+    write_copy(&api, &name, have, want.copy).await?;
     let bucket = &shared.bus.agent_secrets;
     for id in agent_ids(&hw.spec) {
         let Ok(token) = tink_bus::agent_token(&id) else {
             continue;
         };
-        let have = current(bucket, &token).await?;
+        let have = current_value(bucket, &token).await?;
         match (want.tokens.get(&token), have) {
             (Some(w), Some(h)) if *w == h => {}
             (Some(w), _) => {
@@ -187,10 +299,6 @@ async fn sync_one(shared: &Shared, hw: &Hardware) -> anyhow::Result<()> {
             (None, None) => {}
         }
     }
-    let api = copies(shared);
-    let name = copy_name(&hw.namespace().unwrap_or_default(), &hw.name_any());
-    let have = api.get_opt(&name).await?;
-    write_copy(&api, &name, have, want.copy).await?;
     Ok(())
 }
 
@@ -218,6 +326,7 @@ pub(crate) fn forget(shared: &Arc<Shared>, hw: &Hardware) {
     let shared = shared.clone();
     let name = copy_name(&hw.namespace().unwrap_or_default(), &hw.name_any());
     tokio::spawn(async move {
+        shared.secret_syncs.forget(&name);
         if let Err(e) = delete_copy(&copies(&shared), &name).await {
             shared.metrics.error("agent_secret");
             warn!(copy = %name, error = %e, "cannot delete a deleted Hardware's agent secret copy; the sweep retries");
@@ -245,32 +354,42 @@ pub(crate) async fn sweep(shared: Arc<Shared>, term: CancellationToken) {
 }
 
 async fn sweep_once(shared: &Shared) -> anyhow::Result<()> {
-    let mut want: HashMap<String, String> = HashMap::new();
-    let mut want_copies: HashMap<String, Secret> = HashMap::new();
+    // Every annotated Hardware's copy and entries, each as `sync_one` does (under its lock, from
+    // its current copy).
+    let mut wanted_tokens: HashSet<String> = HashSet::new();
+    let mut wanted_copies: HashSet<String> = HashSet::new();
+    let mut failed = 0usize;
     for hw in shared.hardware.state() {
-        if hw.annotations().contains_key(AGENT_SECRET_ANNOTATION) {
-            let w = desired(shared, &hw).await;
-            want.extend(w.tokens);
-            if let Some(c) = w.copy {
-                want_copies.insert(c.name_any(), c);
-            }
+        if !hw.annotations().contains_key(AGENT_SECRET_ANNOTATION) {
+            continue;
+        }
+        wanted_tokens.extend(
+            agent_ids(&hw.spec)
+                .iter()
+                .filter_map(|id| tink_bus::agent_token(id).ok()),
+        );
+        wanted_copies.insert(copy_name(
+            &hw.namespace().unwrap_or_default(),
+            &hw.name_any(),
+        ));
+        if let Err(e) = sync_one(shared, &hw).await {
+            failed += 1;
+            warn!(hardware = %hw.name_any(), error = %e, "cannot update the machine's agent secret");
         }
     }
-    let bucket = &shared.bus.agent_secrets;
-    let keys: HashSet<String> = bucket.keys().await?.try_collect().await?;
-    for key in keys.iter().filter(|k| !want.contains_key(*k)) {
-        bucket.delete(key).await?;
-        debug!(key = %key, "stale agent secret removed");
-    }
-    for (token, hash) in want {
-        if current(bucket, &token).await?.as_deref() != Some(hash.as_str()) {
-            bucket.put(&token, hash.into()).await?;
+    // Entries and exchanged entries of agents no annotated Hardware names.
+    for bucket in [&shared.bus.agent_secrets, &shared.bus.agent_secrets_used] {
+        let keys: HashSet<String> = bucket.keys().await?.try_collect().await?;
+        for key in keys.iter().filter(|k| !wanted_tokens.contains(*k)) {
+            bucket.delete(key).await?;
+            debug!(key = %key, "stale agent secret entry removed");
         }
     }
 
-    // The copies: those of Hardware this controller watches (all, or its namespace's).
+    // Copies of Hardware this controller watches (all, or its namespace's) that no annotated
+    // Hardware has.
     let api = copies(shared);
-    let mut have: HashMap<String, Secret> = api
+    let stale: Vec<String> = api
         .list(&ListParams::default().labels(&format!("{COPY_LABEL}=true")))
         .await?
         .items
@@ -280,21 +399,65 @@ async fn sweep_once(shared: &Shared) -> anyhow::Result<()> {
                 s.labels().get(HARDWARE_NAMESPACE_LABEL).map(String::as_str) == Some(ns)
             })
         })
-        .map(|s| (s.name_any(), s))
+        .map(|s| s.name_any())
+        .filter(|name| !wanted_copies.contains(name))
         .collect();
-    let names: HashSet<String> = have.keys().chain(want_copies.keys()).cloned().collect();
-    let mut failed = 0usize;
-    for name in names {
-        if let Err(e) = write_copy(&api, &name, have.remove(&name), want_copies.remove(&name)).await
-        {
+    for name in stale {
+        if let Err(e) = delete_copy(&api, &name).await {
             failed += 1;
-            warn!(copy = %name, error = %e, "cannot update an agent secret copy");
+            warn!(copy = %name, error = %e, "cannot remove an agent secret copy");
+        } else {
+            info!(copy = %name, "agent secret copy removed");
         }
     }
     if failed > 0 {
-        anyhow::bail!("{failed} agent secret copies could not be updated");
+        anyhow::bail!("{failed} agent secrets could not be updated");
     }
     Ok(())
+}
+
+/// Follows the exchanged agent secrets bucket until `term`: an agent that exchanged its
+/// machine's boot secret moves that machine to the next generation at once (the sweep would,
+/// later).
+pub(crate) async fn follow_exchanges(shared: Arc<Shared>, term: CancellationToken) {
+    use futures::StreamExt as _;
+    while !term.is_cancelled() {
+        let mut watch = match shared.bus.agent_secrets_used.watch(">").await {
+            Ok(w) => w,
+            Err(e) => {
+                shared.metrics.error("agent_secret");
+                warn!(error = %e, "cannot watch the exchanged agent secrets; retrying");
+                tokio::select! {
+                    _ = term.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        loop {
+            let entry = tokio::select! {
+                _ = term.cancelled() => return,
+                e = watch.next() => e,
+            };
+            match entry {
+                Some(Ok(entry)) if entry.operation == kv::Operation::Put => {
+                    let owner = shared.hardware.state().into_iter().find(|hw| {
+                        agent_ids(&hw.spec)
+                            .iter()
+                            .any(|id| tink_bus::agent_token(id).ok().as_deref() == Some(&entry.key))
+                    });
+                    if let Some(hw) = owner {
+                        observe(&shared, &hw);
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    warn!(error = %e, "exchanged agent secrets watch failed; watching again");
+                    break;
+                }
+                None => break,
+            }
+        }
+    }
 }
 
 #[cfg(test)]

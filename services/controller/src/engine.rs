@@ -247,6 +247,13 @@ pub(crate) async fn lead(
     {
         let (shared, term) = (shared.clone(), term.clone());
         tasks.spawn(async move {
+            crate::agent_secrets::follow_exchanges(shared, term).await;
+            "agent secret exchanges watch"
+        });
+    }
+    {
+        let (shared, term) = (shared.clone(), term.clone());
+        tasks.spawn(async move {
             crate::admitted::sweep(shared, term).await;
             "admitted agents sweep"
         });

@@ -121,6 +121,9 @@ pub(crate) struct Shared {
     kube_events: mpsc::Sender<KubeEvent>,
     /// Agent session resets asked for by Hardware annotations, in flight.
     pub resets: crate::agent_reset::InFlight,
+    /// One agent secret sync at a time per Hardware (a rotation reads the copy's generation
+    /// and writes the next one).
+    pub(crate) secret_syncs: crate::agent_secrets::SyncLocks,
     /// Normalised agent id -> the Hardware that named it when the watch delivered them, so an
     /// agent connecting looks at its own machine instead of every Hardware (10,000 agents
     /// reconnecting at once were 10^8 comparisons). A superset: entries are checked against
@@ -258,6 +261,7 @@ impl Shared {
             triggers,
             kube_events,
             resets: Default::default(),
+            secret_syncs: Default::default(),
             machines: Default::default(),
             by_hardware: Default::default(),
         }

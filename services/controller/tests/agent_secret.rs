@@ -1,6 +1,8 @@
-//! Per-machine pre-shared secrets from the controller's side, against the real parts (kube-lite,
+//! Per-machine boot secrets from the controller's side, against the real parts (kube-lite,
 //! NATS, tink-server, agents over gRPC): a Hardware annotated with `tinkerbell.org/agent-secret`
-//! makes the servers require its Secret's value from the machine's agent; a missing Secret
+//! makes the servers require a value derived from its Secret (one per generation) to create the
+//! machine's agent's session; once the agent exchanged it, the machine moves to the next
+//! generation (also across a controller restart) and the old value is refused; a missing Secret
 //! refuses the machine and says why on the Hardware; a rotated Secret and a removed annotation
 //! are picked up. Only a Secret of type `tinkerbell.org/agent-secret` is used: the controller
 //! copies it into the system namespace, where Hegel (in process here) reads it for the boot
@@ -16,7 +18,7 @@ use common::*;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tink_api::agent_secret::{AGENT_SECRET_TYPE, copy_name};
+use tink_api::agent_secret::{AGENT_SECRET_TYPE, copy_generation, copy_name, derive_value};
 use tink_api::v1alpha2::Hardware;
 use tink_controller::agent_secrets::{AGENT_SECRET_ANNOTATION, secret_hash};
 use tink_proto::workflow::v2::GetWorkflowsRequest;
@@ -26,11 +28,16 @@ const MAC: &str = "aa:bb:cc:00:00:09";
 
 /// Opens a stream for the machine, presenting `secret`; the gRPC status code.
 async fn open(stack: &Stack, secret: Option<&str>) -> Result<(), tonic::Status> {
+    open_as(stack, MAC, secret).await
+}
+
+/// Opens a stream for agent `mac`, presenting `secret`; the gRPC status code.
+async fn open_as(stack: &Stack, mac: &str, secret: Option<&str>) -> Result<(), tonic::Status> {
     let mut client = WorkflowServiceClient::connect(format!("http://{}", stack.server_addr))
         .await
         .expect("connects");
     let mut request = tonic::Request::new(GetWorkflowsRequest {
-        agent_id: MAC.to_string(),
+        agent_id: mac.to_string(),
         instance_id: "i-1".to_string(),
     });
     if let Some(s) = secret {
@@ -101,6 +108,77 @@ async fn copy_of(stack: &Stack, hw: &str) -> Option<(String, String)> {
         })
 }
 
+/// The generation of the copy of Hardware `hw`'s boot secret.
+async fn generation_of(stack: &Stack, hw: &str) -> Option<u64> {
+    let copies: Api<Secret> = Api::namespaced(stack.client.clone(), "tink-system");
+    copies
+        .get_opt(&copy_name(NS, hw))
+        .await
+        .expect("get copy")
+        .as_ref()
+        .and_then(copy_generation)
+}
+
+/// Waits until Hardware `hw` (agent `mac`) boots with a value derived from the operator's
+/// `source` (at a generation other than `after`): the copy holds it and the bucket its hash
+/// first. The generation and the value.
+async fn wait_derived(
+    stack: &Stack,
+    hw: &str,
+    mac: &str,
+    source: &str,
+    after: Option<u64>,
+    what: &str,
+) -> (u64, String) {
+    within(what, async {
+        loop {
+            if let (Some(generation), Some((value, _))) =
+                (generation_of(stack, hw).await, copy_of(stack, hw).await)
+                && Some(generation) != after
+                && value == derive_value(source, generation)
+                && bucket_value_of(stack, mac).await.is_some_and(|b| {
+                    b.split_whitespace().next() == Some(secret_hash(&value).as_str())
+                })
+            {
+                return (generation, value);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+/// Waits until a new session with `secret` is refused as already exchanged.
+async fn wait_refused_as_used(stack: &Stack, mac: &str, secret: &str, what: &str) {
+    within(what, async {
+        loop {
+            match open_as(stack, mac, Some(secret)).await {
+                Err(s)
+                    if s.code() == tonic::Code::PermissionDenied
+                        && s.message().contains("already exchanged") =>
+                {
+                    return;
+                }
+                // The previous session may still be live for a moment.
+                Err(s) if s.code() == tonic::Code::PermissionDenied => {}
+                other => panic!("{what}: {other:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+/// Waits until a new session with `secret` is created (an earlier one may be live a moment).
+async fn wait_admitted(stack: &Stack, mac: &str, secret: &str, what: &str) {
+    within(what, async {
+        while open_as(stack, mac, Some(secret)).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
 /// Waits until the copy for `hw` holds `want` (None: until there is none).
 async fn wait_copy(stack: &Stack, hw: &str, what: &str, want: Option<&str>) {
     within(what, async {
@@ -128,9 +206,13 @@ async fn the_servers_require_the_secret_a_hardware_names() {
     let secrets: Api<Secret> = Api::namespaced(stack.client.clone(), NS);
     let hardware: Api<Hardware> = Api::namespaced(stack.client.clone(), NS);
     stack.create_hardware("m9", MAC).await;
-    open(&stack, None)
-        .await
-        .expect("no secret is needed before the annotation");
+    // No secret is needed before the annotation (once the machine is admitted).
+    within("the machine to be admitted without a secret", async {
+        while open(&stack, None).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
 
     // The annotation names a Secret that does not exist yet: fail closed, and say why.
     let annotate = |name: Option<&str>| {
@@ -158,30 +240,88 @@ async fn the_servers_require_the_secret_a_hardware_names() {
     let refused = open(&stack, Some("anything")).await.expect_err("refused");
     assert_eq!(refused.code(), tonic::Code::PermissionDenied);
 
-    // The Secret appears (picked up by the sweep): only its value admits the machine.
+    // The Secret appears (picked up by the sweep): only the value derived from it admits the
+    // machine, and only once.
     secrets
         .create(&PostParams::default(), &secret("m9-agent", "first-value\n"))
         .await
         .expect("create secret");
-    wait_bucket(
+    let (g1, v1) = wait_derived(&stack, "m9", MAC, "first-value", None, "the first value").await;
+    for wrong in ["wrong", "first-value"] {
+        let e = open(&stack, Some(wrong))
+            .await
+            .expect_err("not the boot secret");
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{wrong}");
+    }
+    wait_admitted(
         &stack,
-        "the secret's hash",
-        Some(secret_hash("first-value")),
+        MAC,
+        &v1,
+        "the machine to be admitted with its boot secret",
     )
     .await;
-    wait_copy(&stack, "m9", "the copy for Hegel", Some("first-value")).await;
-    let e = open(&stack, Some("wrong"))
-        .await
-        .expect_err("a wrong secret");
-    assert_eq!(e.code(), tonic::Code::PermissionDenied);
-    within("the machine to be admitted with its secret", async {
-        while open(&stack, Some("first-value")).await.is_err() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
 
-    // Rotated: the old value no longer works.
+    // Exchanged: the machine moves to the next generation, the old value is refused, the new
+    // one (what the next boot's script carries) creates a session.
+    let (g2, v2) = wait_derived(&stack, "m9", MAC, "first-value", Some(g1), "the next value").await;
+    assert_eq!(g2, g1 + 1);
+    assert_ne!(v2, v1);
+    assert_eq!(
+        bucket_value_of(&stack, MAC).await,
+        Some(format!("{} {}", secret_hash(&v2), secret_hash(&v1))),
+        "the exchanged value stays listed for its agent (a reset lets it in once)"
+    );
+    wait_refused_as_used(&stack, MAC, &v1, "the exchanged value to be refused").await;
+    wait_admitted(&stack, MAC, &v2, "the next value to be admitted").await;
+    let (g3, v3) = wait_derived(
+        &stack,
+        "m9",
+        MAC,
+        "first-value",
+        Some(g2),
+        "the third value",
+    )
+    .await;
+    assert_eq!(g3, g2 + 1);
+
+    // While no controller runs, the agent exchanges the third value; a new controller reads the
+    // generation back from the copy and moves on from there.
+    c.stop().await;
+    wait_admitted(&stack, MAC, &v3, "the third value to be admitted").await;
+    assert_eq!(
+        generation_of(&stack, "m9").await,
+        Some(g3),
+        "nobody rotated"
+    );
+    let mut config = stack.config("c1");
+    config.agent_secrets_sweep = Duration::from_millis(300);
+    let c = stack.controller(config).await;
+    c.wait_leading().await;
+    let (g4, v4) = wait_derived(
+        &stack,
+        "m9",
+        MAC,
+        "first-value",
+        Some(g3),
+        "the fourth value",
+    )
+    .await;
+    assert_eq!(g4, g3 + 1, "the generation survives a restart");
+    wait_refused_as_used(
+        &stack,
+        MAC,
+        &v3,
+        "the value exchanged meanwhile to be refused",
+    )
+    .await;
+    for old in [&v1, &v2] {
+        let e = open(&stack, Some(old))
+            .await
+            .expect_err("an older generation");
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    }
+
+    // The operator's Secret rotated: the generation continues under the new key.
     secrets
         .patch(
             "m9-agent",
@@ -190,13 +330,14 @@ async fn the_servers_require_the_secret_a_hardware_names() {
         )
         .await
         .expect("rotate");
-    wait_bucket(
-        &stack,
-        "the rotated hash",
-        Some(secret_hash("second-value")),
-    )
-    .await;
-    wait_copy(&stack, "m9", "the rotated copy", Some("second-value")).await;
+    let (g5, v5) = wait_derived(&stack, "m9", MAC, "second-value", None, "the rotated value").await;
+    assert_eq!(g5, g4, "a rotated Secret keeps the generation");
+    assert_ne!(v5, v4);
+    let e = open(&stack, Some(&v4))
+        .await
+        .expect_err("the old key's value");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    wait_admitted(&stack, MAC, &v5, "the rotated value to be admitted").await;
 
     // The annotation removed: the entry goes, no secret needed.
     hardware
@@ -411,17 +552,44 @@ async fn only_agent_secret_typed_secrets_reach_hegel_through_the_copy() {
         )
         .await
         .expect("annotate");
-    wait_bucket_of(
+    let (g1, v1) = wait_derived(&stack, "m10", MAC10, "first-value", None, "the copy").await;
+    let body = wait_script(hegel, IP10, "the secret in the script", |code, body| {
+        code == 200 && body.contains(&format!(" tink_agent_secret={v1} "))
+    })
+    .await;
+    assert!(
+        !body.contains("first-value"),
+        "the operator's value never leaves: {body}"
+    );
+
+    // The value the script carried creates the agent's session, once; the next script carries
+    // the next generation's value, which (as Hegel serves it) creates the next session.
+    wait_admitted(&stack, MAC10, &v1, "the served value to be admitted").await;
+    let (g2, v2) = wait_derived(
         &stack,
+        "m10",
         MAC10,
-        "the secret's hash",
-        Some(secret_hash("first-value")),
+        "first-value",
+        Some(g1),
+        "the next value",
     )
     .await;
-    wait_copy(&stack, "m10", "the copy", Some("first-value")).await;
-    wait_script(hegel, IP10, "the secret in the script", |code, body| {
-        code == 200 && body.contains(" tink_agent_secret=first-value ")
+    assert_eq!(g2, g1 + 1);
+    let body = wait_script(hegel, IP10, "the next value in the script", |code, body| {
+        code == 200 && body.contains(&format!(" tink_agent_secret={v2} "))
     })
+    .await;
+    assert!(!body.contains(&v1), "{body}");
+    wait_refused_as_used(&stack, MAC10, &v1, "the served value to be refused").await;
+    wait_admitted(&stack, MAC10, &v2, "the next served value to be admitted").await;
+    let (_, v3) = wait_derived(
+        &stack,
+        "m10",
+        MAC10,
+        "first-value",
+        Some(g2),
+        "the third value",
+    )
     .await;
 
     // Rotated: the new value reaches the copy and the script.
@@ -433,15 +601,23 @@ async fn only_agent_secret_typed_secrets_reach_hegel_through_the_copy() {
         )
         .await
         .expect("rotate");
-    wait_copy(&stack, "m10", "the rotated copy", Some("second-value")).await;
+    let (_, rotated) = wait_derived(
+        &stack,
+        "m10",
+        MAC10,
+        "second-value",
+        None,
+        "the rotated copy",
+    )
+    .await;
     let body = wait_script(
         hegel,
         IP10,
         "the rotated secret in the script",
-        |code, body| code == 200 && body.contains(" tink_agent_secret=second-value "),
+        |code, body| code == 200 && body.contains(&format!(" tink_agent_secret={rotated} ")),
     )
     .await;
-    assert!(!body.contains("first-value"), "{body}");
+    assert!(!body.contains(&v3), "{body}");
 
     // The Secret deleted: fail closed, the copy goes, no script.
     secrets
@@ -457,14 +633,14 @@ async fn only_agent_secret_typed_secrets_reach_hegel_through_the_copy() {
     .await;
     wait_copy(&stack, "m10", "the copy to be removed", None).await;
     let body = wait_script(hegel, IP10, "no script", |code, _| code == 503).await;
-    assert!(!body.contains("second-value"), "{body}");
+    assert!(!body.contains(&rotated), "{body}");
 
     // Back, then the Hardware deleted: its copy goes too.
     secrets
         .create(&PostParams::default(), &secret("m10-agent", "third-value"))
         .await
         .expect("create m10-agent again");
-    wait_copy(&stack, "m10", "the copy again", Some("third-value")).await;
+    wait_derived(&stack, "m10", MAC10, "third-value", None, "the copy again").await;
     hardware
         .delete("m10", &Default::default())
         .await

@@ -172,8 +172,9 @@ pub fn kernel_params(
     kernel_params_with_secret(machine, i, machine_params, config, None)
 }
 
-/// [`kernel_params`] with the machine's pre-shared agent secret (`tink_agent_secret=`, right
-/// after Smee's TLS parameters) when its Hardware names one.
+/// [`kernel_params`] with the machine's boot secret (`tink_agent_secret=`, right after Smee's
+/// TLS parameters; the value of the current generation the controller wrote into the copy)
+/// when its Hardware names one.
 pub fn kernel_params_with_secret(
     machine: &Machine,
     i: &Interface,

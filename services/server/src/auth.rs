@@ -16,8 +16,10 @@
 //!   is refused (`PERMISSION_DENIED`) instead of taking over. The session (its SHA-256 is kept in
 //!   the agent's presence entry) ends when the presence entry expires or an operator resets it
 //!   (`tinkctl agent reset <agent id>` deletes the entry).
-//! - **Pre-shared secret** ([`crate::secrets`]): for machines whose Hardware names one, on top of
-//!   the certificate or token, on every call.
+//! - **Boot secret** ([`crate::secrets`]): for machines whose Hardware names one, needed to
+//!   create a session (a stream without a certificate that does not present the live session's
+//!   token), once: the replica records its exchange and refuses it afterwards. Streams with the
+//!   live token or a certificate, events and log batches need none.
 //! - **Dispatch target.** An event (or log batch) is about a dispatch; the replica that forwarded
 //!   the dispatch's StartWorkflow recorded which agent it went to ([`crate::targets`]), and an
 //!   event from any other agent is refused (`PERMISSION_DENIED`): no agent can confirm, fail or
@@ -115,7 +117,8 @@ pub(crate) struct Auth {
     pub certificate: Option<AgentId>,
     /// The session token it presented.
     pub token: Option<String>,
-    /// The machine's pre-shared secret it presented (required only for agents that have one).
+    /// The machine's boot secret it presented (required only to create a session of an agent
+    /// that has one).
     pub secret: Option<String>,
 }
 
@@ -152,6 +155,9 @@ pub(crate) struct StreamGrant {
     pub token_sha256: String,
     /// A newly issued token, for the response metadata.
     pub issued: Option<String>,
+    /// The hash of the boot secret the new session is created with, to record as exchanged
+    /// ([`crate::secrets::AgentSecrets::exchange`]) before the stream is answered.
+    pub exchange: Option<crate::secrets::Exchange>,
 }
 
 /// How long a session token hash read from presence is reused.
@@ -177,6 +183,7 @@ impl Shared {
         dispatch_id: &str,
     ) -> Result<AgentId, Status> {
         let caller = self.authenticate_identity(auth, field, claimed).await?;
+        let anonymous = matches!(caller, Caller::Anonymous(_));
         let dispatch_field = field.replace("agent_id", "workflow_id");
         // Only an event that names no agent needs the record to be attributed at all: look
         // twice for it (a replicated bucket may answer from a follower a moment behind).
@@ -229,9 +236,15 @@ impl Shared {
         let token = tink_bus::agent_token(agent.as_str())
             .map_err(|e| Status::invalid_argument(format!("{field}: {e}")))?;
         self.check_admitted(&agent, &token)?;
-        self.secrets
-            .check(&token, agent.as_str(), auth.secret.as_deref())
-            .inspect_err(|_| self.metrics.error("agent_secret_refused"))?;
+        // The agent proved its identity with its session token or certificate: its boot secret
+        // was needed only to create the session. Without credentials (unauthenticated agents
+        // allowed), a machine with a boot secret is never spoken for.
+        if anonymous && self.secrets.entry(&token)?.is_some() {
+            self.metrics.error("agent_secret_refused");
+            return Err(Status::permission_denied(format!(
+                "agent {agent} has a boot secret: its events need its session token in `{TOKEN_HEADER}` (or its client certificate)"
+            )));
+        }
         if let Some(limiter) = &self.agent_calls
             && limiter.check_key(&token).is_err()
         {
@@ -354,7 +367,9 @@ impl Shared {
 
     /// Decides whether a new `GetWorkflows` stream for `agent` (canonical, with bus token
     /// `token`) may open: the certificate's agent, or the live session's token; a new session
-    /// (and token) only when none is alive. `live` is the agent's live presence entry.
+    /// (and token) only when none is alive, and, for a machine with a boot secret, only with
+    /// that secret (whose exchange the caller records before answering). `live` is the agent's
+    /// live presence entry.
     pub(crate) fn authorize_stream(
         &self,
         agent: &AgentId,
@@ -371,13 +386,6 @@ impl Shared {
             )));
         }
         self.check_admitted(agent, token)?;
-        // A machine with a pre-shared secret: nothing without it, not even a first session.
-        self.secrets
-            .check(token, agent.as_str(), auth.secret.as_deref())
-            .inspect_err(|_| {
-                self.metrics.error("agent_secret_refused");
-                warn!(agent_id = %agent, "refusing a stream without the machine's pre-shared secret");
-            })?;
         let presents_live_token = |p: &Presence| {
             auth.token
                 .as_deref()
@@ -405,6 +413,7 @@ impl Shared {
             return Ok(StreamGrant {
                 token_sha256: String::new(),
                 issued: None,
+                exchange: None,
             });
         }
         if let Some(p) = live
@@ -414,13 +423,23 @@ impl Shared {
             return Ok(StreamGrant {
                 token_sha256: p.token_sha256.clone(),
                 issued: None,
+                exchange: None,
             });
         }
+        // A new session. A machine with a boot secret: not without it, not even the first.
+        let exchange = self
+            .secrets
+            .check(token, agent.as_str(), auth.secret.as_deref())
+            .inspect_err(|_| {
+                self.metrics.error("agent_secret_refused");
+                warn!(agent_id = %agent, "refusing a new session without the machine's boot secret");
+            })?;
         let issued =
             new_token().map_err(|_| Status::internal("cannot generate a session token"))?;
         Ok(StreamGrant {
             token_sha256: token_hash(&issued),
             issued: Some(issued),
+            exchange,
         })
     }
 }

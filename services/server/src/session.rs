@@ -334,7 +334,27 @@ pub(crate) async fn open(
     let StreamGrant {
         token_sha256,
         issued,
+        exchange,
     } = shared.authorize_stream(&agent, &token, &auth, live.as_ref())?;
+    // The boot secret is single-use: its exchange is recorded before the session exists.
+    if let Some(exchange) = exchange {
+        crate::secrets::AgentSecrets::exchange(
+            &shared.bus.agent_secrets_used,
+            &token,
+            &agent_id,
+            &exchange,
+        )
+        .await
+        .inspect_err(|s| {
+            if s.code() == tonic::Code::PermissionDenied {
+                shared.metrics.error("agent_secret_reused");
+                warn!(agent_id = %agent_id, "refusing a new session with an already exchanged boot secret");
+            } else {
+                shared.metrics.error("agent_secret_exchange");
+            }
+        })?;
+        info!(agent_id = %agent_id, "boot secret exchanged for a session");
+    }
     let session_id = uuid::Uuid::new_v4().simple().to_string();
     let (deliver, inbox) = mpsc::channel(SESSION_QUEUE);
     let control = Arc::new(Control {

@@ -1,7 +1,8 @@
-//! Per-machine pre-shared secrets against a real server and real NATS: a machine whose entry is
-//! in the agent secrets bucket is admitted only with its secret, on streams and events alike
-//! (even its first session); other machines need none; an entry written while the server runs
-//! applies at once; a "missing" entry refuses everyone.
+//! Per-machine boot secrets against a real server and real NATS: a machine whose entry is in the
+//! agent secrets bucket gets a session only with its secret (even its first one); other machines
+//! need none; an entry written while the server runs applies at once; a "missing" entry refuses
+//! everyone. The secret is single-use: it creates one session, is recorded as exchanged, and is
+//! refused afterwards, while the session's token (reconnects) and its events need no secret.
 
 mod common;
 
@@ -134,22 +135,20 @@ async fn a_machine_with_a_secret_is_admitted_only_with_it() {
         .expect("admitted with the secret");
     let token = token.expect("a session token");
 
-    // Events need the secret too, on top of the token.
-    let e = publish(&mut client, STRICT, &token, None)
+    // Events need only the token: the secret was needed to create the session.
+    publish(&mut client, STRICT, &token, None)
         .await
-        .expect_err("an event without the secret");
-    assert_eq!(e.code(), Code::PermissionDenied);
-    publish(&mut client, STRICT, &token, Some(SECRET))
-        .await
-        .expect("an event with token and secret is stored");
+        .expect("an event with the token is stored");
 
     // A machine without an entry needs none.
-    let (_plain, plain_token) = open(&mut client, PLAIN, None, None)
+    let (plain, plain_token) = open(&mut client, PLAIN, None, None)
         .await
         .expect("a machine without a secret");
     publish(&mut client, PLAIN, &plain_token.expect("token"), None)
         .await
         .expect("its events are stored");
+    drop(plain);
+    end_session(&bus, PLAIN).await;
 
     // An unusable Secret (the controller writes "missing"): refused whatever is presented.
     bucket
@@ -164,7 +163,7 @@ async fn a_machine_with_a_secret_is_admitted_only_with_it() {
         async move {
             matches!(
                 open(&mut client, PLAIN, None, Some("missing")).await,
-                Err(s) if s.code() == Code::PermissionDenied && s.message().contains("pre-shared secret")
+                Err(s) if s.code() == Code::PermissionDenied && s.message().contains("boot secret")
             )
         }
     })
@@ -181,5 +180,150 @@ async fn a_machine_with_a_secret_is_admitted_only_with_it() {
         async move { publish(&mut client, STRICT, &token, None).await.is_ok() }
     })
     .await;
+    replica.stop().await.expect("stops");
+}
+
+/// The used bucket's entry of `agent`, if any.
+async fn used(bus: &tink_bus::Bus, agent: &str) -> Option<String> {
+    bus.agent_secrets_used
+        .get(tink_bus::agent_token(agent).expect("token"))
+        .await
+        .expect("get")
+        .map(|v| String::from_utf8_lossy(&v).to_string())
+}
+
+/// Ends the agent's session as expiry or `tinkctl agent reset` does: its presence entry goes.
+async fn end_session(bus: &tink_bus::Bus, agent: &str) {
+    bus.presence
+        .purge(tink_bus::agent_token(agent).expect("token"))
+        .await
+        .expect("purge presence");
+}
+
+#[tokio::test]
+async fn a_boot_secret_creates_one_session() {
+    const NEXT: &str = "the-next-boots-secret";
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let bus = tink_bus::ensure_streams(&js, &bus_config())
+        .await
+        .expect("streams");
+    let key = tink_bus::agent_token(STRICT).expect("token");
+    bus.agent_secrets
+        .put(&key, token_hash(SECRET).into())
+        .await
+        .expect("put");
+    let mut config = ServerConfig::new(nats.url(), "server-a");
+    config.bus = bus_config();
+    let replica = Replica::start_config(config).await;
+    let mut client = replica.client().await;
+    eventually("the replica to load the secrets", || {
+        let mut client = client.clone();
+        async move {
+            matches!(open(&mut client, STRICT, None, Some("guess")).await,
+                Err(s) if s.code() == Code::PermissionDenied)
+        }
+    })
+    .await;
+
+    // Several streams race with the secret: exactly one session is created with it.
+    let attempts = futures::future::join_all((0..4).map(|_| {
+        let mut client = client.clone();
+        async move { open(&mut client, STRICT, None, Some(SECRET)).await }
+    }))
+    .await;
+    let mut sessions = Vec::new();
+    for attempt in attempts {
+        match attempt {
+            Ok(session) => sessions.push(session),
+            Err(s) => assert_eq!(s.code(), Code::PermissionDenied, "{s:?}"),
+        }
+    }
+    assert_eq!(sessions.len(), 1, "one secret, one session");
+    let (commands, token) = sessions.pop().expect("a session");
+    let token = token.expect("a session token");
+    assert_eq!(
+        used(&bus, STRICT).await,
+        Some(token_hash(SECRET)),
+        "the exchange is recorded before the stream is answered"
+    );
+
+    // The session's token is enough to reconnect (no secret) and for events.
+    drop(commands);
+    let (commands, issued) = open(&mut client, STRICT, Some(&token), None)
+        .await
+        .expect("a reconnect with the token needs no secret");
+    assert_eq!(issued, None, "the same session");
+    publish(&mut client, STRICT, &token, None)
+        .await
+        .expect("an event needs no secret");
+
+    // The session ends (expiry, reset): the secret, already exchanged, creates no other.
+    drop(commands);
+    end_session(&bus, STRICT).await;
+    let reused = open(&mut client, STRICT, None, Some(SECRET))
+        .await
+        .expect_err("a used secret");
+    assert_eq!(reused.code(), Code::PermissionDenied);
+    assert!(
+        reused.message().contains("already exchanged")
+            && reused.message().contains("tinkctl agent reset"),
+        "{reused:?}"
+    );
+    assert!(!reused.message().contains(SECRET), "never echoed");
+    // Nor does the ended session's token, without the secret.
+    let stale = open(&mut client, STRICT, Some(&token), None)
+        .await
+        .expect_err("an ended session's token");
+    assert_eq!(stale.code(), Code::PermissionDenied);
+    assert!(stale.message().contains(SECRET_HEADER), "{stale:?}");
+
+    // The operator lets this boot in again (`tinkctl agent reset` purges the exchange).
+    bus.agent_secrets_used.purge(&key).await.expect("purge");
+    let (commands, again) = open(&mut client, STRICT, None, Some(SECRET))
+        .await
+        .expect("the same secret once more after a reset");
+    assert!(again.is_some());
+    drop(commands);
+    end_session(&bus, STRICT).await;
+    open(&mut client, STRICT, None, Some(SECRET))
+        .await
+        .expect_err("and then not again");
+
+    // The controller's next generation (its hash first, then the exchanged one's for this
+    // agent): the exchanged value stays refused, the new one creates a session, once.
+    bus.agent_secrets
+        .put(
+            &key,
+            format!("{} {}", token_hash(NEXT), token_hash(SECRET)).into(),
+        )
+        .await
+        .expect("put");
+    eventually("the next generation to apply", || {
+        let mut client = client.clone();
+        async move { open(&mut client, STRICT, None, Some(NEXT)).await.is_ok() }
+    })
+    .await;
+    assert_eq!(used(&bus, STRICT).await, Some(token_hash(NEXT)));
+    end_session(&bus, STRICT).await;
+    // Neither the exchanged value nor the previous one (until the controller's next rotation
+    // drops it, the previous is still listed, but only an agent reset lets it in).
+    for value in [NEXT, SECRET] {
+        let e = open(&mut client, STRICT, None, Some(value))
+            .await
+            .expect_err("used");
+        assert_eq!(e.code(), Code::PermissionDenied, "{value}: {e:?}");
+        assert!(e.message().contains("already exchanged"), "{value}: {e:?}");
+    }
+    // A reset lets the same boot's agent (which holds the previous value) in again, once.
+    bus.agent_secrets_used.purge(&key).await.expect("purge");
+    let (commands, _) = open(&mut client, STRICT, None, Some(SECRET))
+        .await
+        .expect("the previous value after a reset");
+    drop(commands);
+    end_session(&bus, STRICT).await;
+    open(&mut client, STRICT, None, Some(SECRET))
+        .await
+        .expect_err("and then not again");
     replica.stop().await.expect("stops");
 }

@@ -221,6 +221,11 @@ async fn the_server_user_keeps_to_its_subjects() {
         .put(&secret_key, "1".repeat(64).into())
         .await
         .expect("the controller writes a secret");
+    owner
+        .agent_secrets_used
+        .put(&secret_key, "2".repeat(64).into())
+        .await
+        .expect("an exchanged secret (for the stream to hold a message)");
     dispatch(&controller, AGENT, "ns/wf").await;
 
     // Verify, never create: everything the server needs is there.
@@ -251,7 +256,7 @@ async fn the_server_user_keeps_to_its_subjects() {
         controller.get_stream("FORGED").await.is_err(),
         "the forged stream exists"
     );
-    // Forbidden: updating, deleting or purging the dispatch stream and the secrets bucket.
+    // Forbidden: updating, deleting or purging the dispatch stream and the secrets buckets.
     for (name, config) in [
         (
             tink_bus::DISPATCH_STREAM,
@@ -260,6 +265,10 @@ async fn the_server_user_keeps_to_its_subjects() {
         (
             tink_bus::AGENT_SECRETS_STREAM,
             tink_bus::agent_secrets_stream_config(&bus_config()),
+        ),
+        (
+            tink_bus::AGENT_SECRETS_USED_STREAM,
+            tink_bus::agent_secrets_used_stream_config(&bus_config()),
         ),
     ] {
         let before = messages(&controller, name).await;
@@ -463,6 +472,22 @@ async fn the_server_user_keeps_to_its_subjects() {
         .expect("an entry")
         .expect("no error");
     assert_eq!(entry.key, secret_key);
+    // The exchanged secrets: read, created and replaced with a compare-and-set (what a new
+    // session with a boot secret does before it is answered).
+    let exchanged = bus
+        .agent_secrets_used
+        .entry(&secret_key)
+        .await
+        .expect("the server reads an exchanged secret")
+        .expect("stored");
+    bus.agent_secrets_used
+        .update(&secret_key, "3".repeat(64).into(), exchanged.revision)
+        .await
+        .expect("the server records the next exchange");
+    bus.agent_secrets_used
+        .create("another_agent", "4".repeat(64).into())
+        .await
+        .expect("the server records a first exchange");
     // The dispatch targets: written and read.
     bus.dispatch_targets
         .put(
@@ -492,6 +517,39 @@ async fn the_controller_console_and_admin_users_keep_to_theirs() {
     tink_bus::publish_log_batch(&server, &log_batch("ns/wf"))
         .await
         .expect("the server publishes a log batch");
+
+    // The controller reads the exchanged boot secrets (it rotates a machine's secret once it
+    // was exchanged) and removes those of machines gone; it watches them.
+    let mut exchanges = owner
+        .agent_secrets_used
+        .watch(">")
+        .await
+        .expect("the controller watches the exchanged secrets");
+    server
+        .get_key_value(tink_bus::AGENT_SECRETS_USED_BUCKET)
+        .await
+        .expect("the server opens the exchanged secrets")
+        .create(&token, "5".repeat(64).into())
+        .await
+        .expect("the server records an exchange");
+    let seen = within("an exchange", exchanges.next())
+        .await
+        .expect("an entry")
+        .expect("no error");
+    assert_eq!(seen.key, token);
+    assert!(
+        owner
+            .agent_secrets_used
+            .entry(&token)
+            .await
+            .expect("the controller reads it")
+            .is_some()
+    );
+    owner
+        .agent_secrets_used
+        .delete(&token)
+        .await
+        .expect("the controller removes it");
 
     // The controller publishes its verdicts as events, but never an agent's output.
     let forbidden = impatient(&nats, "tink-controller").await;
@@ -543,6 +601,11 @@ async fn the_controller_console_and_admin_users_keep_to_theirs() {
     refused(
         "the console opening the secrets bucket",
         console.get_key_value(tink_bus::AGENT_SECRETS_BUCKET),
+    )
+    .await;
+    refused(
+        "the console opening the exchanged secrets bucket",
+        console.get_key_value(tink_bus::AGENT_SECRETS_USED_BUCKET),
     )
     .await;
     refused(
@@ -622,6 +685,33 @@ async fn the_controller_console_and_admin_users_keep_to_theirs() {
         .purge(&token)
         .await
         .expect("the admin resets a session");
+    owner
+        .agent_secrets_used
+        .put(&token, "6".repeat(64).into())
+        .await
+        .expect("an exchange");
+    let exchanged = admin
+        .get_key_value(tink_bus::AGENT_SECRETS_USED_BUCKET)
+        .await
+        .expect("the admin opens the exchanged secrets bucket");
+    assert!(exchanged.entry(&token).await.expect("reads").is_some());
+    exchanged
+        .purge(&token)
+        .await
+        .expect("the admin clears an exchange (agent reset)");
+    assert!(
+        owner
+            .agent_secrets_used
+            .get(&token)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    refused(
+        "the admin opening the secrets bucket",
+        admin.get_key_value(tink_bus::AGENT_SECRETS_BUCKET),
+    )
+    .await;
     refused(
         "the admin deleting the dispatch stream",
         admin.delete_stream(tink_bus::DISPATCH_STREAM),
