@@ -1,7 +1,10 @@
 //! deploy/: `kubectl kustomize deploy/` renders the whole installation, every object validates
 //! against the upstream Kubernetes schemas (PyPI kubernetes-validate, strict, Kubernetes 1.32)
 //! and is accepted by kube-lite with dryRun=All, and the Deployments carry what an operator
-//! expects (replicas, probes, requests, non-root read-only containers, spread, PDBs).
+//! expects (replicas, probes, requests, non-root read-only containers, spread, PDBs), and the
+//! network: NetworkPolicies for every workload (NATS admits clients only from the services
+//! that use it, routes only from its own pods, monitoring from nobody), no Service publishes
+//! NATS's monitoring port, and the services reach NATS over TLS trusting its CA.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -18,7 +21,12 @@ const TARGET_VERSION: &str = "1.32";
 /// Kinds kube-lite does not serve (it is a test API server with the types the services use);
 /// they are still validated against the upstream schemas. A kind outside this list that
 /// kube-lite refuses fails the test.
-const NOT_SERVED_BY_KUBE_LITE: [&str; 3] = ["StatefulSet", "DaemonSet", "PodDisruptionBudget"];
+const NOT_SERVED_BY_KUBE_LITE: [&str; 4] = [
+    "StatefulSet",
+    "DaemonSet",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -258,7 +266,7 @@ fn the_external_nats_overlay_drops_the_statefulset_and_points_elsewhere() {
         .into_iter()
         .find(|c| name(c) == "tink-nats")
         .expect("tink-nats");
-    assert_eq!(cm["data"]["NATS_URL"], "nats://nats.nats.svc:4222");
+    assert_eq!(cm["data"]["NATS_URL"], "tls://nats.nats.svc:4222");
     assert_eq!(by_kind(&docs, "Deployment").len(), 5);
 }
 
@@ -357,4 +365,266 @@ async fn every_object_is_accepted_by_kube_lite_with_dry_run() {
     refused_unserved.dedup();
     eprintln!("validated upstream only (kube-lite does not serve them): {refused_unserved:?}");
     server.shutdown().await;
+}
+
+/// Whether `selector` (a LabelSelector) selects pods labelled `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let label = |k: &str| labels[k].as_str();
+    let match_labels = selector["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| label(k) == v.as_str());
+    let expressions = selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|e| {
+            let key = e["key"].as_str().unwrap_or_default();
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            match e["operator"].as_str().unwrap_or_default() {
+                "In" => label(key).is_some_and(|v| values.contains(&v)),
+                "NotIn" => !label(key).is_some_and(|v| values.contains(&v)),
+                "Exists" => label(key).is_some(),
+                "DoesNotExist" => label(key).is_none(),
+                other => panic!("unknown operator {other}"),
+            }
+        });
+    match_labels && expressions
+}
+
+/// The ingress rules of every policy that selects pods labelled `labels`.
+fn ingress_rules<'a>(policies: &[&'a Value], labels: &Value) -> Vec<&'a Value> {
+    policies
+        .iter()
+        .filter(|p| selects(&p["spec"]["podSelector"], labels))
+        .flat_map(|p| p["spec"]["ingress"].as_array().into_iter().flatten())
+        .collect()
+}
+
+/// Whether an ingress rule admits TCP `port` (a rule without ports admits every port).
+fn admits_port(rule: &Value, port: i64) -> bool {
+    match rule["ports"].as_array() {
+        None => true,
+        Some(ports) => ports.iter().any(|p| {
+            p["protocol"].as_str().unwrap_or("TCP") == "TCP"
+                && (p["port"].is_null() || p["port"].as_i64() == Some(port))
+        }),
+    }
+}
+
+fn pod_labels<'a>(docs: &'a [Value], workload: &str) -> &'a Value {
+    &docs
+        .iter()
+        .find(|d| matches!(kind(d), "Deployment" | "StatefulSet") && name(d) == workload)
+        .unwrap_or_else(|| panic!("workload {workload}"))["spec"]["template"]["metadata"]["labels"]
+}
+
+#[test]
+fn network_policies_deny_ingress_but_what_each_component_serves() {
+    for overlay in ["deploy/", "deploy/overlays/external-nats"] {
+        let docs = documents(&kustomize(overlay));
+        let policies = by_kind(&docs, "NetworkPolicy");
+        // Default deny: every pod of the namespace is selected by a policy with no rule.
+        assert!(
+            policies.iter().any(|p| p["spec"]["podSelector"]
+                .as_object()
+                .is_some_and(|s| s.is_empty())
+                && p["spec"]["policyTypes"] == serde_json::json!(["Ingress"])
+                && p["spec"]["ingress"].is_null()),
+            "{overlay}: no default-deny ingress policy"
+        );
+        // And each workload has a policy of its own (not only the default deny).
+        for w in by_kind(&docs, "Deployment")
+            .into_iter()
+            .chain(by_kind(&docs, "StatefulSet"))
+        {
+            let labels = &w["spec"]["template"]["metadata"]["labels"];
+            let own = policies.iter().any(|p| {
+                let selector = &p["spec"]["podSelector"];
+                selector.as_object().is_some_and(|s| !s.is_empty()) && selects(selector, labels)
+            });
+            assert!(
+                own,
+                "{overlay}: no NetworkPolicy selects {}'s pods",
+                name(w)
+            );
+        }
+        // Admin ports admit only the monitoring namespaces (and the kubelet, not subject to
+        // policies); the served ports admit every source.
+        let served: [(&str, &[i64]); 5] = [
+            ("tink-server", &[42113]),
+            ("hegel", &[50061]),
+            ("tink-console", &[8080]),
+            ("tink-webhook", &[9443]),
+            ("tink-controller", &[]),
+        ];
+        for (workload, open) in served {
+            let rules = ingress_rules(&policies, pod_labels(&docs, workload));
+            for port in open {
+                assert!(
+                    rules
+                        .iter()
+                        .any(|r| admits_port(r, *port) && r["from"].is_null()),
+                    "{overlay}: {workload} port {port} is not open"
+                );
+            }
+            let admin: Vec<&&Value> = rules.iter().filter(|r| admits_port(r, 9090)).collect();
+            assert!(
+                !admin.is_empty(),
+                "{overlay}: {workload}: admin port closed to monitoring"
+            );
+            for r in admin {
+                assert_eq!(
+                    r["from"],
+                    serde_json::json!([{"namespaceSelector":
+                        {"matchLabels": {"tinkerbell.org/monitoring": "true"}}}]),
+                    "{overlay}: {workload}: admin port from anything but monitoring namespaces"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn nats_admits_clients_from_its_users_routes_from_itself_and_monitoring_from_nobody() {
+    let docs = documents(&kustomize("deploy/"));
+    let policies = by_kind(&docs, "NetworkPolicy");
+    let nats = pod_labels(&docs, "tink-nats");
+    let rules = ingress_rules(&policies, nats);
+    // The pods of which workloads each NATS port admits (a rule without `from` admits any).
+    let workloads: Vec<&str> = by_kind(&docs, "Deployment")
+        .into_iter()
+        .chain(by_kind(&docs, "StatefulSet"))
+        .chain(by_kind(&docs, "DaemonSet"))
+        .map(name)
+        .collect();
+    let admitted = |port: i64| -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for r in rules.iter().filter(|r| admits_port(r, port)) {
+            let peers = r["from"]
+                .as_array()
+                .unwrap_or_else(|| panic!("NATS port {port} is open to every source"));
+            for peer in peers {
+                assert!(
+                    peer["namespaceSelector"].is_null() && peer["ipBlock"].is_null(),
+                    "NATS port {port} admits another namespace or addresses: {peer}"
+                );
+                for w in &workloads {
+                    if selects(&peer["podSelector"], pod_labels_any(&docs, w)) {
+                        out.push(w);
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    };
+    assert_eq!(
+        admitted(4222),
+        ["tink-console", "tink-controller", "tink-server"]
+    );
+    assert_eq!(admitted(6222), ["tink-nats"]);
+    assert_eq!(admitted(8222), Vec::<&str>::new());
+
+    // No Service publishes monitoring; the routes' port only on the headless Service, whose
+    // pod names the routes dial.
+    for svc in by_kind(&docs, "Service") {
+        for p in svc["spec"]["ports"].as_array().into_iter().flatten() {
+            let port = p["port"].as_i64();
+            let target = &p["targetPort"];
+            assert!(
+                port != Some(8222) && target != "monitor" && target != 8222,
+                "Service {} publishes NATS's monitoring port",
+                name(svc)
+            );
+            if port == Some(6222) || target == "cluster" {
+                assert_eq!(name(svc), "tink-nats-headless");
+                assert_eq!(svc["spec"]["clusterIP"], "None");
+            }
+        }
+    }
+    let routes_svc = by_kind(&docs, "Service")
+        .into_iter()
+        .find(|s| name(s) == "tink-nats-headless")
+        .expect("headless Service");
+    assert!(
+        routes_svc["spec"]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .any(|p| p["port"] == 6222)
+    );
+}
+
+/// The pod labels of any workload kind.
+fn pod_labels_any<'a>(docs: &'a [Value], workload: &str) -> &'a Value {
+    &docs
+        .iter()
+        .find(|d| {
+            matches!(kind(d), "Deployment" | "StatefulSet" | "DaemonSet") && name(d) == workload
+        })
+        .unwrap_or_else(|| panic!("workload {workload}"))["spec"]["template"]["metadata"]["labels"]
+}
+
+#[test]
+fn the_services_that_use_nats_reach_it_over_tls_trusting_its_ca() {
+    for overlay in ["deploy/", "deploy/overlays/external-nats"] {
+        let docs = documents(&kustomize(overlay));
+        let cm = by_kind(&docs, "ConfigMap")
+            .into_iter()
+            .find(|c| name(c) == "tink-nats")
+            .expect("tink-nats ConfigMap");
+        for url in cm["data"]["NATS_URL"]
+            .as_str()
+            .expect("NATS_URL")
+            .split(',')
+        {
+            assert!(url.starts_with("tls://"), "{overlay}: {url} is not TLS");
+        }
+        for workload in ["tink-controller", "tink-server", "tink-console"] {
+            let d = by_kind(&docs, "Deployment")
+                .into_iter()
+                .find(|d| name(d) == workload)
+                .expect("deployment");
+            let pod = &d["spec"]["template"]["spec"];
+            let c = &pod["containers"][0];
+            let ca = c["env"]
+                .as_array()
+                .expect("env")
+                .iter()
+                .find(|e| e["name"] == "NATS_TLS_CA")
+                .and_then(|e| e["value"].as_str())
+                .unwrap_or_else(|| panic!("{overlay}: {workload} has no NATS_TLS_CA"));
+            let (dir, file) = ca.rsplit_once('/').expect("a path");
+            let mount = c["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|m| m["mountPath"] == dir)
+                .unwrap_or_else(|| panic!("{overlay}: {workload}: nothing mounted at {dir}"));
+            let volume = pod["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|v| v["name"] == mount["name"])
+                .expect("volume");
+            assert_eq!(
+                volume["secret"]["secretName"], "tink-nats-tls",
+                "{workload}"
+            );
+            // Only the CA, not the servers' key.
+            assert_eq!(
+                volume["secret"]["items"],
+                serde_json::json!([{"key": "ca.crt", "path": file}]),
+                "{workload}"
+            );
+        }
+    }
 }
