@@ -370,6 +370,11 @@ pub async fn serve(
                                     break;
                                 }
                                 Err(e) => {
+                                    // Not ready meanwhile (NATS may even have gone again while
+                                    // the Disconnected event waits behind this loop).
+                                    if attempts == 0 {
+                                        set_serving(false).await;
+                                    }
                                     if attempts.is_multiple_of(SETUP_LOG_EVERY) {
                                         warn!(error = %e, attempts, "NATS connected but the streams are not there; not ready, waiting for tink-controller to create them");
                                     }
