@@ -26,35 +26,13 @@ pub struct ResetArgs {
     /// NATS server URL(s).
     #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
-    /// NATS credentials file (JWT and NKey seed, as `nsc` writes it).
-    #[arg(long, env = "NATS_CREDS")]
-    pub nats_creds: Option<std::path::PathBuf>,
-    /// NATS user (with --nats-password); deploy/'s is `tink-admin` (the dev stack's env file
-    /// sets it).
-    #[arg(long, env = "NATS_USER", requires = "nats_password")]
-    pub nats_user: Option<String>,
-    /// NATS password.
-    #[arg(
-        long,
-        env = "NATS_PASSWORD",
-        requires = "nats_user",
-        hide_env_values = true
-    )]
-    pub nats_password: Option<String>,
-    /// CA certificate (PEM) of the NATS servers; turns TLS on.
-    #[arg(long, env = "NATS_TLS_CA")]
-    pub nats_tls_ca: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub nats: crate::logs::NatsLogin,
 }
 
 impl ResetArgs {
     fn nats_auth(&self) -> tink_bus::NatsAuth {
-        tink_bus::NatsAuth {
-            credentials_file: self.nats_creds.clone(),
-            user: self.nats_user.clone(),
-            password: self.nats_password.clone(),
-            tls_ca: self.nats_tls_ca.clone(),
-            ..Default::default()
-        }
+        self.nats.auth()
     }
 }
 

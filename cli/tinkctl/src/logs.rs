@@ -58,13 +58,24 @@ pub struct LogsArgs {
     /// bypassing RBAC (NATS permissions decide). Takes precedence over --server.
     #[arg(long)]
     pub nats_url: Option<String>,
-    /// NATS credentials file (JWT and NKey seed, as `nsc` writes it); administrator mode.
+    #[command(flatten)]
+    pub nats: NatsLogin,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// How tinkctl logs in to NATS (administrator mode: `workflow logs`/`watch --nats-url`, `agent
+/// reset`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct NatsLogin {
+    /// NATS credentials file (JWT and NKey seed, as `nsc` writes it).
     #[arg(long, env = "NATS_CREDS")]
     pub nats_creds: Option<std::path::PathBuf>,
-    /// NATS user (with --nats-password); administrator mode.
+    /// NATS user (with --nats-password); deploy/'s is `tink-admin` (the dev stack's env file
+    /// sets it).
     #[arg(long, env = "NATS_USER", requires = "nats_password")]
     pub nats_user: Option<String>,
-    /// NATS password; administrator mode.
+    /// NATS password.
     #[arg(
         long,
         env = "NATS_PASSWORD",
@@ -72,11 +83,22 @@ pub struct LogsArgs {
         hide_env_values = true
     )]
     pub nats_password: Option<String>,
-    /// CA certificate (PEM) of the NATS servers; turns TLS on; administrator mode.
+    /// CA certificate (PEM) of the NATS servers; turns TLS on.
     #[arg(long, env = "NATS_TLS_CA")]
     pub nats_tls_ca: Option<std::path::PathBuf>,
-    #[command(flatten)]
-    pub kube: KubeArgs,
+}
+
+impl NatsLogin {
+    /// The login as the bus takes it.
+    pub fn auth(&self) -> tink_bus::NatsAuth {
+        tink_bus::NatsAuth {
+            credentials_file: self.nats_creds.clone(),
+            user: self.nats_user.clone(),
+            password: self.nats_password.clone(),
+            tls_ca: self.nats_tls_ca.clone(),
+            ..Default::default()
+        }
+    }
 }
 
 /// How to reach the servers' `LogService` (shared by `workflow logs` and `workflow watch`).
@@ -101,13 +123,7 @@ pub struct ServerArgs {
 
 impl LogsArgs {
     fn nats_auth(&self) -> tink_bus::NatsAuth {
-        tink_bus::NatsAuth {
-            credentials_file: self.nats_creds.clone(),
-            user: self.nats_user.clone(),
-            password: self.nats_password.clone(),
-            tls_ca: self.nats_tls_ca.clone(),
-            ..Default::default()
-        }
+        self.nats.auth()
     }
 }
 

@@ -46,24 +46,8 @@ pub struct WatchArgs {
     /// bypasses RBAC (see `tinkctl workflow logs`).
     #[arg(long, env = "NATS_URL")]
     pub nats_url: Option<String>,
-    /// NATS credentials file (JWT and NKey seed, as `nsc` writes it).
-    #[arg(long, env = "NATS_CREDS")]
-    pub nats_creds: Option<std::path::PathBuf>,
-    /// NATS user (with --nats-password); deploy/'s is `tink-admin` (the dev stack's env file
-    /// sets it).
-    #[arg(long, env = "NATS_USER", requires = "nats_password")]
-    pub nats_user: Option<String>,
-    /// NATS password.
-    #[arg(
-        long,
-        env = "NATS_PASSWORD",
-        requires = "nats_user",
-        hide_env_values = true
-    )]
-    pub nats_password: Option<String>,
-    /// CA certificate (PEM) of the NATS servers; turns TLS on.
-    #[arg(long, env = "NATS_TLS_CA")]
-    pub nats_tls_ca: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub nats: crate::logs::NatsLogin,
     /// With a server (`--server`/`TINK_SERVER`), a terminal shows the last output line of the
     /// running action read through it, under Kubernetes RBAC (`get` on `workflows/log`).
     #[command(flatten)]
@@ -95,13 +79,7 @@ pub fn run(cmd: WorkflowCommand) -> anyhow::Result<()> {
                 }
             },
             (None, Some(url)) => {
-                let auth = tink_bus::NatsAuth {
-                    credentials_file: args.nats_creds.clone(),
-                    user: args.nats_user.clone(),
-                    password: args.nats_password.clone(),
-                    tls_ca: args.nats_tls_ca.clone(),
-                    ..Default::default()
-                };
+                let auth = args.nats.auth();
                 crate::logs::last_lines(url, &auth, api.clone(), args.name.clone()).await
             }
             (None, None) => None,
