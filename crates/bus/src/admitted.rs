@@ -18,19 +18,9 @@ pub const ADMITTED_AGENTS_STREAM: &str = "KV_tink_admitted_agents";
 /// The stream backing the admitted agents bucket: a NATS KV bucket with file storage (written
 /// only when a Hardware's agent ids change), one revision per key and no expiry.
 pub fn admitted_agents_stream_config(config: &BusConfig) -> stream::Config {
-    stream::Config {
-        name: ADMITTED_AGENTS_STREAM.to_string(),
-        description: Some(
-            "tinkerbell admitted agents: agent token -> the Hardware naming it".to_string(),
-        ),
-        subjects: vec![format!("$KV.{ADMITTED_AGENTS_BUCKET}.>")],
-        max_messages_per_subject: 1,
-        storage: stream::StorageType::File,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
-        discard: stream::DiscardPolicy::New,
-        num_replicas: config.replicas,
-        ..Default::default()
-    }
+    crate::config::kv_stream_config(
+        ADMITTED_AGENTS_BUCKET,
+        "tinkerbell admitted agents: agent token -> the Hardware naming it",
+        config,
+    )
 }

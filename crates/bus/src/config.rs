@@ -243,6 +243,29 @@ pub fn events_stream_config(config: &BusConfig) -> stream::Config {
     }
 }
 
+/// The stream of a NATS KV bucket as NATS creates one: `KV_<bucket>` on `$KV.<bucket>.>`, one
+/// revision per key, rollups, no deletes through the stream API, direct gets, new writes
+/// refused when full, `config.replicas` replicas, file storage; the callers change what differs.
+pub(crate) fn kv_stream_config(
+    bucket: &str,
+    description: &str,
+    config: &BusConfig,
+) -> stream::Config {
+    stream::Config {
+        name: format!("KV_{bucket}"),
+        description: Some(description.to_string()),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        max_messages_per_subject: 1,
+        storage: stream::StorageType::File,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
 /// The stream backing the presence bucket (`KV_tink_presence`), configured exactly as a NATS
 /// KV bucket (`$KV.tink_presence.>`, rollups, direct get, discard new) with memory storage
 /// (presence is rebuilt by the next heartbeats after a NATS restart, and heartbeats of many
@@ -253,18 +276,13 @@ pub fn events_stream_config(config: &BusConfig) -> stream::Config {
 /// queries the account info in a form nats-server 2.9 does not answer.
 pub fn presence_stream_config(config: &BusConfig) -> stream::Config {
     stream::Config {
-        name: format!("KV_{PRESENCE_BUCKET}"),
-        description: Some("tinkerbell agent presence: agent token -> server replica".to_string()),
-        subjects: vec![format!("$KV.{PRESENCE_BUCKET}.>")],
-        max_messages_per_subject: 1,
         max_age: config.presence_ttl,
         storage: stream::StorageType::Memory,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
-        discard: stream::DiscardPolicy::New,
-        num_replicas: config.replicas,
-        ..Default::default()
+        ..kv_stream_config(
+            PRESENCE_BUCKET,
+            "tinkerbell agent presence: agent token -> server replica",
+            config,
+        )
     }
 }
 
@@ -272,44 +290,22 @@ pub fn presence_stream_config(config: &BusConfig) -> stream::Config {
 /// KV bucket with file storage (the controller writes an entry only when it changes), one
 /// revision per key and no expiry.
 pub fn agent_secrets_stream_config(config: &BusConfig) -> stream::Config {
-    stream::Config {
-        name: AGENT_SECRETS_STREAM.to_string(),
-        description: Some(
-            "tinkerbell per-machine agent secrets: agent token -> SHA-256 of the secret"
-                .to_string(),
-        ),
-        subjects: vec![format!("$KV.{AGENT_SECRETS_BUCKET}.>")],
-        max_messages_per_subject: 1,
-        storage: stream::StorageType::File,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
-        discard: stream::DiscardPolicy::New,
-        num_replicas: config.replicas,
-        ..Default::default()
-    }
+    kv_stream_config(
+        AGENT_SECRETS_BUCKET,
+        "tinkerbell per-machine agent secrets: agent token -> SHA-256 of the secret",
+        config,
+    )
 }
 
 /// The stream backing the exchanged agent secrets bucket (`KV_tink_agent_secrets_used`),
 /// configured as a NATS KV bucket with file storage (a replica that restarts must still refuse
 /// a consumed secret), one revision per key and no expiry.
 pub fn agent_secrets_used_stream_config(config: &BusConfig) -> stream::Config {
-    stream::Config {
-        name: AGENT_SECRETS_USED_STREAM.to_string(),
-        description: Some(
-            "tinkerbell exchanged agent secrets: agent token -> SHA-256 of the consumed secret"
-                .to_string(),
-        ),
-        subjects: vec![format!("$KV.{AGENT_SECRETS_USED_BUCKET}.>")],
-        max_messages_per_subject: 1,
-        storage: stream::StorageType::File,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
-        discard: stream::DiscardPolicy::New,
-        num_replicas: config.replicas,
-        ..Default::default()
-    }
+    kv_stream_config(
+        AGENT_SECRETS_USED_BUCKET,
+        "tinkerbell exchanged agent secrets: agent token -> SHA-256 of the consumed secret",
+        config,
+    )
 }
 
 /// The stream backing the dispatch targets bucket (`KV_tink_dispatch_targets`), configured as
@@ -318,19 +314,14 @@ pub fn agent_secrets_used_stream_config(config: &BusConfig) -> stream::Config {
 /// most [`BusConfig::dispatch_targets_max_bytes`], the oldest dropped first.
 pub fn dispatch_targets_stream_config(config: &BusConfig) -> stream::Config {
     stream::Config {
-        name: DISPATCH_TARGETS_STREAM.to_string(),
-        description: Some("tinkerbell dispatch targets: dispatch id token -> agent id".to_string()),
-        subjects: vec![format!("$KV.{DISPATCH_TARGETS_BUCKET}.>")],
-        max_messages_per_subject: 1,
         max_age: config.events_max_age,
         max_bytes: config.dispatch_targets_max_bytes,
-        storage: stream::StorageType::File,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
         discard: stream::DiscardPolicy::Old,
-        num_replicas: config.replicas,
-        ..Default::default()
+        ..kv_stream_config(
+            DISPATCH_TARGETS_BUCKET,
+            "tinkerbell dispatch targets: dispatch id token -> agent id",
+            config,
+        )
     }
 }
 
