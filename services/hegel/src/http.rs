@@ -397,14 +397,13 @@ async fn vendor_data(
     }
 }
 
-/// A MAC in any case, with `:` or `-` separators, as lower case with `:`.
+/// A MAC in any of its usual spellings, in the one canonical form of an agent id
+/// ([`tink_api::AgentId`]: lower case, `:`-separated), which is how Hardware keys are spelled.
 fn normalize_mac(s: &str) -> Option<String> {
-    let parts: Vec<&str> = s.split([':', '-']).collect();
-    let ok = parts.len() == 6
-        && parts
-            .iter()
-            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()));
-    ok.then(|| parts.join(":").to_ascii_lowercase())
+    tink_api::AgentId::normalize(s)
+        .ok()
+        .filter(tink_api::AgentId::is_mac)
+        .map(tink_api::AgentId::into_string)
 }
 
 async fn script_response(
