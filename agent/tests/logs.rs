@@ -349,10 +349,13 @@ async fn a_server_dying_mid_action_loses_and_duplicates_no_line() -> TestResult 
     wait_presence(&js, &agent.id, "server-a").await?;
 
     let gate = Gate::new()?;
-    // Prints without pause until the gate opens, then 200 more lines.
+    // Prints without pause until the gate opens (at most 5,000 lines: a slow failover must not
+    // turn the action into a flood that the per-agent call limit then meters out for minutes),
+    // then 200 more lines.
     let mut noisy = script(
         "a1",
-        "i=1; while [ ! -e /gate/open ]; do echo line $i; i=$((i+1)); [ $i = 500 ] && touch /gate/a1; done; \
+        "i=1; while [ ! -e /gate/open ] && [ $i -le 5000 ]; do echo line $i; i=$((i+1)); [ $i = 500 ] && touch /gate/a1; done; \
+         while [ ! -e /gate/open ]; do sleep 1; done; \
          n=$((i+200)); while [ $i -lt $n ]; do echo line $i; i=$((i+1)); done; echo end",
     );
     noisy.volumes = vec![gate.volume()];
