@@ -2,7 +2,8 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceConversion, CustomResourceDefinition, ServiceReference, WebhookClientConfig,
+    CustomResourceConversion, CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray,
+    JSONSchemaPropsOrBool, JSONSchemaPropsOrStringArray, ServiceReference, WebhookClientConfig,
     WebhookConversion,
 };
 use kube::CustomResourceExt;
@@ -120,11 +121,118 @@ fn capi_crd(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
     crd
 }
 
+/// A doc comment as one paragraph per blank-line-separated block, the way controller-gen writes
+/// descriptions: the hard line breaks of the source's wrapping become spaces (else `kubectl
+/// explain` prints sentences broken mid-line). A line that starts a list item (`- `, `* `, `1. `)
+/// or is indented (code) keeps its line break.
+pub fn join_wrapped_lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut blank_before = false;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() {
+            blank_before = true;
+            continue;
+        }
+        if i > 0 && !out.is_empty() {
+            let keeps_break =
+                line.starts_with(' ') || line.starts_with('\t') || is_list_item(trimmed);
+            out.push_str(if blank_before {
+                "\n\n"
+            } else if keeps_break {
+                "\n"
+            } else {
+                " "
+            });
+        }
+        blank_before = false;
+        out.push_str(
+            if !out.is_empty() && (line.starts_with(' ') || line.starts_with('\t')) {
+                line.trim_end()
+            } else {
+                trimmed
+            },
+        );
+    }
+    out
+}
+
+fn is_list_item(line: &str) -> bool {
+    if line.starts_with("- ") || line.starts_with("* ") {
+        return true;
+    }
+    let digits = line.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0 && line[digits..].starts_with(". ")
+}
+
+/// [`join_wrapped_lines`] on every description of a schema, nested ones included.
+fn join_descriptions(schema: &mut JSONSchemaProps) {
+    if let Some(d) = schema.description.as_mut() {
+        *d = join_wrapped_lines(d);
+    }
+    let maps = [
+        schema.properties.as_mut(),
+        schema.pattern_properties.as_mut(),
+        schema.definitions.as_mut(),
+    ];
+    for map in maps.into_iter().flatten() {
+        map.values_mut().for_each(join_descriptions);
+    }
+    for list in [
+        schema.all_of.as_mut(),
+        schema.any_of.as_mut(),
+        schema.one_of.as_mut(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        list.iter_mut().for_each(join_descriptions);
+    }
+    if let Some(not) = schema.not.as_deref_mut() {
+        join_descriptions(not);
+    }
+    for nested in [
+        schema.additional_properties.as_mut(),
+        schema.additional_items.as_mut(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let JSONSchemaPropsOrBool::Schema(s) = nested {
+            join_descriptions(s);
+        }
+    }
+    match schema.items.as_mut() {
+        Some(JSONSchemaPropsOrArray::Schema(s)) => join_descriptions(s),
+        Some(JSONSchemaPropsOrArray::Schemas(list)) => list.iter_mut().for_each(join_descriptions),
+        None => {}
+    }
+    for dep in schema.dependencies.iter_mut().flat_map(|d| d.values_mut()) {
+        if let JSONSchemaPropsOrStringArray::Schema(s) = dep {
+            join_descriptions(s);
+        }
+    }
+}
+
+/// Every version's schema of `crd` with its descriptions joined.
+fn with_joined_descriptions(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            join_descriptions(schema);
+        }
+    }
+    crd
+}
+
 /// The seven CRDs: Hardware, Template and Workflow serve v1alpha1 and v1alpha2 (stored) with
 /// webhook conversion; OSIE exists only in v1alpha2 (no conversion); the Cluster API provider's
 /// TinkerbellCluster, TinkerbellMachine and TinkerbellMachineTemplate serve v1beta1.
 pub fn crds(webhook: &ConversionWebhook) -> Result<Vec<CustomResourceDefinition>, CrdError> {
-    Ok(vec![
+    let crds = vec![
         capi_crd(capi::v1beta1::TinkerbellCluster::crd()),
         capi_crd(capi::v1beta1::TinkerbellMachine::crd()),
         capi_crd(capi::v1beta1::TinkerbellMachineTemplate::crd()),
@@ -147,7 +255,8 @@ pub fn crds(webhook: &ConversionWebhook) -> Result<Vec<CustomResourceDefinition>
             v1alpha1::Workflow::crd(),
             webhook,
         )?,
-    ])
+    ];
+    Ok(crds.into_iter().map(with_joined_descriptions).collect())
 }
 
 /// The command that regenerates `deploy/crds/`.
@@ -170,4 +279,27 @@ pub fn render_crds(webhook: &ConversionWebhook) -> Result<Vec<(String, String)>,
             Ok((format!("{name}.yaml"), text))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::join_wrapped_lines;
+
+    #[test]
+    fn wrapped_lines_join_and_paragraphs_stay() {
+        assert_eq!(
+            join_wrapped_lines(
+                "for each network\ninterface, keyed by MAC.\n\nSecond paragraph\ngoes on."
+            ),
+            "for each network interface, keyed by MAC.\n\nSecond paragraph goes on."
+        );
+        assert_eq!(
+            join_wrapped_lines(
+                "States:\n- Pending: waits\n- Running: runs\n1. first\n   code line"
+            ),
+            "States:\n- Pending: waits\n- Running: runs\n1. first\n   code line"
+        );
+        assert_eq!(join_wrapped_lines("one line"), "one line");
+        assert_eq!(join_wrapped_lines("\n  trailing  \n\n"), "trailing");
+    }
 }

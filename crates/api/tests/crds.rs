@@ -1285,3 +1285,49 @@ fn cluster_api_rules_refuse_what_they_should() {
         );
     }
 }
+
+/// Every description that reads as wrapped prose (a line break between two words of one
+/// sentence), the way `kubectl explain` would print it broken mid-line.
+fn wrapped_descriptions(value: &Value, path: &str, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                if key == "description"
+                    && let Value::String(text) = v
+                    && text.split('\n').collect::<Vec<_>>().windows(2).any(|w| {
+                        let next = w[1];
+                        !w[0].is_empty() && next.starts_with(|c: char| c.is_ascii_lowercase())
+                    })
+                {
+                    out.push(format!("{path}: {text:?}"));
+                }
+                wrapped_descriptions(v, &format!("{path}.{key}"), out);
+            }
+        }
+        Value::Array(items) => items
+            .iter()
+            .for_each(|v| wrapped_descriptions(v, path, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn descriptions_are_joined_paragraphs_not_wrapped_source_lines() {
+    let mut wrapped = Vec::new();
+    for c in tink_api::crds(&ConversionWebhook::default()).expect("crds") {
+        for v in &c.spec.versions {
+            let schema = v
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .expect("schema");
+            let name = c.metadata.name.clone().unwrap_or_default();
+            wrapped_descriptions(
+                &serde_json::to_value(schema).expect("json"),
+                &format!("{name}/{}", v.name),
+                &mut wrapped,
+            );
+        }
+    }
+    assert!(wrapped.is_empty(), "wrapped descriptions: {wrapped:#?}");
+}
