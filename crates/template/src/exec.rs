@@ -1,10 +1,12 @@
 //! The executor: Go `text/template/exec.go` semantics over [`Value`]s.
 
-use crate::funcs::{FnCtx, FuncDef, Ty, lookup};
+use crate::error::RenderError;
+use crate::funcdef::{FnCtx, FuncDef, Ty};
+use crate::funcs::lookup;
 use crate::gofmt;
+use crate::options::{MissingKey, RenderOptions};
 use crate::parse::{Arg, Branch, Command, Node, Pipe, line_col};
 use crate::value::{BoundsError, MAX_VALUE_DEPTH, Value};
-use crate::{MissingKey, RenderError, RenderOptions};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Copy)]

@@ -7,7 +7,7 @@
 //! `buildCustomCert`, `encryptAES`, `decryptAES`, `derivePassword`), the environment and network
 //! (`env`, `expandenv`, `getHostByName`), `semver`/`semverCompare` and `urlParse`/`urlJoin`.
 
-use crate::funcs::{FnCtx, Table, Ty, add};
+use crate::funcdef::{FnCtx, Table, Ty, add};
 use crate::gofmt;
 use crate::hash;
 use crate::value::{MAX_VALUE_DEPTH, Value};
@@ -1349,7 +1349,7 @@ pub(crate) fn register(t: &mut Table) {
         ("mergeOverwrite", true),
         ("mustMergeOverwrite", true),
     ] {
-        let imp: crate::funcs::FuncImpl = if overwrite {
+        let imp: crate::funcdef::FuncImpl = if overwrite {
             |_, a| {
                 let Value::Map(dst) = &a[0] else {
                     return Ok(a[0].clone());
