@@ -175,7 +175,8 @@ pub fn slice_impl(list: &Value, indices: &[Value]) -> Res {
         to_int64(&indices[1])
     };
     if start < 0 || end < start || end > len as i64 {
-        return Err("reflect: slice index out of range".to_string());
+        // Sprig calls `reflect.Value.Slice`, whose panic text this is.
+        return Err("reflect.Value.Slice: slice index out of bounds".to_string());
     }
     Ok(Value::list(l[start as usize..end as usize].to_vec()))
 }
