@@ -271,8 +271,8 @@ mod tests {
         let t: tink_api::v1alpha2::Template =
             serde_json::from_value(find("Template")).expect("template");
         let wf: Workflow = serde_json::from_value(find("Workflow")).expect("workflow");
-        let data = tink_controller::render::template_data(&wf, &hw);
-        let actions = tink_controller::render::render_actions(&t.spec, &data).expect("render");
+        let data = tink_render::template_data(&wf, &hw);
+        let actions = tink_render::render_actions(&t.spec, &data).expect("render");
         assert_eq!(actions.len(), 4);
         assert_eq!(actions[0].args, ["http://images.example/debian-12.raw.gz"]);
         assert_eq!(

@@ -1,5 +1,5 @@
 //! `tinkctl template render`: a Template rendered against a Hardware and data, offline, with the
-//! controller's own rendering code (`tink_controller::render`, pure), so what it prints is what
+//! rendering code the controller uses (`tink_render`, pure), so what it prints is what
 //! a Workflow's `status.actions` would hold. Errors name the file, line and column.
 
 use std::collections::BTreeMap;
@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tink_api::v1alpha2::{Hardware, Template, Workflow, WorkflowSpec};
-use tink_controller::render::{self, RenderError};
+use tink_render::{self as render, RenderError};
 
 /// `tinkctl template ...`.
 #[derive(Subcommand, Debug)]

@@ -253,9 +253,11 @@ async fn workflow_logs_through_the_server_follow_kubernetes_rbac() {
     let api: Api<Workflow> = Api::namespaced(client.clone(), "default");
 
     let nats = NatsServer::start().await.expect("nats");
-    let certs =
-        tink_webhook::dev_certificates(&["localhost".into()], &["127.0.0.1".parse().expect("ip")])
-            .expect("certificates");
+    let certs = tink_testkit::certs::dev_certificates(
+        &["localhost".into()],
+        &["127.0.0.1".parse().expect("ip")],
+    )
+    .expect("certificates");
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, &certs.ca_pem).expect("ca");
     let (addr, shutdown, serving) = replica(&nats.url(), "server-0", &client, &certs).await;
@@ -339,7 +341,7 @@ async fn replica(
     nats: &str,
     id: &str,
     client: &kube::Client,
-    certs: &tink_webhook::DevCertificates,
+    certs: &tink_testkit::certs::DevCertificates,
 ) -> (
     String,
     tokio_util::sync::CancellationToken,
@@ -387,7 +389,7 @@ struct TlsStack {
     client: kube::Client,
     api: Api<Workflow>,
     nats: NatsServer,
-    certs: tink_webhook::DevCertificates,
+    certs: tink_testkit::certs::DevCertificates,
     ca: PathBuf,
 }
 
@@ -401,7 +403,7 @@ impl TlsStack {
         apply_crds(&client).await;
         let api: Api<Workflow> = Api::namespaced(client.clone(), "default");
         let nats = NatsServer::start().await.expect("nats");
-        let certs = tink_webhook::dev_certificates(
+        let certs = tink_testkit::certs::dev_certificates(
             &["localhost".into()],
             &["127.0.0.1".parse().expect("ip")],
         )

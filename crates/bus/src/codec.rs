@@ -1,20 +1,14 @@
-//! Message codecs (protobuf bytes), validation, de-duplication ids and publishing with trace
-//! headers.
+//! Message codecs (protobuf bytes), validation and de-duplication ids of events and commands
+//! (publishing them is `publish`'s).
 
 use std::collections::HashSet;
 
-use async_nats::HeaderMap;
-use async_nats::jetstream::{self, context::PublishAckFuture, publish::PublishAck};
 use bytes::Bytes;
 use prost::Message as _;
 use tink_proto::workflow::v2::{Event, GetWorkflowsResponse, event, get_workflows_response};
 
-use crate::config::BusError;
-use crate::subjects::{dispatch_subject, events_subject};
+use crate::error::{CodecError, InvalidMessage};
 use crate::token::{MAX_AGENT_ID_LEN, workflow_token};
-
-/// The JetStream de-duplication header.
-pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
 
 /// The longest action id, event id or failure reason accepted.
 const MAX_ID_LEN: usize = 256;
@@ -22,37 +16,6 @@ const MAX_ID_LEN: usize = 256;
 const MAX_MESSAGE_LEN: usize = 32 * 1024;
 /// The most actions in one workflow.
 const MAX_ACTIONS: usize = 1000;
-
-/// A message that decodes but breaks the protocol's rules; `field` is the path of the offending
-/// field (e.g. `event.action_failed.action_id`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {problem}")]
-pub struct InvalidMessage {
-    /// The path of the offending field.
-    pub field: String,
-    /// What is wrong with it.
-    pub problem: String,
-}
-
-impl InvalidMessage {
-    fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
-        InvalidMessage {
-            field: field.into(),
-            problem: problem.into(),
-        }
-    }
-}
-
-/// A message that cannot be decoded or is invalid.
-#[derive(Debug, thiserror::Error)]
-pub enum CodecError {
-    /// Not a valid protobuf encoding of the expected message.
-    #[error("not a valid protobuf message: {0}")]
-    Decode(#[from] prost::DecodeError),
-    /// Decodes, but breaks the protocol's rules.
-    #[error("invalid message: {0}")]
-    Invalid(#[from] InvalidMessage),
-}
 
 /// The kind of an event; its name is the protobuf oneof member in UpperCamelCase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -308,78 +271,6 @@ pub fn event_msg_id(event: &Event) -> String {
         Some(action) => format!("{workflow}.{kind}.{}", crate::token::encode_token(action)),
         None => format!("{workflow}.{kind}"),
     }
-}
-
-/// Headers carrying a de-duplication id and the W3C trace context of `cx`.
-pub fn headers_with(msg_id: &str, cx: &opentelemetry::Context) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert(MSG_ID_HEADER, msg_id);
-    tink_telemetry::propagation::inject_nats(cx, &mut headers);
-    headers
-}
-
-pub(crate) async fn publish(
-    jetstream: &jetstream::Context,
-    subject: String,
-    headers: HeaderMap,
-    payload: Bytes,
-) -> Result<PublishAck, BusError> {
-    let future: PublishAckFuture = jetstream
-        .publish_with_headers(subject.clone(), headers, payload)
-        .await
-        .map_err(|source| BusError::Publish {
-            subject: subject.clone(),
-            source,
-        })?;
-    future
-        .await
-        .map_err(|source| BusError::Publish { subject, source })
-}
-
-/// Validates and publishes an event on its workflow's subject with the trace context `cx`, and
-/// waits for JetStream's acknowledgement (`PublishAck::duplicate` tells a de-duplicated retry).
-pub async fn publish_event(
-    jetstream: &jetstream::Context,
-    event: &Event,
-    cx: &opentelemetry::Context,
-) -> Result<PublishAck, BusError> {
-    let mut headers = HeaderMap::new();
-    tink_telemetry::propagation::inject_nats(cx, &mut headers);
-    publish_event_with_headers(jetstream, event, headers).await
-}
-
-/// Like [`publish_event`] with headers given as is (for example `traceparent` copied from an
-/// agent's request); the de-duplication id is added.
-pub async fn publish_event_with_headers(
-    jetstream: &jetstream::Context,
-    event: &Event,
-    mut headers: HeaderMap,
-) -> Result<PublishAck, BusError> {
-    validate_event(event)?;
-    let subject = events_subject(&event.workflow_id)?;
-    headers.insert(MSG_ID_HEADER, event_msg_id(event).as_str());
-    publish(jetstream, subject, headers, encode_event(event)).await
-}
-
-/// Validates and publishes a command for an agent and waits for JetStream's acknowledgement.
-/// `msg_id` de-duplicates repeated publications of the same command (for example
-/// `<workflow uid>.start.<attempt>`).
-pub async fn publish_command(
-    jetstream: &jetstream::Context,
-    agent_id: &str,
-    command: &GetWorkflowsResponse,
-    msg_id: &str,
-    cx: &opentelemetry::Context,
-) -> Result<PublishAck, BusError> {
-    validate_command(command)?;
-    let subject = dispatch_subject(agent_id)?;
-    publish(
-        jetstream,
-        subject,
-        headers_with(msg_id, cx),
-        encode_command(command),
-    )
-    .await
 }
 
 #[cfg(test)]

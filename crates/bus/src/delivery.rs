@@ -15,8 +15,9 @@
 use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use async_nats::jetstream::stream::{LastRawMessageErrorKind, Stream};
 
-use crate::codec::MSG_ID_HEADER;
-use crate::config::{BusError, agent_consumer_name};
+use crate::error::BusError;
+use crate::publish::MSG_ID_HEADER;
+use crate::streams::agent_consumer_name;
 use crate::subjects::{dispatch_subject, events_subject};
 
 /// The most commands looked at on one agent's subject when searching for one (the work queue

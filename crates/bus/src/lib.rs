@@ -25,52 +25,66 @@
 //! bucket ([`ensure_streams`]); every other service only finds them ([`verify_streams`]), as
 //! its NATS user (deploy/nats/nats.yaml) may not create, change, delete or purge a stream. [`encode_token`] maps any id to a
 //! reversible token over `[A-Za-z0-9_-]` (see its documentation).
+//!
+//! Modules, each depending only on those listed before it: `token` and `subjects` (names),
+//! `error` (every error type), `config` ([`BusConfig`]), `codec` and `logs` (messages and their
+//! checks), `streams` (every stream, bucket and consumer configuration), `setup` (create or
+//! find them), `publish` (every publication), then `delivery` and `log_reader` (reading back).
 #![forbid(unsafe_code)]
 
-mod admitted;
 mod args;
 mod auth;
 mod codec;
 mod config;
 mod delivery;
+mod dispatch_target;
+mod error;
 mod log_reader;
 mod logs;
 mod presence;
+mod publish;
+mod setup;
+mod streams;
 mod subjects;
 mod token;
 
-pub use admitted::{ADMITTED_AGENTS_BUCKET, ADMITTED_AGENTS_STREAM, admitted_agents_stream_config};
 pub use args::BusArgs;
 pub use auth::{NatsAuth, NatsConnectError, connect, inbox_prefix};
 pub use codec::{
-    CodecError, EventKind, InvalidMessage, MSG_ID_HEADER, command_workflow_id, decode_command,
-    decode_event, encode_command, encode_event, event_kind, event_msg_id, headers_with,
-    publish_command, publish_event, publish_event_with_headers, validate_command, validate_event,
+    EventKind, command_workflow_id, decode_command, decode_event, encode_command, encode_event,
+    event_kind, event_msg_id, validate_command, validate_event,
 };
-pub use config::{
-    AGENT_SECRET_MISSING, AGENT_SECRETS_BUCKET, AGENT_SECRETS_STREAM, AGENT_SECRETS_USED_BUCKET,
-    AGENT_SECRETS_USED_STREAM, Bus, BusConfig, BusError, CONTROLLER_EVENTS_CONSUMER,
-    DISPATCH_STREAM, DISPATCH_TARGETS_BUCKET, DISPATCH_TARGETS_STREAM, DispatchTarget,
-    EVENTS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM, agent_consumer_config, agent_consumer_name,
-    agent_pull_subject, agent_secrets_stream_config, agent_secrets_used_stream_config,
-    dispatch_stream_config, dispatch_targets_stream_config, ensure_streams, events_consumer_config,
-    events_stream_config, presence_stream_config, verify_streams,
-};
+pub use config::BusConfig;
 pub use delivery::{
     DeliveryError, Withdrawal, dispatch_received, dispatch_received_by, queued_command,
     withdraw_command,
 };
+pub use dispatch_target::DispatchTarget;
+pub use error::{BusError, CodecError, InvalidMessage};
 pub use log_reader::{
     LogReadError, LogSelection, NOT_DISPATCHED_HEADER, ReadLine, ReadOptions, ReadSummary,
     SelectionError, read_logs,
 };
 pub use logs::{
-    LOGS_ALL, LOGS_PREFIX, LOGS_STREAM, LogDeduplicator, MAX_ACTION_ID_LEN, MAX_BATCH_BYTES,
-    MAX_BATCH_LINES, action_token, decode_log_batch, encode_log_batch, ids_from_logs_subject,
-    log_batch_msg_id, logs_stream_config, logs_subject, logs_workflow_filter, publish_log_batch,
-    validate_log_batch,
+    LOGS_ALL, LOGS_PREFIX, LogDeduplicator, MAX_ACTION_ID_LEN, MAX_BATCH_BYTES, MAX_BATCH_LINES,
+    action_token, decode_log_batch, encode_log_batch, ids_from_logs_subject, log_batch_msg_id,
+    logs_subject, logs_workflow_filter, validate_log_batch,
 };
 pub use presence::Presence;
+pub use publish::{
+    MSG_ID_HEADER, headers_with, publish_command, publish_event, publish_event_with_headers,
+    publish_log_batch,
+};
+pub use setup::{Bus, ensure_streams, verify_streams};
+pub use streams::{
+    ADMITTED_AGENTS_BUCKET, ADMITTED_AGENTS_STREAM, AGENT_SECRET_MISSING, AGENT_SECRETS_BUCKET,
+    AGENT_SECRETS_STREAM, AGENT_SECRETS_USED_BUCKET, AGENT_SECRETS_USED_STREAM,
+    CONTROLLER_EVENTS_CONSUMER, DISPATCH_STREAM, DISPATCH_TARGETS_BUCKET, DISPATCH_TARGETS_STREAM,
+    EVENTS_STREAM, LOGS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM, admitted_agents_stream_config,
+    agent_consumer_config, agent_consumer_name, agent_pull_subject, agent_secrets_stream_config,
+    agent_secrets_used_stream_config, dispatch_stream_config, dispatch_targets_stream_config,
+    events_consumer_config, events_stream_config, logs_stream_config, presence_stream_config,
+};
 pub use subjects::{
     DISPATCH_ALL, DISPATCH_PREFIX, EVENTS_ALL, EVENTS_PREFIX, TAKEOVER_ALL, TAKEOVER_PREFIX,
     agent_from_dispatch_subject, dispatch_subject, events_subject, takeover_subject,

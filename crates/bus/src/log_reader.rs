@@ -13,9 +13,8 @@ use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
 use futures::StreamExt as _;
 use tink_proto::workflow::v2::LogLine;
 
-use crate::logs::{
-    LOGS_STREAM, LogDeduplicator, decode_log_batch, logs_subject, logs_workflow_filter,
-};
+use crate::logs::{LogDeduplicator, decode_log_batch, logs_subject, logs_workflow_filter};
+use crate::streams::LOGS_STREAM;
 use crate::token::TokenError;
 
 /// gRPC response metadata of `LogService.ReadLogs` when the Workflow has not been dispatched to

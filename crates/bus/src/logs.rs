@@ -1,27 +1,23 @@
-//! Action output on the bus: the logs stream, its subjects, and the batch codec.
+//! Action output on the bus: its subjects and the batch codec (the stream's configuration is
+//! in `streams`, publishing a batch in `publish`).
 //!
 //! | what | name | content |
 //! |---|---|---|
 //! | logs subject | `tink.logs.<workflow token>.<action token>` | a `LogBatch` (protobuf): consecutive lines of one action |
-//! | logs stream | [`LOGS_STREAM`] | limits retention with its own bytes and age limits ([`BusConfig::logs_max_bytes`], [`BusConfig::logs_max_age`]) |
+//! | logs stream | [`crate::LOGS_STREAM`] | limits retention with its own bytes and age limits ([`crate::BusConfig::logs_max_bytes`], [`crate::BusConfig::logs_max_age`]) |
 //!
 //! A batch is stored with `Nats-Msg-Id` `log.<workflow token>.<action token>.<first>-<last>`
 //! (its first and last sequence numbers), so a batch the agent sends again after a server
 //! failure is dropped by JetStream within the duplicate window; readers also skip any line
 //! whose sequence they have already shown (see [`LogDeduplicator`]).
 
-use async_nats::HeaderMap;
-use async_nats::jetstream::{self, publish::PublishAck, stream};
 use bytes::Bytes;
 use prost::Message as _;
 
-use crate::codec::{CodecError, InvalidMessage, MSG_ID_HEADER, publish};
-use crate::config::{BusConfig, BusError};
+use crate::error::{CodecError, InvalidMessage};
 use crate::token::{TokenError, encode_token, workflow_token};
 use tink_proto::workflow::v2::LogBatch;
 
-/// The stream holding action output (`tink.logs.*.*`).
-pub const LOGS_STREAM: &str = "TINK_LOGS";
 /// Prefix of the log subjects.
 pub const LOGS_PREFIX: &str = "tink.logs";
 /// All log subjects (the logs stream's subject).
@@ -75,25 +71,6 @@ pub fn ids_from_logs_subject(subject: &str) -> Option<(String, String)> {
         crate::token::decode_token(workflow).ok()?,
         crate::token::decode_token(action).ok()?,
     ))
-}
-
-/// The logs stream: limits retention, its own bytes and age limits, oldest dropped first.
-pub fn logs_stream_config(config: &BusConfig) -> stream::Config {
-    stream::Config {
-        name: LOGS_STREAM.to_string(),
-        description: Some(
-            "tinkerbell action output, one subject per workflow and action".to_string(),
-        ),
-        subjects: vec![LOGS_ALL.to_string()],
-        retention: stream::RetentionPolicy::Limits,
-        storage: stream::StorageType::File,
-        max_age: config.logs_max_age,
-        max_bytes: config.logs_max_bytes,
-        discard: stream::DiscardPolicy::Old,
-        duplicate_window: config.duplicate_window,
-        num_replicas: config.replicas,
-        ..Default::default()
-    }
 }
 
 fn invalid(field: &str, problem: impl Into<String>) -> InvalidMessage {
@@ -176,19 +153,6 @@ pub fn decode_log_batch(payload: &[u8]) -> Result<LogBatch, CodecError> {
     let batch = LogBatch::decode(payload)?;
     validate_log_batch(&batch)?;
     Ok(batch)
-}
-
-/// Validates and stores a batch on its subject, de-duplicated by [`log_batch_msg_id`]; returns
-/// once JetStream acknowledged it.
-pub async fn publish_log_batch(
-    jetstream: &jetstream::Context,
-    batch: &LogBatch,
-) -> Result<PublishAck, BusError> {
-    validate_log_batch(batch)?;
-    let subject = logs_subject(&batch.workflow_id, &batch.action_id)?;
-    let mut headers = HeaderMap::new();
-    headers.insert(MSG_ID_HEADER, log_batch_msg_id(batch).as_str());
-    publish(jetstream, subject, headers, encode_log_batch(batch)).await
 }
 
 /// Remembers the last sequence shown per action, so a line stored twice (a batch resent after

@@ -1,10 +1,12 @@
 //! The executor: Go `text/template/exec.go` semantics over [`Value`]s.
 
-use crate::funcs::{FnCtx, FuncDef, Ty, lookup};
+use crate::error::RenderError;
+use crate::funcdef::{FnCtx, FuncDef, Ty};
+use crate::funcs::lookup;
 use crate::gofmt;
+use crate::options::{MissingKey, RenderOptions};
 use crate::parse::{Arg, Branch, Command, Node, Pipe, line_col};
 use crate::value::{BoundsError, MAX_VALUE_DEPTH, Value};
-use crate::{MissingKey, RenderError, RenderOptions};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Copy)]
@@ -483,7 +485,10 @@ impl<'t> Exec<'t> {
         if matches!(inner, Arg::Nil { .. }) {
             return self.error(format!("indirection through explicit nil in {node}"));
         }
-        let v = self.eval_arg(dot, Ty::Any, inner)?;
+        // Go evaluates the operand with no expected type: a missing value (nil data, a nil
+        // interface dug out by the pipeline) stays missing, so `(.).foo` on nil data is
+        // `<no value>` like `.foo`, not a nil-pointer error.
+        let v = self.eval_arg(dot, Ty::Reflect, inner)?;
         self.at = At::Arg(node);
         self.eval_field_chain(v, false, fields, args, final_)
     }

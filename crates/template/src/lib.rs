@@ -34,12 +34,16 @@
 //! list in the `sprig` module), nor `semver`, `semverCompare`, `urlParse` and `urlJoin`.
 #![forbid(unsafe_code)]
 
+mod builtins;
+mod error;
 mod exec;
+mod funcdef;
 mod funcs;
 mod gofmt;
 mod hash;
 mod json;
 mod lex;
+mod options;
 mod parse;
 mod sprig;
 mod tink;
@@ -47,108 +51,10 @@ mod value;
 
 use std::collections::BTreeMap;
 
+pub use error::{Error, RenderError};
 pub use exec::MAX_EXEC_NESTING;
+pub use options::{DEFAULT_MAX_OUTPUT_BYTES, MissingKey, RenderOptions};
 pub use parse::{MAX_PARSE_DEPTH, ParseError};
-
-/// What a missing map key evaluates to (Go's `missingkey` option).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum MissingKey {
-    /// `missingkey=default` / `invalid`: the key evaluates to no value (prints `<no value>`).
-    #[default]
-    Default,
-    /// `missingkey=zero`: the element type's zero value (`interface{}` nil: prints `<no value>`).
-    Zero,
-    /// `missingkey=error`: execution stops with an error.
-    Error,
-}
-
-impl std::str::FromStr for MissingKey {
-    type Err = String;
-
-    /// Parses Go's option text, with or without the `missingkey=` prefix.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.strip_prefix("missingkey=").unwrap_or(s) {
-            "default" | "invalid" => Ok(MissingKey::Default),
-            "zero" => Ok(MissingKey::Zero),
-            "error" => Ok(MissingKey::Error),
-            other => Err(format!("unrecognized option: missingkey={other}")),
-        }
-    }
-}
-
-/// Options for one render.
-#[derive(Clone, Debug)]
-pub struct RenderOptions {
-    pub missing_key: MissingKey,
-    /// The largest output, in bytes (default 256 KiB, as Tinkerbell).
-    pub max_output_bytes: usize,
-    /// The deepest chain of `{{template}}` calls (default 100).
-    pub max_template_depth: usize,
-    /// The most execution steps (nodes walked, commands evaluated; default 10 million).
-    pub max_steps: u64,
-}
-
-/// The default output cap: 256 KiB.
-pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 256 * 1024;
-
-impl Default for RenderOptions {
-    fn default() -> Self {
-        RenderOptions {
-            missing_key: MissingKey::Default,
-            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
-            max_template_depth: 100,
-            max_steps: 10_000_000,
-        }
-    }
-}
-
-impl RenderOptions {
-    /// Tinkerbell's settings: `missingkey=error`, 256 KiB output cap.
-    pub fn tinkerbell() -> Self {
-        RenderOptions {
-            missing_key: MissingKey::Error,
-            ..RenderOptions::default()
-        }
-    }
-}
-
-/// A render failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum RenderError {
-    /// An execution error, in Go's format:
-    /// `template: NAME:LINE:COL: executing "NAME" at <NODE>: MESSAGE`.
-    #[error(
-        "template: {template}:{line}:{col}: executing \"{executing}\" at <{context}>: {message}"
-    )]
-    Exec {
-        /// The template the source was parsed as.
-        template: String,
-        /// 1-based line of the failing node.
-        line: usize,
-        /// 0-based byte column of the failing node, as Go counts it.
-        col: usize,
-        /// The (possibly `define`d) template being executed.
-        executing: String,
-        /// The failing node's text, cut to 20 characters as Go does.
-        context: String,
-        message: String,
-    },
-    #[error("template: {template}: rendered output exceeds {limit} bytes")]
-    OutputTooLarge { template: String, limit: usize },
-    #[error("template: {template}: execution exceeded {limit} steps")]
-    TooManySteps { template: String, limit: u64 },
-    #[error("template: {template}: data nested deeper than {limit} levels")]
-    DataTooDeep { template: String, limit: usize },
-}
-
-/// Either failure, for callers that parse and render in one go.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Parse(#[from] ParseError),
-    #[error(transparent)]
-    Render(#[from] RenderError),
-}
 
 /// A parsed template (the main one plus its `define`s and `block`s). Cheap to render many times;
 /// `Send + Sync`.

@@ -7,7 +7,7 @@
 //! `buildCustomCert`, `encryptAES`, `decryptAES`, `derivePassword`), the environment and network
 //! (`env`, `expandenv`, `getHostByName`), `semver`/`semverCompare` and `urlParse`/`urlJoin`.
 
-use crate::funcs::{FnCtx, Table, Ty, add};
+use crate::funcdef::{FnCtx, Table, Ty, add};
 use crate::gofmt;
 use crate::hash;
 use crate::value::{MAX_VALUE_DEPTH, Value};
@@ -175,7 +175,8 @@ pub fn slice_impl(list: &Value, indices: &[Value]) -> Res {
         to_int64(&indices[1])
     };
     if start < 0 || end < start || end > len as i64 {
-        return Err("reflect: slice index out of range".to_string());
+        // Sprig calls `reflect.Value.Slice`, whose panic text this is.
+        return Err("reflect.Value.Slice: slice index out of bounds".to_string());
     }
     Ok(Value::list(l[start as usize..end as usize].to_vec()))
 }
@@ -1349,7 +1350,7 @@ pub(crate) fn register(t: &mut Table) {
         ("mergeOverwrite", true),
         ("mustMergeOverwrite", true),
     ] {
-        let imp: crate::funcs::FuncImpl = if overwrite {
+        let imp: crate::funcdef::FuncImpl = if overwrite {
             |_, a| {
                 let Value::Map(dst) = &a[0] else {
                     return Ok(a[0].clone());

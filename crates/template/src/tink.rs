@@ -1,7 +1,7 @@
 //! Tinkerbell's own template functions (`formatPartition`, `netmaskToPrefixLength`, `toYaml`,
 //! `fromYaml`), with the behaviour of tinkerbell/tinkerbell `pkg/template/funcmap`.
 
-use crate::funcs::{Table, Ty, add};
+use crate::funcdef::{Table, Ty, add};
 use crate::value::{MAX_VALUE_DEPTH, Value};
 use std::sync::LazyLock;
 

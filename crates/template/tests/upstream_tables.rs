@@ -1,8 +1,9 @@
 //! Cases ported from the upstream test tables for behaviour this engine once got wrong: Sprig
 //! v3.3.0 (`crypto_test.go` TestSha512Sum, `strings_test.go`/`functions_test.go` TestCamelCase,
 //! `list_test.go` TestInitial/TestRest and their `must` forms) and Go's `text/template`
-//! (`exec_test.go` number literals, `TestMissingMapKey` with nil data). Expected outputs are the
-//! upstream ones.
+//! (`exec_test.go` number literals, `TestMissingMapKey` with nil data, the slicing rows, the
+//! field on a parenthesized interface). Expected outputs are the upstream ones, except where a
+//! row's comment says why Tinkerbell's function map gives another answer.
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value as J, json};
@@ -173,5 +174,115 @@ fn go_missing_key_with_nil_data() {
     assert_eq!(
         run(src, &json!({"x": 99}), &default).as_deref(),
         Ok("99 <no value>")
+    );
+}
+
+/// The data of Go's slicing rows (`tVal` in exec_test.go), as JSON: JSON has slices only, no
+/// arrays and no capacity beyond the length.
+fn slicing_data() -> J {
+    json!({"SI": [3, 4, 5], "S": "xyz", "Empty3": [7, 8]})
+}
+
+fn slice_err(call: &str, message: &str) -> String {
+    format!("ERR template: t:1:2: executing \"t\" at <{call}>: error calling slice: {message}")
+}
+
+const OUT_OF_BOUNDS: &str = "reflect.Value.Slice: slice index out of bounds";
+const NOT_A_LIST: &str = "list should be type of slice or array but string";
+
+#[test]
+fn go_slicing_rows_that_sprig_answers_alike() {
+    // exec_test.go, "Slicing". Tinkerbell renders with `template.New(..).Funcs(sprig..)`, and a
+    // function given to a Go template replaces the built-in of that name, so a Tinkerbell
+    // template's `slice` is Sprig's (list.go `slice`/`mustSlice`: `reflect.Value.Slice(start,
+    // end)`), not Go's built-in. These rows get the same answer from both: the result, or an
+    // error (here with Sprig's text, the panic of `reflect.Value.Slice`).
+    let data = slicing_data();
+    let cases: Vec<(&str, String)> = vec![
+        ("{{slice .SI}}", "[3 4 5]".into()),
+        ("{{slice .SI 1}}", "[4 5]".into()),
+        ("{{slice .SI 1 2}}", "[4]".into()),
+        ("{{slice .SI -1}}", slice_err("slice .SI -1", OUT_OF_BOUNDS)),
+        (
+            "{{slice .SI 1 -2}}",
+            slice_err("slice .SI 1 -2", OUT_OF_BOUNDS),
+        ),
+        (
+            "{{slice .SI 2 1}}",
+            slice_err("slice .SI 2 1", OUT_OF_BOUNDS),
+        ),
+        (
+            "{{slice .SI 4 5}}",
+            slice_err("slice .SI 4 5", OUT_OF_BOUNDS),
+        ),
+        // A 3-index slice of a string and a slice past a string's end are errors in both (Go:
+        // bad index; Sprig: a string is not a list).
+        ("{{slice .S 1 5}}", slice_err("slice .S 1 5", NOT_A_LIST)),
+        (
+            "{{slice .S 1 2 2}}",
+            slice_err("slice .S 1 2 2", NOT_A_LIST),
+        ),
+        ("{{slice .Empty3 0 1}}", "[7]".into()),
+    ];
+    let cases: Vec<(&str, &str)> = cases.iter().map(|(s, w)| (*s, w.as_str())).collect();
+    table(&cases, &data);
+    // "slice of an untyped nil": an error in both (the messages differ: Sprig's
+    // `reflect.TypeOf(nil).Kind()` is a nil-pointer panic).
+    assert!(run("{{slice nil}}", &data, &RenderOptions::default()).is_err());
+}
+
+#[test]
+fn go_slicing_rows_where_sprig_differs() {
+    // exec_test.go, "Slicing": the rows whose answer from Go's built-in `slice` is not what a
+    // Tinkerbell template gets, since Sprig's `slice` replaces it (see above). Each expected
+    // value is Sprig's; Go's built-in answer is in the comment.
+    let data = slicing_data();
+    let cases: Vec<(&str, String)> = vec![
+        // Go: errors (a third index below the second, or past the capacity). Sprig reads two
+        // indices and ignores the rest.
+        ("{{slice .SI 1 2 -1}}", "[4]".into()),
+        ("{{slice .SI 2 2 1}}", "[]".into()),
+        ("{{slice .SI 2 2 5}}", "[]".into()),
+        // Go: `xyz`, `x`, `yz`, `y` (its built-in slices strings). Sprig refuses anything but a
+        // list.
+        ("{{slice .S}}", slice_err("slice .S", NOT_A_LIST)),
+        ("{{slice .S 0 1}}", slice_err("slice .S 0 1", NOT_A_LIST)),
+        ("{{slice .S 1}}", slice_err("slice .S 1", NOT_A_LIST)),
+        ("{{slice .S 1 2}}", slice_err("slice .S 1 2", NOT_A_LIST)),
+    ];
+    let cases: Vec<(&str, &str)> = cases.iter().map(|(s, w)| (*s, w.as_str())).collect();
+    table(&cases, &data);
+    // Not ported: the `.SICap` rows (a slice whose capacity exceeds its length; JSON data has
+    // none) and the `.AI` rows (a Go array; JSON has slices only, and the `.SI` rows above
+    // cover the same indices).
+}
+
+#[test]
+fn go_field_on_parenthesized_interface() {
+    // exec_test.go: "field on interface" and "field on parenthesized interface", both with nil
+    // data: `(.)` evaluates to the same invalid value as `.`, so a field of it is `<no value>`
+    // (and, with missingkey=error, the nil-data error, as for `.foo`).
+    let default = RenderOptions::default();
+    assert_eq!(
+        run("{{.foo}}", &J::Null, &default).as_deref(),
+        Ok("<no value>")
+    );
+    assert_eq!(
+        run("{{(.).foo}}", &J::Null, &default).as_deref(),
+        Ok("<no value>")
+    );
+    assert_eq!(
+        run("{{($).foo}}", &J::Null, &default).as_deref(),
+        Ok("<no value>")
+    );
+    let err = run("{{(.).foo}}", &J::Null, &RenderOptions::tinkerbell()).unwrap_err();
+    assert!(
+        err.contains("nil data; no entry for key \"foo\""),
+        "unexpected error: {err}"
+    );
+    // With data, a parenthesized dot is the dot.
+    assert_eq!(
+        run("{{(.).foo}}", &json!({"foo": 7}), &default).as_deref(),
+        Ok("7")
     );
 }

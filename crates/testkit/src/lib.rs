@@ -4,6 +4,10 @@
 //! processes or listeners on loopback only and clean up on drop.
 #![forbid(unsafe_code)]
 
+/// Certificates for tests that serve TLS: a throw-away CA and a serving certificate it signs.
+/// The code lives in `tink-dev-certs` because `tinkctl dev up` makes the development stack's
+/// with it at run time, and no shipped binary may depend on the test kit.
+pub use tink_dev_certs as certs;
 pub mod docker;
 pub mod nats;
 pub mod otlp;

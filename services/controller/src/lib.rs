@@ -46,7 +46,7 @@ mod metrics;
 mod presence;
 mod reconcile;
 pub mod recorder;
-pub mod render;
+pub use tink_render as render;
 mod shared;
 pub mod trace;
 

@@ -1,5 +1,5 @@
 //! The development stack's certificates: a CA and the webhook's serving certificate, made by
-//! the webhook's own `tink_webhook::dev_certificates` (rcgen).
+//! `tink_dev_certs::dev_certificates` (rcgen), the code the webhook's own tests use.
 
 use std::path::{Path, PathBuf};
 
@@ -57,7 +57,7 @@ pub fn write(dir: &Path, machine_ip: Option<std::net::Ipv4Addr>) -> anyhow::Resu
     let dns: Vec<String> = dns.into_iter().map(str::to_string).collect();
     let mut ips: Vec<std::net::IpAddr> = ips.into_iter().filter_map(|n| n.parse().ok()).collect();
     ips.extend(machine_ip.map(std::net::IpAddr::V4));
-    let certs = tink_webhook::dev_certificates(&dns, &ips)
+    let certs = tink_dev_certs::dev_certificates(&dns, &ips)
         .context("generating the development certificates")?;
     write_file(&pki.ca_cert, certs.ca_pem.as_bytes(), 0o644)?;
     write_file(&pki.webhook_cert, certs.cert_pem.as_bytes(), 0o644)?;

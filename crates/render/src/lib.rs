@@ -12,7 +12,7 @@
 //!
 //! `.Hardware` is the v1alpha1 view Tinkerbell templates read (`Interfaces[].DHCP.MAC`,
 //! `.Arch`, `.UEFI`, `Metadata.Instance...`, `Disks`, lower-case aliases), built in
-//! `render/hardware.rs`; every key is documented in docs/templates.md.
+//! `hardware.rs`; every key is documented in docs/templates.md.
 //!
 //! # What is rendered
 //!
@@ -25,6 +25,14 @@
 //! holds everything the agent needs. (`timeout` is a typed duration the CRD validates, not a
 //! template.) A Template with `v1alpha1Data` (converted from a v1alpha1 Template whose actions
 //! depend on the data) is rendered whole and its rendered document parsed, as Tinkerbell does.
+//!
+//! # Who uses it
+//!
+//! The controller renders with it when it prepares a Workflow; the console's template preview
+//! and `tinkctl template render` call the same functions, so what they show is what the
+//! controller writes. It is a library crate of its own so none of them depends on another
+//! service (the controller re-exports it as `tink_controller::render`).
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 

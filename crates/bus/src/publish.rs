@@ -1,0 +1,101 @@
+//! Publishing on the bus, in one place: events, commands and log batches are validated,
+//! given their de-duplication id (`Nats-Msg-Id`) and trace context, and published on their
+//! subject; each call returns once JetStream acknowledged storage.
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, context::PublishAckFuture, publish::PublishAck};
+use bytes::Bytes;
+use tink_proto::workflow::v2::{Event, GetWorkflowsResponse, LogBatch};
+
+use crate::codec::{encode_command, encode_event, event_msg_id, validate_command, validate_event};
+use crate::error::BusError;
+use crate::logs::{encode_log_batch, log_batch_msg_id, logs_subject, validate_log_batch};
+use crate::subjects::{dispatch_subject, events_subject};
+
+/// The JetStream de-duplication header.
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+
+/// Headers carrying a de-duplication id and the W3C trace context of `cx`.
+pub fn headers_with(msg_id: &str, cx: &opentelemetry::Context) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(MSG_ID_HEADER, msg_id);
+    tink_telemetry::propagation::inject_nats(cx, &mut headers);
+    headers
+}
+
+async fn publish(
+    jetstream: &jetstream::Context,
+    subject: String,
+    headers: HeaderMap,
+    payload: Bytes,
+) -> Result<PublishAck, BusError> {
+    let future: PublishAckFuture = jetstream
+        .publish_with_headers(subject.clone(), headers, payload)
+        .await
+        .map_err(|source| BusError::Publish {
+            subject: subject.clone(),
+            source,
+        })?;
+    future
+        .await
+        .map_err(|source| BusError::Publish { subject, source })
+}
+
+/// Validates and publishes an event on its workflow's subject with the trace context `cx`, and
+/// waits for JetStream's acknowledgement (`PublishAck::duplicate` tells a de-duplicated retry).
+pub async fn publish_event(
+    jetstream: &jetstream::Context,
+    event: &Event,
+    cx: &opentelemetry::Context,
+) -> Result<PublishAck, BusError> {
+    let mut headers = HeaderMap::new();
+    tink_telemetry::propagation::inject_nats(cx, &mut headers);
+    publish_event_with_headers(jetstream, event, headers).await
+}
+
+/// Like [`publish_event`] with headers given as is (for example `traceparent` copied from an
+/// agent's request); the de-duplication id is added.
+pub async fn publish_event_with_headers(
+    jetstream: &jetstream::Context,
+    event: &Event,
+    mut headers: HeaderMap,
+) -> Result<PublishAck, BusError> {
+    validate_event(event)?;
+    let subject = events_subject(&event.workflow_id)?;
+    headers.insert(MSG_ID_HEADER, event_msg_id(event).as_str());
+    publish(jetstream, subject, headers, encode_event(event)).await
+}
+
+/// Validates and publishes a command for an agent and waits for JetStream's acknowledgement.
+/// `msg_id` de-duplicates repeated publications of the same command (for example
+/// `<workflow uid>.start.<attempt>`).
+pub async fn publish_command(
+    jetstream: &jetstream::Context,
+    agent_id: &str,
+    command: &GetWorkflowsResponse,
+    msg_id: &str,
+    cx: &opentelemetry::Context,
+) -> Result<PublishAck, BusError> {
+    validate_command(command)?;
+    let subject = dispatch_subject(agent_id)?;
+    publish(
+        jetstream,
+        subject,
+        headers_with(msg_id, cx),
+        encode_command(command),
+    )
+    .await
+}
+
+/// Validates and stores a batch on its subject, de-duplicated by [`log_batch_msg_id`]; returns
+/// once JetStream acknowledged it.
+pub async fn publish_log_batch(
+    jetstream: &jetstream::Context,
+    batch: &LogBatch,
+) -> Result<PublishAck, BusError> {
+    validate_log_batch(batch)?;
+    let subject = logs_subject(&batch.workflow_id, &batch.action_id)?;
+    let mut headers = HeaderMap::new();
+    headers.insert(MSG_ID_HEADER, log_batch_msg_id(batch).as_str());
+    publish(jetstream, subject, headers, encode_log_batch(batch)).await
+}

@@ -1,0 +1,291 @@
+//! The names and configurations of every stream, KV bucket and durable consumer on the bus, in
+//! one place: what [`crate::ensure_streams`] creates and [`crate::verify_streams`] checks, and
+//! what the services' consumers are made with.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{consumer, stream};
+
+use crate::config::BusConfig;
+use crate::logs::LOGS_ALL;
+use crate::subjects::{DISPATCH_ALL, EVENTS_ALL, dispatch_subject};
+use crate::token::{TokenError, agent_token};
+
+/// The stream holding commands for agents (`tink.dispatch.*`).
+pub const DISPATCH_STREAM: &str = "TINK_DISPATCH";
+/// The stream holding events from agents (`tink.events.*`).
+pub const EVENTS_STREAM: &str = "TINK_EVENTS";
+/// The KV bucket of agent presence (its stream is `KV_tink_presence`).
+pub const PRESENCE_BUCKET: &str = "tink_presence";
+/// The stream backing [`PRESENCE_BUCKET`].
+pub const PRESENCE_STREAM: &str = "KV_tink_presence";
+/// The KV bucket of per-machine boot secrets: agent token -> hex SHA-256 of the machine's
+/// current boot secret, followed (space-separated) by the previous generation's for the agent
+/// that exchanged it (or [`AGENT_SECRET_MISSING`]). Written by the controller from the Secrets
+/// Hardware reference; read by the servers, which then require one of them to create that
+/// agent's session (see [`AGENT_SECRETS_USED_BUCKET`]).
+pub const AGENT_SECRETS_BUCKET: &str = "tink_agent_secrets";
+/// The stream backing [`AGENT_SECRETS_BUCKET`].
+pub const AGENT_SECRETS_STREAM: &str = "KV_tink_agent_secrets";
+/// The value of an [`AGENT_SECRETS_BUCKET`] entry whose Secret cannot be read: no presented
+/// secret matches it, so the machine is refused until the Secret exists (fail closed).
+pub const AGENT_SECRET_MISSING: &str = "missing";
+/// The KV bucket of exchanged agent secrets: agent token -> hex SHA-256 of the boot secret the
+/// agent exchanged for a session. A secret is single-use: the server replica that lets a
+/// secret create a session records its hash here (compare-and-set, before it answers), and
+/// refuses a later session created with a secret whose hash is recorded. The controller then
+/// moves the machine to the next generation of its secret (a new value for the next boot) and
+/// leaves the entry as it is (it goes on refusing the consumed value); `tinkctl agent reset`
+/// purges it.
+pub const AGENT_SECRETS_USED_BUCKET: &str = "tink_agent_secrets_used";
+/// The stream backing [`AGENT_SECRETS_USED_BUCKET`].
+pub const AGENT_SECRETS_USED_STREAM: &str = "KV_tink_agent_secrets_used";
+/// The KV bucket of dispatch targets: workflow (dispatch) token -> [`crate::DispatchTarget`] (JSON),
+/// created by the controller, written by the server replica that forwards a StartWorkflow before
+/// it forwards it (one revision per key, kept as long as events are). Every
+/// replica reads it to tie an event to the agent its dispatch went to: an event from another
+/// agent is refused, and (with unauthenticated agents allowed) an event that names no agent is
+/// recorded for the target of a dispatch that went to a stream without credentials.
+pub const DISPATCH_TARGETS_BUCKET: &str = "tink_dispatch_targets";
+/// The stream backing [`DISPATCH_TARGETS_BUCKET`].
+pub const DISPATCH_TARGETS_STREAM: &str = "KV_tink_dispatch_targets";
+/// The stream holding action output (`tink.logs.*.*`).
+pub const LOGS_STREAM: &str = "TINK_LOGS";
+/// The KV bucket of admitted agent ids (agent token -> Hardware `namespace/name`): which agent
+/// ids may connect at all.
+///
+/// The controller writes one entry per agent id a Hardware names (the keys of
+/// `spec.networkInterfaces`): agent token -> `<namespace>/<name>` of that Hardware. The servers
+/// mirror it and refuse streams and events of any other id, so no stream, session, consumer or
+/// presence entry exists for an id that names no machine, and a flood of made-up ids costs
+/// nothing but a refusal.
+pub const ADMITTED_AGENTS_BUCKET: &str = "tink_admitted_agents";
+/// The stream backing [`ADMITTED_AGENTS_BUCKET`].
+pub const ADMITTED_AGENTS_STREAM: &str = "KV_tink_admitted_agents";
+
+/// The dispatch stream: a work queue, so a command is removed once acknowledged, and at most
+/// one consumer (the agent's) may filter on an agent's subject.
+pub fn dispatch_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        name: DISPATCH_STREAM.to_string(),
+        description: Some("tinkerbell commands for agents, one subject per agent".to_string()),
+        subjects: vec![DISPATCH_ALL.to_string()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        max_age: config.dispatch_max_age,
+        max_bytes: config.dispatch_max_bytes,
+        max_messages_per_subject: config.dispatch_max_per_agent,
+        discard: stream::DiscardPolicy::Old,
+        duplicate_window: config.duplicate_window,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
+/// The events stream: limits retention, read by the controller's durable consumer.
+pub fn events_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        name: EVENTS_STREAM.to_string(),
+        description: Some("tinkerbell events from agents, one subject per workflow".to_string()),
+        subjects: vec![EVENTS_ALL.to_string()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        max_age: config.events_max_age,
+        max_bytes: config.events_max_bytes,
+        discard: stream::DiscardPolicy::Old,
+        duplicate_window: config.duplicate_window,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
+/// The stream of a NATS KV bucket as NATS creates one: `KV_<bucket>` on `$KV.<bucket>.>`, one
+/// revision per key, rollups, no deletes through the stream API, direct gets, new writes
+/// refused when full, `config.replicas` replicas, file storage; the callers change what differs.
+fn kv_stream_config(bucket: &str, description: &str, config: &BusConfig) -> stream::Config {
+    stream::Config {
+        name: format!("KV_{bucket}"),
+        description: Some(description.to_string()),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        max_messages_per_subject: 1,
+        storage: stream::StorageType::File,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
+/// The stream backing the presence bucket (`KV_tink_presence`), configured exactly as a NATS
+/// KV bucket (`$KV.tink_presence.>`, rollups, direct get, discard new) with memory storage
+/// (presence is rebuilt by the next heartbeats after a NATS restart, and heartbeats of many
+/// agents would otherwise be disk writes), one revision per key, and entries expiring after
+/// [`BusConfig::presence_ttl`].
+///
+/// The stream is created directly rather than through async-nats's KV creation, which first
+/// queries the account info in a form nats-server 2.9 does not answer.
+pub fn presence_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        max_age: config.presence_ttl,
+        storage: stream::StorageType::Memory,
+        ..kv_stream_config(
+            PRESENCE_BUCKET,
+            "tinkerbell agent presence: agent token -> server replica",
+            config,
+        )
+    }
+}
+
+/// The stream backing the agent secrets bucket (`KV_tink_agent_secrets`), configured as a NATS
+/// KV bucket with file storage (the controller writes an entry only when it changes), one
+/// revision per key and no expiry.
+pub fn agent_secrets_stream_config(config: &BusConfig) -> stream::Config {
+    kv_stream_config(
+        AGENT_SECRETS_BUCKET,
+        "tinkerbell per-machine agent secrets: agent token -> SHA-256 of the secret",
+        config,
+    )
+}
+
+/// The stream backing the exchanged agent secrets bucket (`KV_tink_agent_secrets_used`),
+/// configured as a NATS KV bucket with file storage (a replica that restarts must still refuse
+/// a consumed secret), one revision per key and no expiry.
+pub fn agent_secrets_used_stream_config(config: &BusConfig) -> stream::Config {
+    kv_stream_config(
+        AGENT_SECRETS_USED_BUCKET,
+        "tinkerbell exchanged agent secrets: agent token -> SHA-256 of the consumed secret",
+        config,
+    )
+}
+
+/// The stream backing the dispatch targets bucket (`KV_tink_dispatch_targets`), configured as
+/// a NATS KV bucket with file storage, one revision per key, entries kept as long as
+/// events are (a workflow's events are checked against it for as long as they can arrive), at
+/// most [`BusConfig::dispatch_targets_max_bytes`], the oldest dropped first.
+pub fn dispatch_targets_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        max_age: config.events_max_age,
+        max_bytes: config.dispatch_targets_max_bytes,
+        discard: stream::DiscardPolicy::Old,
+        ..kv_stream_config(
+            DISPATCH_TARGETS_BUCKET,
+            "tinkerbell dispatch targets: dispatch id token -> agent id",
+            config,
+        )
+    }
+}
+
+/// The logs stream: limits retention, its own bytes and age limits, oldest dropped first.
+pub fn logs_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        name: LOGS_STREAM.to_string(),
+        description: Some(
+            "tinkerbell action output, one subject per workflow and action".to_string(),
+        ),
+        subjects: vec![LOGS_ALL.to_string()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        max_age: config.logs_max_age,
+        max_bytes: config.logs_max_bytes,
+        discard: stream::DiscardPolicy::Old,
+        duplicate_window: config.duplicate_window,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
+/// The stream backing the admitted agents bucket: a NATS KV bucket with file storage (written
+/// only when a Hardware's agent ids change), one revision per key and no expiry.
+pub fn admitted_agents_stream_config(config: &BusConfig) -> stream::Config {
+    kv_stream_config(
+        ADMITTED_AGENTS_BUCKET,
+        "tinkerbell admitted agents: agent token -> the Hardware naming it",
+        config,
+    )
+}
+
+/// The durable consumer name of an agent: `agent_<token>`.
+pub fn agent_consumer_name(agent_id: &str) -> Result<String, TokenError> {
+    Ok(format!("agent_{}", agent_token(agent_id)?))
+}
+
+/// The JetStream API subject to send pull requests for an agent's consumer to (what
+/// `consumer.messages()` does internally; the server multiplexes its agents' pulls over one
+/// inbox subscription instead of one subscription and task per agent).
+pub fn agent_pull_subject(agent_id: &str) -> Result<String, TokenError> {
+    Ok(format!(
+        "$JS.API.CONSUMER.MSG.NEXT.{DISPATCH_STREAM}.{}",
+        agent_consumer_name(agent_id)?
+    ))
+}
+
+/// The durable pull consumer delivering an agent's commands: explicit acks, one command in
+/// flight at a time (so Start and Stop keep their order, also across redeliveries), unlimited
+/// redeliveries (a command is only gone once forwarded or too old), removed by JetStream after
+/// [`BusConfig::consumer_inactive_threshold`] without pulls.
+pub fn agent_consumer_config(
+    agent_id: &str,
+    config: &BusConfig,
+) -> Result<consumer::pull::Config, TokenError> {
+    let name = agent_consumer_name(agent_id)?;
+    Ok(consumer::pull::Config {
+        durable_name: Some(name.clone()),
+        name: Some(name),
+        description: Some(format!("commands for agent {agent_id}")),
+        filter_subject: dispatch_subject(agent_id)?,
+        deliver_policy: consumer::DeliverPolicy::All,
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait: config.command_ack_wait,
+        max_deliver: -1,
+        max_ack_pending: 1,
+        inactive_threshold: config.consumer_inactive_threshold,
+        ..Default::default()
+    })
+}
+
+/// The durable consumer name the controller reads events with.
+pub const CONTROLLER_EVENTS_CONSUMER: &str = "tink-controller";
+
+/// The controller's durable pull consumer of all events: explicit acks (an event is acked once
+/// its status change is written), redelivered after `ack_wait` until then, from the start of
+/// the stream. Controller replicas share it; only the leader pulls.
+pub fn events_consumer_config(ack_wait: Duration) -> consumer::pull::Config {
+    consumer::pull::Config {
+        durable_name: Some(CONTROLLER_EVENTS_CONSUMER.to_string()),
+        name: Some(CONTROLLER_EVENTS_CONSUMER.to_string()),
+        description: Some(
+            "tinkerbell controller: applies agent events to Workflow status".to_string(),
+        ),
+        filter_subject: EVENTS_ALL.to_string(),
+        deliver_policy: consumer::DeliverPolicy::All,
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait,
+        max_deliver: -1,
+        ..Default::default()
+    }
+}
+
+/// Every stream the bus needs, with its configuration, in creation order.
+pub(crate) fn all_streams(config: &BusConfig) -> [(&'static str, stream::Config); 8] {
+    [
+        (DISPATCH_STREAM, dispatch_stream_config(config)),
+        (EVENTS_STREAM, events_stream_config(config)),
+        (PRESENCE_STREAM, presence_stream_config(config)),
+        (LOGS_STREAM, logs_stream_config(config)),
+        (AGENT_SECRETS_STREAM, agent_secrets_stream_config(config)),
+        (
+            AGENT_SECRETS_USED_STREAM,
+            agent_secrets_used_stream_config(config),
+        ),
+        (
+            DISPATCH_TARGETS_STREAM,
+            dispatch_targets_stream_config(config),
+        ),
+        (
+            ADMITTED_AGENTS_STREAM,
+            admitted_agents_stream_config(config),
+        ),
+    ]
+}
