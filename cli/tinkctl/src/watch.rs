@@ -100,15 +100,32 @@ pub fn finish(wf: &Workflow) -> anyhow::Result<()> {
     let name = wf.metadata.name.clone().unwrap_or_default();
     let state = wf.status.as_ref().map(|s| s.state).unwrap_or_default();
     if let Some(trace) = trace_id(wf) {
-        println!(
-            "trace id {trace}: open it in your tracing UI (with the compose stack's Jaeger: http://localhost:16686/trace/{trace})"
-        );
+        println!("{}", trace_hint(trace, |k| std::env::var(k).ok()));
     }
     if state == WorkflowState::Succeeded {
         println!("workflow {name} Succeeded");
         Ok(())
     } else {
         anyhow::bail!("workflow {name} ended {}{}", state.as_str(), failure(wf))
+    }
+}
+
+/// Where the trace went, from what this process can know: `TINK_TRACE_URL` (a link template with
+/// `{trace}`, e.g. the compose stack's Jaeger `http://localhost:16686/trace/{trace}`), else the
+/// OTLP endpoint of this environment (which `tinkctl dev up` passes on to the services it starts),
+/// else that none is set, so the services exported the trace nowhere unless theirs was.
+pub fn trace_hint(trace: &str, env: impl Fn(&str) -> Option<String>) -> String {
+    let set = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+    if let Some(url) = set("TINK_TRACE_URL") {
+        return format!("trace id {trace}: {}", url.replace("{trace}", trace));
+    }
+    match set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT")) {
+        Some(endpoint) => format!(
+            "trace id {trace}: exported to the OTLP endpoint {endpoint}; open it in the tracing UI that reads from there (TINK_TRACE_URL=<url with {{trace}}> prints a link)"
+        ),
+        None => format!(
+            "trace id {trace} (no OTLP endpoint is set here: the services export traces only when OTEL_EXPORTER_OTLP_ENDPOINT is set for them)"
+        ),
     }
 }
 
@@ -451,5 +468,39 @@ status:
         );
         let l = lines(&w, Timestamp::now());
         assert_eq!(l[2].detail.as_deref(), Some("Exit1: exit status 1"));
+    }
+
+    #[test]
+    fn the_trace_hint_says_where_the_trace_went() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(key, _)| *key == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        assert_eq!(
+            trace_hint(
+                "abc",
+                env(&[
+                    ("TINK_TRACE_URL", "http://localhost:16686/trace/{trace}"),
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://x:4317")
+                ])
+            ),
+            "trace id abc: http://localhost:16686/trace/abc"
+        );
+        let otlp = trace_hint(
+            "abc",
+            env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://x:4317")]),
+        );
+        assert!(
+            otlp.contains("exported to the OTLP endpoint http://x:4317"),
+            "{otlp}"
+        );
+        assert!(!otlp.contains("16686"), "{otlp}");
+        let none = trace_hint("abc", env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")]));
+        assert!(none.contains("no OTLP endpoint is set"), "{none}");
+        assert!(!none.contains("Jaeger"), "{none}");
     }
 }
