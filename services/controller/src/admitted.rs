@@ -16,32 +16,65 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_nats::jetstream::kv;
 use futures::TryStreamExt as _;
 use kube::ResourceExt as _;
+use kube::runtime::reflector::Store;
 use tink_api::v1alpha2::Hardware;
 use tink_workflow::agent_ids;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::shared::Shared;
+use crate::locks::lock;
+use crate::metrics::Metrics;
+
+/// Why the sweep could not bring the bucket up to date (it retries).
+#[derive(Debug, thiserror::Error)]
+enum SweepError {
+    /// Listing the bucket's keys failed.
+    #[error(transparent)]
+    Keys(#[from] kv::HistoryError),
+    /// Reading the bucket's keys failed.
+    #[error(transparent)]
+    Watcher(#[from] kv::WatcherError),
+    /// Reading an entry failed.
+    #[error(transparent)]
+    Entry(#[from] kv::EntryError),
+    /// Writing an entry failed.
+    #[error(transparent)]
+    Put(#[from] kv::PutError),
+    /// Deleting an entry failed.
+    #[error(transparent)]
+    Delete(#[from] kv::DeleteError),
+}
 
 /// What this leader last wrote (agent token -> value), so unchanged Hardware cost no write.
 #[derive(Debug, Default)]
-pub(crate) struct Written(Mutex<HashMap<String, String>>);
+struct Written(Mutex<HashMap<String, String>>);
 
 impl Written {
     fn get(&self, token: &str) -> Option<String> {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(token).cloned()
+        lock(&self.0).get(token).cloned()
     }
 
     fn set(&self, token: &str, value: Option<String>) {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = lock(&self.0);
         match value {
             Some(v) => map.insert(token.to_string(), v),
             None => map.remove(token),
         };
     }
+}
+
+/// The admitted agents bucket, kept by the leader.
+pub(crate) struct Admitted {
+    metrics: Metrics,
+    /// The admitted agents bucket.
+    bucket: kv::Store,
+    hardware: Store<Hardware>,
+    /// How often the whole bucket is reconciled.
+    period: Duration,
+    written: Written,
 }
 
 /// The bucket value of a Hardware: `<namespace>/<name>`.
@@ -66,121 +99,130 @@ fn desired<'a>(hardware: impl IntoIterator<Item = &'a Hardware>) -> BTreeMap<Str
     want
 }
 
-/// Called for every Hardware the watch applies: admits its agent ids.
-pub(crate) fn observe(shared: &Arc<Shared>, hw: &Hardware) {
-    let want = desired([hw]);
-    let missing: Vec<(String, String)> = want
-        .into_iter()
-        .filter(|(token, _)| shared.admitted_written.get(token).is_none())
-        .collect();
-    if missing.is_empty() {
-        return;
+impl Admitted {
+    pub fn new(
+        metrics: Metrics,
+        bucket: kv::Store,
+        hardware: Store<Hardware>,
+        period: Duration,
+    ) -> Self {
+        Self {
+            metrics,
+            bucket,
+            hardware,
+            period,
+            written: Written::default(),
+        }
     }
-    let shared = shared.clone();
-    tokio::spawn(async move {
-        for (token, value) in missing {
-            match shared
-                .bus
-                .admitted_agents
-                .put(&token, value.clone().into())
-                .await
-            {
-                Ok(_) => shared.admitted_written.set(&token, Some(value)),
-                Err(e) => {
-                    shared.metrics.error("admitted_agents");
-                    warn!(key = %token, error = %e, "cannot admit an agent id; the sweep retries");
+
+    /// Called for every Hardware the watch applies: admits its agent ids.
+    pub fn observe(self: &Arc<Self>, hw: &Hardware) {
+        let want = desired([hw]);
+        let missing: Vec<(String, String)> = want
+            .into_iter()
+            .filter(|(token, _)| self.written.get(token).is_none())
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            for (token, value) in missing {
+                match this.bucket.put(&token, value.clone().into()).await {
+                    Ok(_) => this.written.set(&token, Some(value)),
+                    Err(e) => {
+                        this.metrics.error("admitted_agents");
+                        warn!(key = %token, error = %e, "cannot admit an agent id; the sweep retries");
+                    }
                 }
             }
-        }
-    });
-}
-
-/// Called for every Hardware the watch sees deleted: removes its ids that no other Hardware
-/// names.
-pub(crate) fn forget(shared: &Arc<Shared>, hw: &Hardware) {
-    let gone: HashSet<String> = desired([hw]).into_keys().collect();
-    if gone.is_empty() {
-        return;
+        });
     }
-    let others: Vec<Arc<Hardware>> = shared
-        .hardware
-        .state()
-        .into_iter()
-        .filter(|h| owner(h) != owner(hw))
-        .collect();
-    let still = desired(others.iter().map(|h| h.as_ref()));
-    let remove: Vec<String> = gone
-        .into_iter()
-        .filter(|t| !still.contains_key(t))
-        .collect();
-    let shared = shared.clone();
-    tokio::spawn(async move {
-        for token in remove {
-            match shared.bus.admitted_agents.delete(&token).await {
-                Ok(()) => shared.admitted_written.set(&token, None),
-                Err(e) => {
-                    shared.metrics.error("admitted_agents");
-                    warn!(key = %token, error = %e, "cannot remove a deleted Hardware's agent id; the sweep retries");
+
+    /// Called for every Hardware the watch sees deleted: removes its ids that no other Hardware
+    /// names.
+    pub fn forget(self: &Arc<Self>, hw: &Hardware) {
+        let gone: HashSet<String> = desired([hw]).into_keys().collect();
+        if gone.is_empty() {
+            return;
+        }
+        let others: Vec<Arc<Hardware>> = self
+            .hardware
+            .state()
+            .into_iter()
+            .filter(|h| owner(h) != owner(hw))
+            .collect();
+        let still = desired(others.iter().map(|h| h.as_ref()));
+        let remove: Vec<String> = gone
+            .into_iter()
+            .filter(|t| !still.contains_key(t))
+            .collect();
+        let this = self.clone();
+        tokio::spawn(async move {
+            for token in remove {
+                match this.bucket.delete(&token).await {
+                    Ok(()) => this.written.set(&token, None),
+                    Err(e) => {
+                        this.metrics.error("admitted_agents");
+                        warn!(key = %token, error = %e, "cannot remove a deleted Hardware's agent id; the sweep retries");
+                    }
                 }
             }
-        }
-    });
-}
-
-/// Reconciles the whole bucket with the Hardware cache every `agent_secrets_sweep` until
-/// `term`, once the cache has synced.
-pub(crate) async fn sweep(shared: Arc<Shared>, term: CancellationToken) {
-    tokio::select! {
-        _ = term.cancelled() => return,
-        ready = shared.hardware.wait_until_ready() => if ready.is_err() { return },
+        });
     }
-    let period = shared
-        .config
-        .agent_secrets_sweep
-        .max(Duration::from_millis(100));
-    loop {
-        if let Err(e) = sweep_once(&shared).await {
-            shared.metrics.error("admitted_agents");
-            warn!(error = %e, "admitted agents sweep failed");
-        }
+
+    /// Reconciles the whole bucket with the Hardware cache every `agent_secrets_sweep` until
+    /// `term`, once the cache has synced.
+    pub async fn sweep(self: Arc<Self>, term: CancellationToken) {
         tokio::select! {
             _ = term.cancelled() => return,
-            _ = tokio::time::sleep(period) => {}
+            ready = self.hardware.wait_until_ready() => if ready.is_err() { return },
         }
-    }
-}
-
-async fn sweep_once(shared: &Shared) -> anyhow::Result<()> {
-    let state = shared.hardware.state();
-    let want = desired(state.iter().map(|h| h.as_ref()));
-    let bucket = &shared.bus.admitted_agents;
-    let keys: HashSet<String> = bucket.keys().await?.try_collect().await?;
-    let mut removed = 0usize;
-    for key in keys.iter().filter(|k| !want.contains_key(*k)) {
-        bucket.delete(key).await?;
-        shared.admitted_written.set(key, None);
-        removed += 1;
-    }
-    let mut added = 0usize;
-    for (token, value) in want {
-        let current = match bucket.entry(&token).await? {
-            Some(e) if e.operation == async_nats::jetstream::kv::Operation::Put => {
-                Some(String::from_utf8_lossy(&e.value).into_owned())
+        let period = self.period.max(Duration::from_millis(100));
+        loop {
+            if let Err(e) = self.sweep_once().await {
+                self.metrics.error("admitted_agents");
+                warn!(error = %e, "admitted agents sweep failed");
             }
-            _ => None,
-        };
-        if current.as_deref() != Some(value.as_str()) {
-            bucket.put(&token, value.clone().into()).await?;
-            added += 1;
+            tokio::select! {
+                _ = term.cancelled() => return,
+                _ = tokio::time::sleep(period) => {}
+            }
         }
-        shared.admitted_written.set(&token, Some(value));
     }
-    if added + removed > 0 {
-        info!(added, removed, "admitted agents brought up to date");
-    } else {
-        debug!("admitted agents up to date");
+
+    async fn sweep_once(&self) -> Result<(), SweepError> {
+        let state = self.hardware.state();
+        let want = desired(state.iter().map(|h| h.as_ref()));
+        let bucket = &self.bucket;
+        let keys: HashSet<String> = bucket.keys().await?.try_collect().await?;
+        let mut removed = 0usize;
+        for key in keys.iter().filter(|k| !want.contains_key(*k)) {
+            bucket.delete(key).await?;
+            self.written.set(key, None);
+            removed += 1;
+        }
+        let mut added = 0usize;
+        for (token, value) in want {
+            let current = match bucket.entry(&token).await? {
+                Some(e) if e.operation == kv::Operation::Put => {
+                    Some(String::from_utf8_lossy(&e.value).into_owned())
+                }
+                _ => None,
+            };
+            if current.as_deref() != Some(value.as_str()) {
+                bucket.put(&token, value.clone().into()).await?;
+                added += 1;
+            }
+            self.written.set(&token, Some(value));
+        }
+        if added + removed > 0 {
+            info!(added, removed, "admitted agents brought up to date");
+        } else {
+            debug!("admitted agents up to date");
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]

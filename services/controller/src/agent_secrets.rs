@@ -42,14 +42,17 @@ use async_nats::jetstream::kv;
 use futures::TryStreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::{Resource as _, ResourceExt as _};
+use kube::runtime::reflector::Store;
+use kube::{Client, Resource as _, ResourceExt as _};
 use tink_api::v1alpha2::Hardware;
 use tink_workflow::{EventReason, EventType, agent_ids};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::CONTROLLER_NAME;
-use crate::shared::{KubeEvent, Shared};
+use crate::config::{CONTROLLER_NAME, ControllerConfig};
+use crate::locks::lock;
+use crate::metrics::Metrics;
+use crate::recorder::{KubeEvent, KubeEvents};
 
 pub use tink_api::agent_secret::{AGENT_SECRET_ANNOTATION, AGENT_SECRET_TYPE, copy_name};
 use tink_api::agent_secret::{
@@ -63,20 +66,59 @@ pub fn secret_hash(secret: &str) -> String {
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Why a machine's secret, or the sweep, could not be brought up to date (the sweep retries).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SecretError {
+    /// The Kubernetes API failed (a copy or a Secret).
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// Reading a bucket entry failed.
+    #[error(transparent)]
+    Entry(#[from] kv::EntryError),
+    /// Writing a bucket entry failed.
+    #[error(transparent)]
+    Put(#[from] kv::PutError),
+    /// Deleting a bucket entry failed.
+    #[error(transparent)]
+    Delete(#[from] kv::DeleteError),
+    /// Listing a bucket's keys failed.
+    #[error(transparent)]
+    Keys(#[from] kv::HistoryError),
+    /// Reading a bucket's keys failed.
+    #[error(transparent)]
+    Watcher(#[from] kv::WatcherError),
+    /// Some machines of the sweep could not be brought up to date (each is logged).
+    #[error("{0} agent secrets could not be updated")]
+    Failed(usize),
+}
+
 /// Per-Hardware locks: one sync of a machine's secret at a time (by copy name).
 #[derive(Default)]
-pub(crate) struct SyncLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+struct SyncLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
 
 impl SyncLocks {
     fn of(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locks = lock(&self.0);
         locks.entry(name.to_string()).or_default().clone()
     }
 
     fn forget(&self, name: &str) {
-        let mut locks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locks = lock(&self.0);
         locks.remove(name);
     }
+}
+
+/// The machines' boot secrets, kept by the leader.
+pub(crate) struct AgentSecrets {
+    client: Client,
+    config: ControllerConfig,
+    metrics: Metrics,
+    bus: tink_bus::Bus,
+    hardware: Store<Hardware>,
+    kube_events: KubeEvents,
+    /// One sync of a machine's secret at a time (a rotation reads the copy's generation and
+    /// writes the next one).
+    syncs: SyncLocks,
 }
 
 /// What one Hardware should have.
@@ -104,7 +146,7 @@ fn first_generation() -> u64 {
 /// previous one: the copy's, or the next one when an agent of the machine exchanged the copy's
 /// value (the exchanged bucket holds its hash).
 async fn generation(
-    shared: &Shared,
+    secrets: &AgentSecrets,
     hardware: &str,
     source: &str,
     have: Option<&Secret>,
@@ -116,7 +158,7 @@ async fn generation(
     let exchanged_by = have.and_then(copy_exchanged_by).map(str::to_string);
     let current = secret_hash(&derive_value(source, generation));
     for token in tokens {
-        match current_value(&shared.bus.agent_secrets_used, token).await {
+        match current_value(&secrets.bus.agent_secrets_used, token).await {
             Ok(Some(used)) if used.trim() == current => {
                 info!(hardware = %hardware, generation = generation + 1, "boot secret exchanged; the machine's next boot gets the next one");
                 return (generation.saturating_add(1), Some(token.clone()));
@@ -125,7 +167,7 @@ async fn generation(
             // Not rotated now (the exchanged entry goes on refusing the value); the sweep
             // retries.
             Err(e) => {
-                shared.metrics.error("agent_secret");
+                secrets.metrics.error("agent_secret");
                 warn!(hardware = %hardware, error = %e, "cannot read the exchanged agent secrets");
             }
         }
@@ -134,7 +176,7 @@ async fn generation(
 }
 
 /// What the bucket and the system namespace should hold for one Hardware whose copy is `have`.
-async fn desired(shared: &Shared, hw: &Hardware, have: Option<&Secret>) -> Wanted {
+async fn desired(this: &AgentSecrets, hw: &Hardware, have: Option<&Secret>) -> Wanted {
     let Some(name) = hw.annotations().get(AGENT_SECRET_ANNOTATION) else {
         return Wanted {
             tokens: HashMap::new(),
@@ -146,7 +188,7 @@ async fn desired(shared: &Shared, hw: &Hardware, have: Option<&Secret>) -> Wante
         .iter()
         .filter_map(|id| tink_bus::agent_token(id).ok())
         .collect();
-    let secrets: Api<Secret> = Api::namespaced(shared.client.clone(), &ns);
+    let secrets: Api<Secret> = Api::namespaced(this.client.clone(), &ns);
     let value = match secrets.get_opt(name).await {
         Ok(Some(s)) => {
             typed_agent_secret_value(&s).map_err(|why| format!("Secret {ns}/{name} {why}"))
@@ -158,7 +200,7 @@ async fn desired(shared: &Shared, hw: &Hardware, have: Option<&Secret>) -> Wante
         Ok(source) => {
             let hardware = format!("{ns}/{}", hw.name_any());
             let (generation, exchanged_by) =
-                generation(shared, &hardware, &source, have, &tokens).await;
+                generation(this, &hardware, &source, have, &tokens).await;
             let value = derive_value(&source, generation);
             let current = secret_hash(&value);
             let previous = generation
@@ -177,7 +219,7 @@ async fn desired(shared: &Shared, hw: &Hardware, have: Option<&Secret>) -> Wante
                 })
                 .collect();
             let copy = copy_for(
-                &shared.config.system_namespace,
+                &this.config.system_namespace,
                 &ns,
                 &hw.name_any(),
                 name,
@@ -190,7 +232,7 @@ async fn desired(shared: &Shared, hw: &Hardware, have: Option<&Secret>) -> Wante
         }
         Err(why) => {
             warn!(hardware = %format!("{ns}/{}", hw.name_any()), reason = %why, "the machine's agent secret is unusable; its agent is refused until it is fixed");
-            shared.kube_event_raw(KubeEvent {
+            this.kube_events.record(KubeEvent {
                 regarding: hw.object_ref(&()),
                 type_: EventType::Warning,
                 reason: EventReason::AgentSecretUnusable,
@@ -216,8 +258,8 @@ async fn current_value(bucket: &kv::Store, token: &str) -> Result<Option<String>
         .map(|v| String::from_utf8_lossy(&v).to_string()))
 }
 
-fn copies(shared: &Shared) -> Api<Secret> {
-    Api::namespaced(shared.client.clone(), &shared.config.system_namespace)
+fn copies(secrets: &AgentSecrets) -> Api<Secret> {
+    Api::namespaced(secrets.client.clone(), &secrets.config.system_namespace)
 }
 
 fn post_params() -> PostParams {
@@ -270,17 +312,17 @@ async fn delete_copy(api: &Api<Secret>, name: &str) -> kube::Result<()> {
 }
 
 /// Brings one Hardware's copy and then its entries (tokens of its agent ids only) up to date.
-async fn sync_one(shared: &Shared, hw: &Hardware) -> anyhow::Result<()> {
-    let api = copies(shared);
+async fn sync_one(secrets: &AgentSecrets, hw: &Hardware) -> Result<(), SecretError> {
+    let api = copies(secrets);
     let name = copy_name(&hw.namespace().unwrap_or_default(), &hw.name_any());
-    let lock = shared.secret_syncs.of(&name);
+    let lock = secrets.syncs.of(&name);
     let _one_at_a_time = lock.lock().await;
     let have = api.get_opt(&name).await?;
-    let want = desired(shared, hw, have.as_ref()).await;
+    let want = desired(secrets, hw, have.as_ref()).await;
     // The copy first: it holds the generation the entries are derived from (a leader that dies
     // between the two writes derives the same entries from it).
     write_copy(&api, &name, have, want.copy).await?;
-    let bucket = &shared.bus.agent_secrets;
+    let bucket = &secrets.bus.agent_secrets;
     for id in agent_ids(&hw.spec) {
         let Ok(token) = tink_bus::agent_token(&id) else {
             continue;
@@ -302,64 +344,130 @@ async fn sync_one(shared: &Shared, hw: &Hardware) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Called for every Hardware the watch applies: syncs it when it has the annotation (an
-/// annotation removed is seen by the sweep, so a list of thousands of Hardware costs nothing;
-/// Hegel stops serving the secret of a Hardware without the annotation at once).
-pub(crate) fn observe(shared: &Arc<Shared>, hw: &Hardware) {
-    if !hw.annotations().contains_key(AGENT_SECRET_ANNOTATION) {
-        return;
-    }
-    let (shared, hw) = (shared.clone(), hw.clone());
-    tokio::spawn(async move {
-        if let Err(e) = sync_one(&shared, &hw).await {
-            shared.metrics.error("agent_secret");
-            warn!(hardware = %hw.name_any(), error = %e, "cannot update the machine's agent secret; the sweep retries");
-        }
-    });
-}
-
-/// Called for every Hardware the watch sees deleted: deletes its copy (the sweep would, later).
-pub(crate) fn forget(shared: &Arc<Shared>, hw: &Hardware) {
-    if !hw.annotations().contains_key(AGENT_SECRET_ANNOTATION) {
-        return;
-    }
-    let shared = shared.clone();
-    let name = copy_name(&hw.namespace().unwrap_or_default(), &hw.name_any());
-    tokio::spawn(async move {
-        shared.secret_syncs.forget(&name);
-        if let Err(e) = delete_copy(&copies(&shared), &name).await {
-            shared.metrics.error("agent_secret");
-            warn!(copy = %name, error = %e, "cannot delete a deleted Hardware's agent secret copy; the sweep retries");
-        }
-    });
-}
-
-/// Reconciles the whole bucket and every copy with the Hardware cache every
-/// `agent_secrets_sweep` until `term`.
-pub(crate) async fn sweep(shared: Arc<Shared>, term: CancellationToken) {
-    let period = shared
-        .config
-        .agent_secrets_sweep
-        .max(Duration::from_millis(100));
-    loop {
-        tokio::select! {
-            _ = term.cancelled() => return,
-            _ = tokio::time::sleep(period) => {}
-        }
-        if let Err(e) = sweep_once(&shared).await {
-            shared.metrics.error("agent_secret");
-            warn!(error = %e, "agent secrets sweep failed");
+impl AgentSecrets {
+    pub fn new(
+        client: Client,
+        config: ControllerConfig,
+        metrics: Metrics,
+        bus: tink_bus::Bus,
+        hardware: Store<Hardware>,
+        kube_events: KubeEvents,
+    ) -> Self {
+        Self {
+            client,
+            config,
+            metrics,
+            bus,
+            hardware,
+            kube_events,
+            syncs: SyncLocks::default(),
         }
     }
+
+    /// Called for every Hardware the watch applies: syncs it when it has the annotation (an
+    /// annotation removed is seen by the sweep, so a list of thousands of Hardware costs
+    /// nothing; Hegel stops serving the secret of a Hardware without the annotation at once).
+    pub fn observe(self: &Arc<Self>, hw: &Hardware) {
+        if !hw.annotations().contains_key(AGENT_SECRET_ANNOTATION) {
+            return;
+        }
+        let (this, hw) = (self.clone(), hw.clone());
+        tokio::spawn(async move {
+            if let Err(e) = sync_one(&this, &hw).await {
+                this.metrics.error("agent_secret");
+                warn!(hardware = %hw.name_any(), error = %e, "cannot update the machine's agent secret; the sweep retries");
+            }
+        });
+    }
+
+    /// Called for every Hardware the watch sees deleted: deletes its copy (the sweep would,
+    /// later).
+    pub fn forget(self: &Arc<Self>, hw: &Hardware) {
+        if !hw.annotations().contains_key(AGENT_SECRET_ANNOTATION) {
+            return;
+        }
+        let this = self.clone();
+        let name = copy_name(&hw.namespace().unwrap_or_default(), &hw.name_any());
+        tokio::spawn(async move {
+            this.syncs.forget(&name);
+            if let Err(e) = delete_copy(&copies(&this), &name).await {
+                this.metrics.error("agent_secret");
+                warn!(copy = %name, error = %e, "cannot delete a deleted Hardware's agent secret copy; the sweep retries");
+            }
+        });
+    }
+
+    /// Reconciles the whole bucket and every copy with the Hardware cache every
+    /// `agent_secrets_sweep` until `term`.
+    pub async fn sweep(self: Arc<Self>, term: CancellationToken) {
+        let period = self
+            .config
+            .agent_secrets_sweep
+            .max(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = term.cancelled() => return,
+                _ = tokio::time::sleep(period) => {}
+            }
+            if let Err(e) = sweep_once(&self).await {
+                self.metrics.error("agent_secret");
+                warn!(error = %e, "agent secrets sweep failed");
+            }
+        }
+    }
+
+    /// Follows the exchanged agent secrets bucket until `term`: an agent that exchanged its
+    /// machine's boot secret moves that machine to the next generation at once (the sweep would,
+    /// later).
+    pub async fn follow_exchanges(self: Arc<Self>, term: CancellationToken) {
+        use futures::StreamExt as _;
+        while !term.is_cancelled() {
+            let mut watch = match self.bus.agent_secrets_used.watch(">").await {
+                Ok(w) => w,
+                Err(e) => {
+                    self.metrics.error("agent_secret");
+                    warn!(error = %e, "cannot watch the exchanged agent secrets; retrying");
+                    tokio::select! {
+                        _ = term.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            };
+            loop {
+                let entry = tokio::select! {
+                    _ = term.cancelled() => return,
+                    e = watch.next() => e,
+                };
+                match entry {
+                    Some(Ok(entry)) if entry.operation == kv::Operation::Put => {
+                        let owner = self.hardware.state().into_iter().find(|hw| {
+                            agent_ids(&hw.spec).iter().any(|id| {
+                                tink_bus::agent_token(id).ok().as_deref() == Some(&entry.key)
+                            })
+                        });
+                        if let Some(hw) = owner {
+                            self.observe(&hw);
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        warn!(error = %e, "exchanged agent secrets watch failed; watching again");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
 }
 
-async fn sweep_once(shared: &Shared) -> anyhow::Result<()> {
+async fn sweep_once(secrets: &AgentSecrets) -> Result<(), SecretError> {
     // Every annotated Hardware's copy and entries, each as `sync_one` does (under its lock, from
     // its current copy).
     let mut wanted_tokens: HashSet<String> = HashSet::new();
     let mut wanted_copies: HashSet<String> = HashSet::new();
     let mut failed = 0usize;
-    for hw in shared.hardware.state() {
+    for hw in secrets.hardware.state() {
         if !hw.annotations().contains_key(AGENT_SECRET_ANNOTATION) {
             continue;
         }
@@ -372,13 +480,13 @@ async fn sweep_once(shared: &Shared) -> anyhow::Result<()> {
             &hw.namespace().unwrap_or_default(),
             &hw.name_any(),
         ));
-        if let Err(e) = sync_one(shared, &hw).await {
+        if let Err(e) = sync_one(secrets, &hw).await {
             failed += 1;
             warn!(hardware = %hw.name_any(), error = %e, "cannot update the machine's agent secret");
         }
     }
     // Entries and exchanged entries of agents no annotated Hardware names.
-    for bucket in [&shared.bus.agent_secrets, &shared.bus.agent_secrets_used] {
+    for bucket in [&secrets.bus.agent_secrets, &secrets.bus.agent_secrets_used] {
         let keys: HashSet<String> = bucket.keys().await?.try_collect().await?;
         for key in keys.iter().filter(|k| !wanted_tokens.contains(*k)) {
             bucket.delete(key).await?;
@@ -388,14 +496,14 @@ async fn sweep_once(shared: &Shared) -> anyhow::Result<()> {
 
     // Copies of Hardware this controller watches (all, or its namespace's) that no annotated
     // Hardware has.
-    let api = copies(shared);
+    let api = copies(secrets);
     let stale: Vec<String> = api
         .list(&ListParams::default().labels(&format!("{COPY_LABEL}=true")))
         .await?
         .items
         .into_iter()
         .filter(|s| {
-            shared.config.namespace.as_deref().is_none_or(|ns| {
+            secrets.config.namespace.as_deref().is_none_or(|ns| {
                 s.labels().get(HARDWARE_NAMESPACE_LABEL).map(String::as_str) == Some(ns)
             })
         })
@@ -411,53 +519,9 @@ async fn sweep_once(shared: &Shared) -> anyhow::Result<()> {
         }
     }
     if failed > 0 {
-        anyhow::bail!("{failed} agent secrets could not be updated");
+        return Err(SecretError::Failed(failed));
     }
     Ok(())
-}
-
-/// Follows the exchanged agent secrets bucket until `term`: an agent that exchanged its
-/// machine's boot secret moves that machine to the next generation at once (the sweep would,
-/// later).
-pub(crate) async fn follow_exchanges(shared: Arc<Shared>, term: CancellationToken) {
-    use futures::StreamExt as _;
-    while !term.is_cancelled() {
-        let mut watch = match shared.bus.agent_secrets_used.watch(">").await {
-            Ok(w) => w,
-            Err(e) => {
-                shared.metrics.error("agent_secret");
-                warn!(error = %e, "cannot watch the exchanged agent secrets; retrying");
-                tokio::select! {
-                    _ = term.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                }
-            }
-        };
-        loop {
-            let entry = tokio::select! {
-                _ = term.cancelled() => return,
-                e = watch.next() => e,
-            };
-            match entry {
-                Some(Ok(entry)) if entry.operation == kv::Operation::Put => {
-                    let owner = shared.hardware.state().into_iter().find(|hw| {
-                        agent_ids(&hw.spec)
-                            .iter()
-                            .any(|id| tink_bus::agent_token(id).ok().as_deref() == Some(&entry.key))
-                    });
-                    if let Some(hw) = owner {
-                        observe(&shared, &hw);
-                    }
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => {
-                    warn!(error = %e, "exchanged agent secrets watch failed; watching again");
-                    break;
-                }
-                None => break,
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -13,17 +13,21 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, ResourceExt as _};
 use tink_api::v1alpha2::{Hardware, Template, Workflow, WorkflowState};
 use tink_runtime::Health;
-use tink_workflow::EventType;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::admitted::Admitted;
+use crate::agent_reset::AgentResets;
+use crate::agent_secrets::AgentSecrets;
 use crate::config::{CONTROLLER_NAME, ControllerConfig};
+use crate::error::Error;
+use crate::keys::key_of;
 use crate::metrics::Metrics;
-use crate::recorder::{self, Occurrence, Recorder};
-use crate::shared::{KubeEvent, Shared, key_of};
-use crate::{Error, events, presence, reconcile};
+use crate::recorder::{KubeEvents, Recorder};
+use crate::term::Term;
+use crate::{events, presence, reconcile};
 
 /// How often housekeeping runs (state gauges, ledger sweep).
 const HOUSEKEEPING: Duration = Duration::from_secs(2);
@@ -110,8 +114,8 @@ pub(crate) async fn lead(
     let (workflows, wf_writer) = reflector::store::<Workflow>();
 
     let (trigger_tx, trigger_rx) = mpsc::channel(config.trigger_queue.max(1));
-    let (event_tx, event_rx) = mpsc::channel(4096);
-    let shared = Arc::new(Shared::new(
+    let (kube_events, event_rx) = KubeEvents::new(config.kube_events, metrics.clone(), 4096);
+    let ctx = Arc::new(Term::new(
         client.clone(),
         config.clone(),
         metrics.clone(),
@@ -120,18 +124,38 @@ pub(crate) async fn lead(
         hardware.clone(),
         bus.clone(),
         trigger_tx,
-        event_tx,
+        kube_events.clone(),
+    ));
+    let resets = Arc::new(AgentResets::new(
+        client.clone(),
+        bus.clone(),
+        metrics.clone(),
+        kube_events.clone(),
+    ));
+    let secrets = Arc::new(AgentSecrets::new(
+        client.clone(),
+        config.clone(),
+        metrics.clone(),
+        bus.clone(),
+        hardware.clone(),
+        kube_events,
+    ));
+    let admitted = Arc::new(Admitted::new(
+        metrics.clone(),
+        bus.admitted_agents.clone(),
+        hardware.clone(),
+        config.agent_secrets_sweep,
     ));
 
     let hw_stream = {
-        let shared = shared.clone();
+        let (secrets, admitted) = (secrets.clone(), admitted.clone());
         watcher(api::<Hardware>(&client, ns), wc.clone())
             .default_backoff()
             .inspect(move |event| {
                 // The copy of a deleted Hardware's agent secret goes at once.
                 if let Ok(watcher::Event::Delete(h)) = event {
-                    crate::agent_secrets::forget(&shared, h);
-                    crate::admitted::forget(&shared, h);
+                    secrets.forget(h);
+                    admitted.forget(h);
                 }
             })
             .reflect(hw_writer)
@@ -142,15 +166,15 @@ pub(crate) async fn lead(
     // before the store has it, so the index never lacks a Workflow the store holds (a
     // completion looking for the next Pending Workflow of its machine finds it).
     let wf_stream = {
-        let shared = shared.clone();
+        let ctx = ctx.clone();
         watcher(api::<Workflow>(&client, ns), wc)
             .default_backoff()
             .inspect(move |event| match event {
                 Ok(watcher::Event::Apply(w) | watcher::Event::InitApply(w)) => {
-                    shared.index_workflow(w)
+                    ctx.wake.index_workflow(w)
                 }
                 // A Workflow whose Hardware is never looked at again would stay indexed.
-                Ok(watcher::Event::Delete(w)) => shared.unindex_workflow(w),
+                Ok(watcher::Event::Delete(w)) => ctx.wake.unindex_workflow(w),
                 _ => {}
             })
             .reflect(wf_writer)
@@ -168,14 +192,19 @@ pub(crate) async fn lead(
         }
     };
     let by_hardware = {
-        let shared = shared.clone();
+        let (ctx, resets, secrets, admitted) = (
+            ctx.clone(),
+            resets.clone(),
+            secrets.clone(),
+            admitted.clone(),
+        );
         move |h: Hardware| {
-            shared.index_hardware(&h);
-            crate::agent_reset::observe(&shared, &h);
-            crate::agent_secrets::observe(&shared, &h);
-            crate::admitted::observe(&shared, &h);
+            ctx.wake.index_hardware(&h);
+            resets.observe(&h);
+            secrets.observe(&h);
+            admitted.observe(&h);
             let namespace = h.namespace().unwrap_or_default();
-            pending(shared.workflows_of_hardware(&namespace, &h.name_any()))
+            pending(ctx.wake.workflows_of_hardware(&namespace, &h.name_any()))
         }
     };
     let controller = controller
@@ -186,10 +215,10 @@ pub(crate) async fn lead(
 
     let mut tasks: JoinSet<&'static str> = JoinSet::new();
     {
-        let shared = shared.clone();
+        let ctx = ctx.clone();
         tasks.spawn(async move {
             controller
-                .run(reconcile::reconcile, reconcile::error_policy, shared)
+                .run(reconcile::reconcile, reconcile::error_policy, ctx)
                 .for_each(|_| std::future::ready(()))
                 .await;
             "reconciler"
@@ -197,19 +226,27 @@ pub(crate) async fn lead(
     }
     let (bound_tx, bound_rx) = oneshot::channel();
     {
-        let (shared, term) = (shared.clone(), term.clone());
+        let (ctx, term) = (ctx.clone(), term.clone());
         let stream = bus.events.clone();
         tasks.spawn(async move {
-            events::run(shared, stream, bound_tx, term).await;
+            events::run(ctx, stream, bound_tx, term).await;
             "events consumer"
         });
     }
     let (loaded_tx, loaded_rx) = oneshot::channel();
     {
-        let (shared, term) = (shared.clone(), term.clone());
+        let (ctx, term) = (ctx.clone(), term.clone());
         let bucket = bus.presence.clone();
         tasks.spawn(async move {
-            presence::run(shared, bucket, loaded_tx, term).await;
+            presence::run(
+                &ctx.presence,
+                &ctx.wake,
+                &ctx.metrics,
+                bucket,
+                loaded_tx,
+                term,
+            )
+            .await;
             "presence watch"
         });
     }
@@ -218,43 +255,43 @@ pub(crate) async fn lead(
         let recorder = Recorder::new(client.clone(), CONTROLLER_NAME, &config.replica_id);
         let metrics = metrics.clone();
         tasks.spawn(async move {
-            publish_kube_events(recorder, event_rx, metrics, term).await;
+            crate::recorder::publish_queued(recorder, event_rx, metrics, term).await;
             "event publisher"
         });
     }
     {
-        let (shared, term) = (shared.clone(), term.clone());
+        let (ctx, term) = (ctx.clone(), term.clone());
         tasks.spawn(async move {
             loop {
                 tokio::select! {
                     _ = term.cancelled() => break,
                     _ = tokio::time::sleep(HOUSEKEEPING) => {}
                 }
-                shared.sweep();
-                shared.prune();
-                count_states(&shared);
+                ctx.ledger.sweep();
+                ctx.prune();
+                count_states(&ctx);
             }
             "housekeeping"
         });
     }
     {
-        let (shared, term) = (shared.clone(), term.clone());
+        let (secrets, term) = (secrets.clone(), term.clone());
         tasks.spawn(async move {
-            crate::agent_secrets::sweep(shared, term).await;
+            secrets.sweep(term).await;
             "agent secrets sweep"
         });
     }
     {
-        let (shared, term) = (shared.clone(), term.clone());
+        let term = term.clone();
         tasks.spawn(async move {
-            crate::agent_secrets::follow_exchanges(shared, term).await;
+            secrets.follow_exchanges(term).await;
             "agent secret exchanges watch"
         });
     }
     {
-        let (shared, term) = (shared.clone(), term.clone());
+        let term = term.clone();
         tasks.spawn(async move {
-            crate::admitted::sweep(shared, term).await;
+            admitted.sweep(term).await;
             "admitted agents sweep"
         });
     }
@@ -269,7 +306,7 @@ pub(crate) async fn lead(
         );
     }
     if !config.resync_period.is_zero() {
-        let (shared, term) = (shared.clone(), term.clone());
+        let (ctx, term) = (ctx.clone(), term.clone());
         let period = config.resync_period;
         tasks.spawn(async move {
             loop {
@@ -277,7 +314,7 @@ pub(crate) async fn lead(
                     _ = term.cancelled() => break,
                     _ = tokio::time::sleep(period) => {}
                 }
-                resync(&shared);
+                resync(&ctx);
             }
             "resync"
         });
@@ -361,25 +398,17 @@ fn pending(workflows: impl IntoIterator<Item = Arc<Workflow>>) -> Vec<ObjectRef<
 /// The safety net: wakes every unfinished Workflow, so a lost wake-up (a Pending Workflow of an
 /// idle machine nobody triggered) is caught within one period. Triggers go through the same
 /// bounded queue; the reconciler counts the dispatches this causes.
-fn resync(shared: &Shared) {
-    let mut woken = 0usize;
-    for w in shared.workflows.state() {
-        let w = shared.fresh(&w);
-        let state = w.status.as_ref().map(|s| s.state).unwrap_or_default();
-        if !state.is_terminal() {
-            shared.mark_resync(&key_of(&w));
-            shared.trigger(&key_of(&w));
-            woken += 1;
-        }
-    }
+fn resync(ctx: &Term) {
+    let woken = ctx.wake.resync();
     tracing::debug!(woken, "resync");
 }
 
-fn count_states(shared: &Shared) {
+fn count_states(ctx: &Term) {
     let mut counts: Vec<(WorkflowState, i64)> =
         WorkflowState::ALL.iter().map(|s| (*s, 0)).collect();
-    for w in shared.workflows.state() {
-        let state = shared
+    for w in ctx.ledger.workflows().state() {
+        let state = ctx
+            .ledger
             .fresh(&w)
             .status
             .as_ref()
@@ -389,43 +418,5 @@ fn count_states(shared: &Shared) {
             c.1 += 1;
         }
     }
-    shared.metrics.set_states(&counts);
-}
-
-/// Events published at once: a slow API server delays Events, it does not drop them until the
-/// queue (4,096) is full.
-const KUBE_EVENTS_IN_FLIGHT: usize = 16;
-
-async fn publish_kube_events(
-    recorder: Recorder,
-    rx: mpsc::Receiver<KubeEvent>,
-    metrics: Metrics,
-    term: CancellationToken,
-) {
-    let publish = tokio_stream::wrappers::ReceiverStream::new(rx)
-        .map(|e| {
-            let (recorder, metrics) = (recorder.clone(), metrics.clone());
-            async move {
-                let occurrence = Occurrence {
-                    regarding: e.regarding,
-                    kind: match e.type_ {
-                        EventType::Normal => recorder::Kind::Normal,
-                        EventType::Warning => recorder::Kind::Warning,
-                    },
-                    reason: e.reason.as_str().to_string(),
-                    note: e.message,
-                };
-                metrics.write("event");
-                if let Err(err) = recorder.publish(&occurrence).await {
-                    metrics.error("kube_event");
-                    warn!(error = %err, "cannot publish a Kubernetes Event");
-                }
-            }
-        })
-        .buffer_unordered(KUBE_EVENTS_IN_FLIGHT)
-        .for_each(|()| async {});
-    tokio::select! {
-        _ = term.cancelled() => {}
-        _ = publish => {}
-    }
+    ctx.metrics.set_states(&counts);
 }

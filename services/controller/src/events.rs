@@ -34,7 +34,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, debug, info, warn};
 
-use crate::shared::{Error, Shared, report};
+use crate::error::{StepError, report};
+use crate::term::{Failed, Plan, Stepped, Term};
 
 /// How often a group is re-read and applied again after write conflicts.
 const CONFLICT_RETRIES: usize = 8;
@@ -61,27 +62,27 @@ pub fn consumer_config(name: &str, ack_wait: Duration, batch: usize) -> pull::Co
     }
 }
 
-/// Runs the consumer until `term` is cancelled; `bound` fires once the consumer exists.
+/// Runs the consumer until `cancel` is cancelled; `bound` fires once the consumer exists.
 pub(crate) async fn run(
-    shared: Arc<Shared>,
+    term: Arc<Term>,
     stream: jetstream::stream::Stream,
     bound: oneshot::Sender<()>,
-    term: CancellationToken,
+    cancel: CancellationToken,
 ) {
-    let config = &shared.config;
+    let config = &term.config;
     let name = config.events_consumer.clone();
     let consumer_config = consumer_config(&name, config.events_ack_wait, config.events_batch);
     let mut bound = Some(bound);
-    while !term.is_cancelled() {
+    while !cancel.is_cancelled() {
         let consumer: jetstream::consumer::Consumer<pull::Config> = match stream
             .get_or_create_consumer(&name, consumer_config.clone())
             .await
         {
             Ok(c) => c,
             Err(e) => {
-                shared.metrics.error("consumer");
+                term.metrics.error("consumer");
                 warn!(error = %e, "cannot bind the events consumer; retrying");
-                pause(&term, REBIND_DELAY).await;
+                pause(&cancel, REBIND_DELAY).await;
                 continue;
             }
         };
@@ -95,29 +96,29 @@ pub(crate) async fn run(
         let mut messages = match messages {
             Ok(m) => m,
             Err(e) => {
-                shared.metrics.error("consumer");
+                term.metrics.error("consumer");
                 warn!(error = %e, "cannot read the events consumer; retrying");
-                pause(&term, REBIND_DELAY).await;
+                pause(&cancel, REBIND_DELAY).await;
                 continue;
             }
         };
         if let Some(tx) = bound.take() {
             let _ = tx.send(());
-            let (shared, stream, name, term) =
-                (shared.clone(), stream.clone(), name.clone(), term.clone());
-            tokio::spawn(async move { watch_backlog(shared, stream, name, term).await });
+            let (term, stream, name, cancel) =
+                (term.clone(), stream.clone(), name.clone(), cancel.clone());
+            tokio::spawn(async move { watch_backlog(term, stream, name, cancel).await });
         }
         info!(consumer = %name, "events consumer bound");
         let mut held = Held::default();
         let ended = loop {
-            let next_due = held.next_due(&shared);
+            let next_due = held.next_due(&term);
             let can_flush = held.flushing.len() < GROUP_CONCURRENCY;
             tokio::select! {
-                _ = term.cancelled() => break false,
+                _ = cancel.cancelled() => break false,
                 m = messages.next() => match m {
-                    Some(Ok(m)) => held.add(&shared, m).await,
+                    Some(Ok(m)) => held.add(&term, m).await,
                     Some(Err(e)) => {
-                        shared.metrics.error("consumer");
+                        term.metrics.error("consumer");
                         warn!(error = %e, "events consumer error");
                     }
                     None => break true,
@@ -127,13 +128,13 @@ pub(crate) async fn run(
                 }
                 _ = sleep_until(next_due), if can_flush && next_due.is_some() => {}
             }
-            held.flush_due(&shared, Instant::now());
+            held.flush_due(&term, Instant::now());
         };
         // Let the writes in flight finish (their acks follow them) and hand the held events
         // back, so the next leader (or binding) gets them at once.
         while held.flushing.next().await.is_some() {}
         for (_, group) in held.groups.drain() {
-            nak_all(&shared, &group.items, None).await;
+            nak_all(&term, &group.items, None).await;
         }
         if !ended {
             return;
@@ -149,20 +150,19 @@ const BACKLOG_POLL: Duration = Duration::from_millis(250);
 /// acknowledged (the consumer's ack floor reached the stream's last sequence at that time),
 /// then wakes the active Workflows the reconciler held back.
 async fn watch_backlog(
-    shared: Arc<Shared>,
+    term: Arc<Term>,
     stream: jetstream::stream::Stream,
     name: String,
-    term: CancellationToken,
+    cancel: CancellationToken,
 ) {
-    use std::sync::atomic::Ordering;
     let last = loop {
         match stream.get_info().await {
             Ok(info) => break info.state.last_sequence,
             Err(e) => {
-                shared.metrics.error("consumer");
+                term.metrics.error("consumer");
                 warn!(error = %e, "cannot read the events stream's state; retrying");
-                pause(&term, REBIND_DELAY).await;
-                if term.is_cancelled() {
+                pause(&cancel, REBIND_DELAY).await;
+                if cancel.is_cancelled() {
                     return;
                 }
             }
@@ -182,27 +182,21 @@ async fn watch_backlog(
                 "applying the events backlog"
             ),
             Err(e) => {
-                shared.metrics.error("consumer");
+                term.metrics.error("consumer");
                 debug!(error = %e, "cannot read the events consumer's progress");
             }
         }
-        pause(&term, BACKLOG_POLL).await;
-        if term.is_cancelled() {
+        pause(&cancel, BACKLOG_POLL).await;
+        if cancel.is_cancelled() {
             return;
         }
     }
-    shared.backlog_applied.store(true, Ordering::Release);
+    term.set_backlog_applied();
     info!(
         backlog_end = last,
         "the events stored before this term are applied"
     );
-    for w in shared.workflows.state() {
-        let w = shared.fresh(&w);
-        let state = w.status.as_ref().map(|s| s.state).unwrap_or_default();
-        if !state.is_terminal() {
-            shared.trigger(&crate::shared::key_of(&w));
-        }
-    }
+    term.wake.trigger_unfinished();
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -237,13 +231,13 @@ struct Held {
 
 impl Held {
     /// Decodes a message and adds it to its Workflow's group (invalid ones are dropped).
-    async fn add(&mut self, shared: &Arc<Shared>, m: jetstream::Message) {
+    async fn add(&mut self, term: &Arc<Term>, m: jetstream::Message) {
         let (key, uid, input) = match decode(&m) {
             Ok(d) => d,
             Err(why) => {
-                shared.metrics.event("invalid");
+                term.metrics.event("invalid");
                 warn!(subject = %m.subject, error = %why, "dropping an invalid event");
-                ack(shared, &m).await;
+                ack(term, &m).await;
                 return;
             }
         };
@@ -266,36 +260,36 @@ impl Held {
             uid,
         });
         group.last = now;
-        group.urgent = group.urgent || ends_something(shared, &key, &group.items);
+        group.urgent = group.urgent || ends_something(term, &key, &group.items);
     }
 
-    fn due_at(&self, shared: &Shared, g: &Group) -> Instant {
-        let held_max = g.first + shared.config.events_max_hold;
-        if g.urgent || g.items.len() >= shared.config.events_batch {
+    fn due_at(&self, term: &Term, g: &Group) -> Instant {
+        let held_max = g.first + term.config.events_max_hold;
+        if g.urgent || g.items.len() >= term.config.events_batch {
             g.last
         } else if self.backlog > 0 {
             held_max
         } else {
-            (g.last + shared.config.events_window).min(held_max)
+            (g.last + term.config.events_window).min(held_max)
         }
     }
 
     /// When the next group not in flight is due.
-    fn next_due(&self, shared: &Shared) -> Option<Instant> {
+    fn next_due(&self, term: &Term) -> Option<Instant> {
         // Only a few Workflows have events held at once (the hold is milliseconds).
         self.groups
             .iter()
             .filter(|(k, _)| !self.in_flight.contains(*k))
-            .map(|(_, g)| self.due_at(shared, g))
+            .map(|(_, g)| self.due_at(term, g))
             .min()
     }
 
     /// Starts writing every due group whose Workflow has nothing in flight.
-    fn flush_due(&mut self, shared: &Arc<Shared>, now: Instant) {
+    fn flush_due(&mut self, term: &Arc<Term>, now: Instant) {
         let due: Vec<WorkflowKey> = self
             .groups
             .iter()
-            .filter(|(k, g)| !self.in_flight.contains(*k) && self.due_at(shared, g) <= now)
+            .filter(|(k, g)| !self.in_flight.contains(*k) && self.due_at(term, g) <= now)
             .map(|(k, _)| k.clone())
             .collect();
         for key in due {
@@ -306,13 +300,13 @@ impl Held {
                 continue;
             };
             self.in_flight.insert(key.clone());
-            let shared = shared.clone();
+            let term = term.clone();
             self.flushing.push(Box::pin(async move {
                 let uid = group.items.first().map(|i| i.uid.clone()).unwrap_or_default();
                 let span =
                     tracing::info_span!("apply_events", workflow = %key, events = group.items.len());
                 tink_telemetry::propagation::set_parent(&span, crate::trace::workflow_context(&uid));
-                apply_group(&shared, key.clone(), group.items).instrument(span).await;
+                apply_group(&term, key.clone(), group.items).instrument(span).await;
                 key
             }));
         }
@@ -322,12 +316,12 @@ impl Held {
 /// Whether the held events, applied to the freshest known status, end something that must be
 /// written at once: an end state, a rejection back to `Pending`, a cancellation, or nothing to
 /// write at all (duplicates, late or stale events are acknowledged without waiting).
-fn ends_something(shared: &Shared, key: &WorkflowKey, items: &[Item]) -> bool {
-    let Some(w) = shared.cached(key) else {
+fn ends_something(term: &Term, key: &WorkflowKey, items: &[Item]) -> bool {
+    let Some(w) = term.ledger.cached(key) else {
         return true;
     };
     let status = w.status.clone().unwrap_or_default();
-    let ctx = shared.step_context(&w, Timestamp::now());
+    let ctx = term.step_context(&w, Timestamp::now());
     let t = step_all(&status, items.iter().map(|i| i.input.clone()), &ctx);
     !t.status_changed()
         || !matches!(
@@ -336,18 +330,18 @@ fn ends_something(shared: &Shared, key: &WorkflowKey, items: &[Item]) -> bool {
         )
 }
 
-async fn nak_all(shared: &Shared, items: &[Item], delay: Option<Duration>) {
+async fn nak_all(term: &Term, items: &[Item], delay: Option<Duration>) {
     for i in items {
         if let Err(e) = i.message.ack_with(AckKind::Nak(delay)).await {
-            shared.metrics.error("ack");
+            term.metrics.error("ack");
             warn!(error = %e, "cannot hand an event back; it is delivered again after the ack wait");
         }
     }
 }
 
-async fn pause(term: &CancellationToken, d: Duration) {
+async fn pause(cancel: &CancellationToken, d: Duration) {
     tokio::select! {
-        _ = term.cancelled() => {}
+        _ = cancel.cancelled() => {}
         _ = tokio::time::sleep(d) => {}
     }
 }
@@ -365,9 +359,9 @@ fn stored_at(m: &jetstream::Message) -> Option<Timestamp> {
     Timestamp::from_nanosecond(info.published.unix_timestamp_nanos()).ok()
 }
 
-async fn ack(shared: &Shared, m: &jetstream::Message) {
+async fn ack(term: &Term, m: &jetstream::Message) {
     if let Err(e) = m.ack().await {
-        shared.metrics.error("ack");
+        term.metrics.error("ack");
         warn!(error = %e, "cannot acknowledge an event; it will be delivered again");
     }
 }
@@ -418,160 +412,144 @@ fn decode(m: &jetstream::Message) -> Result<(WorkflowKey, String, Input), String
     Ok((id.key(), id.workflow().uid.clone(), input))
 }
 
-/// The protocol event carrying a verdict (see `tink_workflow::agent_verdict`): its event id
-/// names the reason, so a verdict published again is de-duplicated by JetStream.
-pub(crate) fn verdict_event(verdict: &tink_workflow::Verdict) -> tink_bus::proto::Event {
-    let reason = Some(verdict.reason.as_str().to_string());
-    let message = Some(verdict.message.clone());
-    let kind = match (&verdict.action_id, verdict.cancelling) {
-        (Some(action_id), false) => event::Event::ActionFailed(event::ActionFailed {
-            action_id: action_id.clone(),
-            failure_reason: reason,
-            failure_message: message,
-        }),
-        (action_id, _) => event::Event::WorkflowCanceled(event::WorkflowCanceled {
-            action_id: action_id.clone(),
-            reason,
-            message,
-        }),
-    };
-    tink_bus::proto::Event {
-        workflow_id: verdict.dispatch_id.clone(),
-        event: Some(kind),
-        event_id: format!("verdict-{}", verdict.reason.as_str()),
-        agent_id: verdict.agent_id.clone().unwrap_or_default(),
-        occurred_at: Some(prost_types::Timestamp::from(std::time::SystemTime::now())),
-        ..Default::default()
-    }
-}
-
-async fn apply_group(shared: &Arc<Shared>, key: WorkflowKey, items: Vec<Item>) {
+async fn apply_group(term: &Arc<Term>, key: WorkflowKey, items: Vec<Item>) {
     let inputs: Vec<Input> = items.iter().map(|i| i.input.clone()).collect();
-    for attempt in 0..CONFLICT_RETRIES {
-        let w = if attempt == 0 {
-            match shared.cached(&key) {
-                Some(w) => Ok(Some(w)),
-                None => shared.read(&key).await,
-            }
-        } else {
-            shared.read(&key).await
-        };
-        let w = match w {
-            Ok(Some(w)) => w,
-            Ok(None) => {
-                shared.metrics.event("gone");
-                info!(workflow = %key, events = items.len(), "dropping events of a Workflow that no longer exists");
-                for i in &items {
-                    ack(shared, &i.message).await;
-                }
-                return;
-            }
-            Err(e) => {
-                report(&shared.metrics, "cannot read a Workflow for its events", &e);
-                break;
-            }
-        };
-        let status = w.status.clone().unwrap_or_default();
-        let ctx = shared.step_context(&w, Timestamp::now());
-        let t = step_all(&status, inputs.clone(), &ctx);
-        if let Outcome::Ignored(why) = t.outcome {
-            if attempt == 0
-                && matches!(
-                    why,
-                    Ignored::StaleDispatch
-                        | Ignored::WrongState
-                        | Ignored::OtherAgent
-                        | Ignored::UnknownAction
-                )
-            {
-                // Judged on the cached object, which may lag (a dispatch written by another
-                // leader moments ago): read it from the API once before dropping the events.
-                shared.metrics.event("reread");
-                continue;
-            }
-            shared.metrics.event("ignored");
-            if why == Ignored::OtherAgent {
-                shared.metrics.event("refused_agent");
-                let from: Vec<String> = items
-                    .iter()
-                    .filter_map(|i| match &i.input {
-                        Input::Agent(e) => {
-                            Some(e.agent_id.clone().unwrap_or_else(|| "<none>".into()))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                let message = format!(
-                    "refused {} event(s) from agent(s) {} for a workflow dispatched to {}",
-                    items.len(),
-                    from.join(", "),
-                    status.agent_id.as_deref().unwrap_or("<none>")
-                );
-                warn!(workflow = %key, %message);
-                shared.kube_event_on(
-                    &w,
-                    tink_workflow::EventType::Warning,
-                    tink_workflow::EventReason::ForeignEvent,
-                    &message,
-                );
-            }
-            match why {
-                Ignored::Outdated | Ignored::Terminal => {
-                    debug!(workflow = %key, reason = ?why, "events change nothing (duplicates or late)")
-                }
-                _ => {
-                    info!(workflow = %key, reason = ?why, uid = %w.uid().unwrap_or_default(), "dropping stale events")
-                }
-            }
+    let (inputs, items_ref) = (&inputs, &items);
+    let stepped = term
+        .step_and_apply(
+            &key,
+            term.ledger.cached(&key),
+            CONFLICT_RETRIES,
+            |w, attempt| decide(term, &key, inputs, items_ref, w, attempt),
+        )
+        .await;
+    match stepped {
+        Ok(Stepped::Applied { .. }) => {
+            let now = Timestamp::now();
             for i in &items {
-                ack(shared, &i.message).await;
+                let waited = now.duration_since(i.stored).as_secs_f64().max(0.0);
+                term.metrics.event_to_status_seconds.observe(waited);
+                term.metrics.event("applied");
+                ack(term, &i.message).await;
             }
             return;
         }
-        match shared.apply(&w, &t).await {
-            Ok(_) => {
-                let now = Timestamp::now();
+        // The events are acknowledged (dropped).
+        Ok(Stepped::Done(())) => return,
+        Ok(Stepped::Gone) => {
+            term.metrics.event("gone");
+            info!(workflow = %key, events = items.len(), "dropping events of a Workflow that no longer exists");
+            for i in &items {
+                ack(term, &i.message).await;
+            }
+            return;
+        }
+        Ok(Stepped::Exhausted) => {}
+        Err(Failed {
+            error: e,
+            workflow: None,
+        }) => report(&term.metrics, "cannot read a Workflow for its events", &e),
+        Err(Failed {
+            error: e,
+            workflow: Some(w),
+        }) => {
+            report(&term.metrics, "cannot apply events", &e);
+            // The status may be written while an effect was not carried out: let the
+            // reconciler resume the Workflow.
+            term.ledger.forget(&w.uid().unwrap_or_default());
+            term.wake.trigger(&key);
+            if refused_for_good(&e) && poisoned(&items) {
+                term.metrics.event("poisoned");
+                let message = format!(
+                    "{} agent events could not be applied after {POISON_AFTER} deliveries and are dropped: {e}",
+                    items.len()
+                );
+                tracing::error!(workflow = %key, %message);
+                term.kube_events.about(
+                    &*w,
+                    tink_workflow::EventType::Warning,
+                    tink_workflow::EventReason::EventsDropped,
+                    &message,
+                );
                 for i in &items {
-                    let waited = now.duration_since(i.stored).as_secs_f64().max(0.0);
-                    shared.metrics.event_to_status_seconds.observe(waited);
-                    shared.metrics.event("applied");
-                    ack(shared, &i.message).await;
+                    if let Err(e) = i.message.ack_with(AckKind::Term).await {
+                        warn!(error = %e, "cannot terminate a poisoned event");
+                    }
                 }
                 return;
-            }
-            Err(Error::Conflict(_)) => continue,
-            Err(e) => {
-                report(&shared.metrics, "cannot apply events", &e);
-                // The status may be written while an effect was not carried out: let the
-                // reconciler resume the Workflow.
-                shared.forget(&w.uid().unwrap_or_default());
-                shared.trigger(&key);
-                if refused_for_good(&e) && poisoned(&items) {
-                    shared.metrics.event("poisoned");
-                    let message = format!(
-                        "{} agent events could not be applied after {POISON_AFTER} deliveries and are dropped: {e}",
-                        items.len()
-                    );
-                    tracing::error!(workflow = %key, %message);
-                    shared.kube_event_on(
-                        &w,
-                        tink_workflow::EventType::Warning,
-                        tink_workflow::EventReason::EventsDropped,
-                        &message,
-                    );
-                    for i in &items {
-                        if let Err(e) = i.message.ack_with(AckKind::Term).await {
-                            warn!(error = %e, "cannot terminate a poisoned event");
-                        }
-                    }
-                    return;
-                }
-                break;
             }
         }
     }
     let delay = nak_delay(&items);
-    nak_all(shared, &items, Some(delay)).await;
+    nak_all(term, &items, Some(delay)).await;
+}
+
+/// The transition of a group's events on `w`: nothing to write when the events change
+/// nothing (they are acknowledged here), a re-read when the cache may lag.
+async fn decide(
+    term: &Term,
+    key: &WorkflowKey,
+    inputs: &[Input],
+    items: &[Item],
+    w: Arc<tink_api::v1alpha2::Workflow>,
+    attempt: usize,
+) -> Result<Plan<(), ()>, StepError> {
+    let status = w.status.clone().unwrap_or_default();
+    let ctx = term.step_context(&w, Timestamp::now());
+    let t = step_all(&status, inputs.iter().cloned(), &ctx);
+    let Outcome::Ignored(why) = t.outcome else {
+        return Ok(Plan::Apply(t, ()));
+    };
+    if attempt == 0
+        && matches!(
+            why,
+            Ignored::StaleDispatch
+                | Ignored::WrongState
+                | Ignored::OtherAgent
+                | Ignored::UnknownAction
+        )
+    {
+        // Judged on the cached object, which may lag (a dispatch written by another
+        // leader moments ago): read it from the API once before dropping the events.
+        term.metrics.event("reread");
+        return Ok(Plan::Reread);
+    }
+    term.metrics.event("ignored");
+    if why == Ignored::OtherAgent {
+        term.metrics.event("refused_agent");
+        let from: Vec<String> = items
+            .iter()
+            .filter_map(|i| match &i.input {
+                Input::Agent(e) => Some(e.agent_id.clone().unwrap_or_else(|| "<none>".into())),
+                _ => None,
+            })
+            .collect();
+        let message = format!(
+            "refused {} event(s) from agent(s) {} for a workflow dispatched to {}",
+            items.len(),
+            from.join(", "),
+            status.agent_id.as_deref().unwrap_or("<none>")
+        );
+        warn!(workflow = %key, %message);
+        term.kube_events.about(
+            &*w,
+            tink_workflow::EventType::Warning,
+            tink_workflow::EventReason::ForeignEvent,
+            &message,
+        );
+    }
+    match why {
+        Ignored::Outdated | Ignored::Terminal => {
+            debug!(workflow = %key, reason = ?why, "events change nothing (duplicates or late)")
+        }
+        _ => {
+            info!(workflow = %key, reason = ?why, uid = %w.uid().unwrap_or_default(), "dropping stale events")
+        }
+    }
+    for i in items {
+        ack(term, &i.message).await;
+    }
+    Ok(Plan::Done(()))
 }
 
 /// Deliveries after which events the API server refuses for good are dropped (terminated).
@@ -582,8 +560,8 @@ const MAX_NAK_DELAY: Duration = Duration::from_secs(60);
 /// Whether the API server refused the write in a way a retry cannot change (a 4xx other than
 /// a conflict or throttling: the object is invalid or too large). Connection failures and 5xx
 /// are retried for as long as they last.
-fn refused_for_good(e: &Error) -> bool {
-    matches!(e, Error::Kube(kube::Error::Api(s)) if (400..500).contains(&s.code) && s.code != 409 && s.code != 429)
+fn refused_for_good(e: &StepError) -> bool {
+    matches!(e, StepError::Kube(kube::Error::Api(s)) if (400..500).contains(&s.code) && s.code != 409 && s.code != 429)
 }
 
 /// Whether the group has been delivered [`POISON_AFTER`] times already.

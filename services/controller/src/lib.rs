@@ -38,17 +38,25 @@ pub mod agent_reset;
 pub mod agent_secrets;
 pub mod capi;
 mod config;
+mod dispatch;
+mod effects;
 mod engine;
+mod error;
 mod events;
+mod keys;
 pub mod leader;
+mod ledger;
 pub mod limits;
+mod locks;
 mod metrics;
 mod presence;
 mod reconcile;
 pub mod recorder;
 pub use tink_render as render;
-mod shared;
+mod term;
 pub mod trace;
+mod wake;
+mod writes;
 
 use kube::Client;
 use tink_runtime::Health;
@@ -56,19 +64,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub use config::{CONTROLLER_NAME, ControllerConfig, FINALIZER, LeaseConfig};
+pub use error::Error;
 pub use events::consumer_config;
 pub use metrics::{Label, Metrics};
-
-/// Errors that stop a replica.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// NATS refused the connection or the options are invalid.
-    #[error(transparent)]
-    Nats(tink_bus::NatsConnectError),
-    /// A part of the leader's term stopped on its own.
-    #[error("the {0} stopped unexpectedly")]
-    Stopped(String),
-}
 
 /// Runs one replica until `shutdown` is cancelled: stands by, leads when elected, and stands
 /// by again if leadership is lost. On shutdown the leader drains its term and releases the

@@ -46,7 +46,7 @@ pub fn check(actions: &[Action]) -> Result<(), String> {
     };
     // The longest dispatch id a Workflow can have.
     let id = "x".repeat(tink_workflow::MAX_DISPATCH_ID_LEN);
-    let command = crate::shared::start_command(&id, &status);
+    let command = crate::effects::start_command(&id, &status);
     let bytes = prost::Message::encoded_len(&command);
     if bytes > MAX_COMMAND_BYTES {
         return Err(format!(

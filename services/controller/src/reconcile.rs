@@ -12,81 +12,117 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use tink_api::v1alpha2::{Workflow, WorkflowState};
-use tink_workflow::{Input, agent_verdict, step_all};
+use tink_workflow::{Input, StepContext, agent_verdict, step_all};
 use tracing::{Instrument as _, debug};
 
+use crate::dispatch::{Choice, Claim};
+use crate::error::{StepError, report};
+use crate::keys::{has_finalizer, key_of};
 use crate::render;
-use crate::shared::{Choice, Error, Shared, has_finalizer, key_of, report};
+use crate::term::{Failed, Plan, Stepped, Term};
 
 /// How often a reconcile re-reads and retries after a write conflict before it gives up and
 /// requeues.
 const CONFLICT_RETRIES: usize = 5;
 
 /// Reconciles one Workflow.
-pub(crate) async fn reconcile(obj: Arc<Workflow>, shared: Arc<Shared>) -> Result<Action, Error> {
+pub(crate) async fn reconcile(obj: Arc<Workflow>, term: Arc<Term>) -> Result<Action, StepError> {
     let key = key_of(&obj);
     let uid = obj.uid().unwrap_or_default();
     let span = tracing::info_span!("reconcile", workflow = %key);
     tink_telemetry::propagation::set_parent(&span, crate::trace::workflow_context(&uid));
-    let woken_by_resync = shared.take_resync(&key);
+    let woken_by_resync = term.wake.take_resync(&key);
     let result = async {
-        let mut w = shared.fresh(&obj);
-        for _ in 0..CONFLICT_RETRIES {
-            match reconcile_once(&shared, &w, woken_by_resync).await {
-                Err(Error::Conflict(_)) => match shared.read(&key).await? {
-                    Some(newer) => w = newer,
-                    None => return Ok(Action::await_change()),
-                },
-                other => return other,
+        let first = term.ledger.fresh(&obj);
+        let stepped = term
+            .step_and_apply(&key, Some(first), CONFLICT_RETRIES, |w, _| decide(&term, w))
+            .await
+            .map_err(|Failed { error, .. }| error)?;
+        match stepped {
+            Stepped::Applied {
+                transition: t,
+                written,
+                value: (ctx, claim),
+            } => {
+                if claim.is_some() && woken_by_resync {
+                    term.metrics.resync_dispatches.inc();
+                    tracing::warn!(workflow = %key_of(&written), "dispatched by the periodic resync: a wake-up was lost");
+                }
+                drop(claim);
+                if let Some(verdict) = agent_verdict(&t.status, &ctx) {
+                    term.effects.publish_verdict(&written, &verdict).await?;
+                }
+                Ok(requeue(t.requeue_at))
             }
+            Stepped::Done(action) => Ok(action),
+            Stepped::Gone => Ok(Action::await_change()),
+            // The last conflict's Workflow is read once more, so the next look starts from it.
+            Stepped::Exhausted => match term.ledger.read(&key).await? {
+                Some(_) => Ok(Action::requeue(Duration::from_millis(200))),
+                None => Ok(Action::await_change()),
+            },
         }
-        Ok(Action::requeue(Duration::from_millis(200)))
     }
     .instrument(span)
     .await;
     if result.is_err() {
         // The status may be written while an effect was not carried out: the next look
         // resumes (re-emits the effects, all idempotent).
-        shared.forget(&uid);
+        term.ledger.forget(&uid);
     }
-    shared.metrics.reconciled(result.is_ok());
+    term.metrics.reconciled(result.is_ok());
     result
 }
 
 /// What to do after an error: count it and try again soon.
-pub(crate) fn error_policy(_obj: Arc<Workflow>, e: &Error, shared: Arc<Shared>) -> Action {
-    report(&shared.metrics, "reconcile failed; retrying", e);
+pub(crate) fn error_policy(_obj: Arc<Workflow>, e: &StepError, term: Arc<Term>) -> Action {
+    report(&term.metrics, "reconcile failed; retrying", e);
     Action::requeue(Duration::from_secs(1))
+}
+
+/// When to look again after a transition: at its next deadline.
+fn requeue(at: Option<Timestamp>) -> Action {
+    match at {
+        Some(at) => {
+            let wait = Timestamp::now().duration_until(at);
+            let wait = Duration::try_from(wait).unwrap_or_default();
+            // Whole-second deadlines: a little slack so the tick lands after them.
+            Action::requeue(wait + Duration::from_millis(20))
+        }
+        None => Action::await_change(),
+    }
 }
 
 /// How soon an active Workflow is looked at again while the events backlog of the term is
 /// still being applied.
 const BACKLOG_WAIT: Duration = Duration::from_millis(500);
 
-async fn reconcile_once(
-    shared: &Shared,
-    w: &Arc<Workflow>,
-    woken_by_resync: bool,
-) -> Result<Action, Error> {
+/// What the transition of `w` is: the step's context goes back with the written Workflow
+/// (for the verdict), and so does the claim on the machine of a dispatch (held until the
+/// status is written).
+async fn decide(
+    term: &Term,
+    w: Arc<Workflow>,
+) -> Result<Plan<(StepContext, Option<Claim<'_>>), Action>, StepError> {
     let now = Timestamp::now();
     let status = w.status.clone().unwrap_or_default();
     let uid = w.uid().unwrap_or_default();
     if status.state.is_terminal() {
-        if has_finalizer(w) {
-            shared.release_finished(w).await?;
+        if has_finalizer(&w) {
+            term.writes.remove_finalizer(&w).await?;
         }
-        return Ok(Action::await_change());
+        return Ok(Plan::Done(Action::await_change()));
     }
     let active = matches!(
         status.state,
         WorkflowState::Scheduled | WorkflowState::Running | WorkflowState::Cancelling
     );
-    if active && !shared.backlog_applied() {
+    if active && !term.backlog_applied() {
         // Events stored while no controller ran may end this Workflow: no resume, timeout or
         // verdict acts on it before they are applied.
-        return Ok(Action::requeue(BACKLOG_WAIT));
+        return Ok(Plan::Done(Action::requeue(BACKLOG_WAIT)));
     }
-    let ctx = shared.step_context(w, now);
+    let ctx = term.step_context(&w, now);
     let mut inputs = Vec::with_capacity(5);
     let deleting = w.metadata.deletion_timestamp.is_some();
     if deleting {
@@ -94,7 +130,7 @@ async fn reconcile_once(
         // by a stop; the stop is for what may have been delivered.
         if status.state == WorkflowState::Scheduled
             && status.received_at.is_none()
-            && shared.withdraw(&status).await?
+            && term.effects.withdraw(&status).await?
         {
             inputs.push(Input::Withdrawn);
         }
@@ -102,11 +138,11 @@ async fn reconcile_once(
         // start.
         inputs.push(Input::Deleted);
     }
-    if shared.first_look(&uid) {
+    if term.ledger.first_look(&uid) {
         inputs.push(Input::Resume);
     }
     if !deleting && status.state == WorkflowState::Pending && status.actions.is_empty() {
-        inputs.push(prepare(shared, w).await);
+        inputs.push(prepare(term, &w).await);
     }
     inputs.push(Input::Tick);
     let mut t = step_all(&status, inputs.clone(), &ctx);
@@ -116,7 +152,7 @@ async fn reconcile_once(
     let due = t.status.next_attempt_at.as_ref().is_none_or(|n| n.0 <= now);
     if !deleting && t.status.state == WorkflowState::Pending && !t.status.actions.is_empty() && due
     {
-        match shared.choose_agent(w, &t.status, now) {
+        match term.choose_agent(&w, &t.status, now) {
             Choice::Go(agent_id, c) => {
                 let tick = inputs.len() - 1;
                 inputs.insert(tick, Input::Dispatch { agent_id });
@@ -125,39 +161,22 @@ async fn reconcile_once(
             }
             Choice::Wait => {}
             // Another dispatch to the same machine is being written: look again shortly.
-            Choice::Busy => return Ok(Action::requeue(Duration::from_millis(200))),
+            Choice::Busy => return Ok(Plan::Done(Action::requeue(Duration::from_millis(200)))),
         }
     }
     debug!(state = %t.status.state, outcome = ?t.outcome, effects = t.effects.len(), "stepped");
-    let written = shared.apply(w, &t).await?;
-    if claim.is_some() && woken_by_resync {
-        shared.metrics.resync_dispatches.inc();
-        tracing::warn!(workflow = %key_of(w), "dispatched by the periodic resync: a wake-up was lost");
-    }
-    drop(claim);
-    if let Some(verdict) = agent_verdict(&t.status, &ctx) {
-        shared.publish_verdict(&written, &verdict).await?;
-    }
-    Ok(match t.requeue_at {
-        Some(at) => {
-            let wait = Timestamp::now().duration_until(at);
-            let wait = Duration::try_from(wait).unwrap_or_default();
-            // Whole-second deadlines: a little slack so the tick lands after them.
-            Action::requeue(wait + Duration::from_millis(20))
-        }
-        None => Action::await_change(),
-    })
+    Ok(Plan::Apply(t, (ctx, claim)))
 }
 
 /// The preparation input: the rendered actions, a render failure, or what is missing.
 ///
 /// Rendering runs on the blocking pool: a Template may legitimately take up to the engine's
 /// step limit, and that must not stall the reconcilers and consumers sharing the async workers.
-async fn prepare(shared: &Shared, w: &Workflow) -> Input {
+async fn prepare(term: &Term, w: &Workflow) -> Input {
     let namespace = w.namespace().unwrap_or_default();
     let template_name = &w.spec.template_ref.name;
     let hardware_name = &w.spec.hardware_ref.name;
-    let Some(template) = shared
+    let Some(template) = term
         .templates
         .get(&ObjectRef::new(template_name).within(&namespace))
     else {
@@ -166,7 +185,7 @@ async fn prepare(shared: &Shared, w: &Workflow) -> Input {
             message: format!("waiting for Template {namespace}/{template_name}"),
         };
     };
-    let Some(hardware) = shared
+    let Some(hardware) = term
         .hardware
         .get(&ObjectRef::new(hardware_name).within(&namespace))
     else {
@@ -187,7 +206,7 @@ async fn prepare(shared: &Shared, w: &Workflow) -> Input {
     match rendered.and_then(|actions| crate::limits::check(&actions).map(|()| actions)) {
         Ok(actions) => Input::Prepared { actions },
         Err(message) => {
-            shared.metrics.error("render");
+            term.metrics.error("render");
             Input::RenderFailed { message }
         }
     }

@@ -6,6 +6,9 @@
 //! one keeps what an operator sees the same (one Event object per occurrence, an identical
 //! repeat within six minutes counted in the first one's `series`, as client-go does), with a
 //! cache that expires in time order and is bounded in size, and several Events in flight.
+//!
+//! The term's parts never wait for the API server to record an Event: they put it on a bounded
+//! queue ([`KubeEvents`]) that one task ([`publish_queued`]) empties through the recorder.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -18,6 +21,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
+use tink_workflow::{EventReason, EventType};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::metrics::Metrics;
 
 /// How long an Event may be counted again instead of created anew (client-go's figure).
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
@@ -165,6 +174,106 @@ fn cut(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// A Kubernetes Event waiting to be published.
+pub(crate) struct KubeEvent {
+    pub regarding: ObjectReference,
+    pub type_: EventType,
+    pub reason: EventReason,
+    pub message: String,
+}
+
+/// The bounded queue of Events the term's parts record; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct KubeEvents {
+    /// Whether Events are published at all (`--kube-events`).
+    enabled: bool,
+    metrics: Metrics,
+    tx: mpsc::Sender<KubeEvent>,
+}
+
+impl KubeEvents {
+    /// A queue of `capacity` Events, and its receiving end for [`publish_queued`].
+    pub fn new(
+        enabled: bool,
+        metrics: Metrics,
+        capacity: usize,
+    ) -> (Self, mpsc::Receiver<KubeEvent>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        (
+            Self {
+                enabled,
+                metrics,
+                tx,
+            },
+            rx,
+        )
+    }
+
+    /// Queues an Event about an object.
+    pub fn about<K>(&self, object: &K, type_: EventType, reason: EventReason, message: &str)
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        self.record(KubeEvent {
+            regarding: object.object_ref(&()),
+            type_,
+            reason,
+            message: message.to_string(),
+        });
+    }
+
+    /// Queues an Event (dropped, and counted, when the queue is full).
+    pub fn record(&self, event: KubeEvent) {
+        if !self.enabled {
+            return;
+        }
+        if self.tx.try_send(event).is_err() {
+            self.metrics.error("kube_event_dropped");
+            debug!("the Kubernetes Event queue is full; an Event is dropped");
+        }
+    }
+}
+
+/// Events published at once: a slow API server delays Events, it does not drop them until the
+/// queue (4,096) is full.
+const KUBE_EVENTS_IN_FLIGHT: usize = 16;
+
+/// Publishes the queued Events until `term` is cancelled.
+pub(crate) async fn publish_queued(
+    recorder: Recorder,
+    rx: mpsc::Receiver<KubeEvent>,
+    metrics: Metrics,
+    term: CancellationToken,
+) {
+    use futures::StreamExt as _;
+    let publish = tokio_stream::wrappers::ReceiverStream::new(rx)
+        .map(|e| {
+            let (recorder, metrics) = (recorder.clone(), metrics.clone());
+            async move {
+                let occurrence = Occurrence {
+                    regarding: e.regarding,
+                    kind: match e.type_ {
+                        EventType::Normal => Kind::Normal,
+                        EventType::Warning => Kind::Warning,
+                    },
+                    reason: e.reason.as_str().to_string(),
+                    note: e.message,
+                };
+                metrics.write("event");
+                if let Err(err) = recorder.publish(&occurrence).await {
+                    metrics.error("kube_event");
+                    warn!(error = %err, "cannot publish a Kubernetes Event");
+                }
+            }
+        })
+        .buffer_unordered(KUBE_EVENTS_IN_FLIGHT)
+        .for_each(|()| async {});
+    tokio::select! {
+        _ = term.cancelled() => {}
+        _ = publish => {}
+    }
 }
 
 /// What [`Series::observe`] found.
