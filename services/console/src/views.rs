@@ -465,6 +465,22 @@ impl Detail {
     }
 }
 
+/// When an Event last happened.
+pub fn event_time(e: &Event) -> i64 {
+    e.last_timestamp
+        .as_ref()
+        .map(|t| t.0.as_millisecond())
+        .or_else(|| e.event_time.as_ref().map(|t| t.0.as_millisecond()))
+        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0.as_millisecond()))
+        .or_else(|| {
+            e.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond())
+        })
+        .unwrap_or(0)
+}
+
 /// One Kubernetes Event row.
 #[derive(Debug, Clone)]
 pub struct EventRow {
@@ -485,7 +501,7 @@ pub struct EventRow {
 impl EventRow {
     /// The row of `e`.
     pub fn new(e: &Event) -> EventRow {
-        let at = crate::cache::event_time(e);
+        let at = event_time(e);
         EventRow {
             id: format!(
                 "e/{}/{}",
