@@ -11,9 +11,10 @@ use http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use tink_api::v1alpha2::{Hardware, Workflow};
 
-use super::{
-    AppState, PageError, PageResult, Session, encode, html, namespaces_of, nonempty, object_name,
-};
+use super::error::{PageError, PageResult, encode, html};
+use super::query::{namespaces_of, nonempty, object_name};
+use super::session::Session;
+use super::state::AppState;
 use crate::cache::{Key, key_of};
 use crate::live::{Filter, Namespaces};
 use crate::pages::MachinesPage;

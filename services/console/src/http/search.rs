@@ -10,9 +10,13 @@ use http::StatusCode;
 use serde::Deserialize;
 use tink_api::v1alpha2::{Hardware, Template, Workflow};
 
-use super::{
-    AppState, MAX_HITS, PageError, Session, encode, html, namespaces_of, nonempty, paginate,
-};
+/// The most search hits.
+pub const MAX_HITS: usize = 200;
+
+use super::error::{PageError, encode, html};
+use super::query::{namespaces_of, nonempty, paginate};
+use super::session::Session;
+use super::state::AppState;
 use crate::live::Namespaces;
 use crate::pages::{Hit, SearchPage};
 

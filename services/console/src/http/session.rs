@@ -10,12 +10,12 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::Deserialize;
 
-use super::{AppState, PageError, encode, html, nonempty, redirect};
+use super::error::{COOKIE, PageError, encode, html, redirect};
+use super::query::nonempty;
+use super::state::AppState;
 use crate::access::{AccessError, User, csrf_token};
 use crate::pages::{Layout, LoginPage};
 
-/// The session cookie.
-pub const COOKIE: &str = "tink_console";
 /// How long a login lasts in the browser (the token's own expiry still applies).
 const COOKIE_MAX_AGE: u32 = 8 * 3600;
 
@@ -85,6 +85,26 @@ impl Session {
             token,
             from_cookie,
         })
+    }
+}
+
+impl AppState {
+    /// The frame of a page shown to `s`: the user's name and the session's anti-CSRF value.
+    pub(super) fn layout(
+        &self,
+        s: &Session,
+        title: impl Into<String>,
+        nav: &'static str,
+        live: String,
+    ) -> Layout {
+        Layout {
+            title: title.into(),
+            user: s.user.name.clone(),
+            csrf: csrf_token(&s.token),
+            live,
+            nav,
+            q: String::new(),
+        }
     }
 }
 

@@ -7,7 +7,9 @@ use axum::body::Body;
 use axum::response::IntoResponse;
 use http::header;
 
-use super::{AppState, PageError, PageResult, Session};
+use super::error::{PageError, PageResult};
+use super::session::Session;
+use super::state::AppState;
 use crate::access::Permission;
 use crate::live::{Filter, Recheck, Refused};
 

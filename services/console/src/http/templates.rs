@@ -10,7 +10,10 @@ use http::StatusCode;
 use serde::Deserialize;
 use tink_api::v1alpha2::{Template, Workflow};
 
-use super::{AppState, PageError, Session, html, namespaces_of, nonempty, object_name};
+use super::error::{PageError, html};
+use super::query::{namespaces_of, nonempty, object_name};
+use super::session::Session;
+use super::state::AppState;
 use crate::access::Permission;
 use crate::live::Namespaces;
 use crate::pages::{ActionItem, TemplateItem, TemplatePage, TemplatesPage};

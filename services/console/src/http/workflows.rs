@@ -13,11 +13,13 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde::Deserialize;
 use tink_api::v1alpha2::{Workflow, WorkflowState};
 
-use super::session::{check_post, form};
-use super::{
-    AppState, BadQuery, MAX_ROWS, PageError, Session, encode, html, kube_error, namespaces_of,
-    nonempty, object_name, paginate, redirect,
-};
+/// The most rows the workflows page shows.
+pub const MAX_ROWS: usize = 2000;
+
+use super::error::{BadQuery, PageError, encode, html, kube_error, redirect};
+use super::query::{namespaces_of, nonempty, object_name, paginate};
+use super::session::{Session, check_post, form};
+use super::state::AppState;
 use crate::access::Permission;
 use crate::live::{Filter, Namespaces};
 use crate::pages::{LogsPage, WorkflowPage, WorkflowsPage};
