@@ -83,7 +83,7 @@ pub enum Change<'a> {
     Resync,
 }
 
-/// The writers of a [`Cache`]'s stores, consumed by [`feed`].
+/// The writers of a [`Cache`]'s stores, consumed by [`watch`].
 pub struct Writers {
     hardware: reflector::store::Writer<Hardware>,
     workflows: reflector::store::Writer<Workflow>,

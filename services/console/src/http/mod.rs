@@ -1,8 +1,10 @@
-//! The HTTP side: the routes, the shared state, the error page, the access checks every page
-//! makes, and the server with its graceful shutdown. One file per page ([`machines`],
-//! [`workflows`], [`templates`], [`search`]), each a thin handler over pure functions that
-//! filter, sort and paginate (tested on their own); the session (cookie or `Authorization`
-//! header), login, logout and the anti-CSRF check in [`session`]; live streams in [`stream`].
+//! The HTTP side: the routes and the server with its graceful shutdown. One file per page
+//! ([`machines`], [`workflows`], [`templates`], [`search`]), each a thin handler over pure
+//! functions that filter, sort and paginate (tested on their own); the session extractor
+//! (cookie or `Authorization` header), login, logout and the anti-CSRF check in [`session`].
+//! Below them, with no page above: `state` ([`AppState`] and the access checks every page
+//! makes), `error` ([`PageError`] and how it is answered), `query` (input helpers) and
+//! `stream` (opening a live stream within its caps).
 //!
 //! Pages (GET): `/` machines, `/workflows`, `/workflows/{ns}/{name}`, `/templates`,
 //! `/templates/{ns}/{name}?hardware=`, `/search?q=`, `/login`. Live streams (GET, server-sent
