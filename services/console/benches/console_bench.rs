@@ -19,6 +19,7 @@ use http_body_util::BodyExt as _;
 use serde_json::json;
 use tink_api::v1alpha2::{Hardware, Workflow};
 use tink_console::cache::Cache;
+use tink_console::feed::Feed;
 use tink_console::http::MachinesQuery;
 use tink_console::live::Live;
 use tokio_util::sync::CancellationToken;
@@ -105,6 +106,7 @@ async fn main() {
     );
     let metrics = tink_console::Metrics::default();
     let live = Arc::new(Live::new(4096, metrics.clone()));
+    let feed = Feed::new(cache.clone(), live.clone());
     let shutdown = CancellationToken::new();
     let state = tink_console::AppState::new(
         cache.clone(),
@@ -227,7 +229,7 @@ async fn main() {
         let id = tink_console::views::tile_id(NS, &format!("m{i:05}"));
         let t = Instant::now();
         sent.lock().unwrap().insert(id, t);
-        cache.apply_workflow(&mut writers, &live, w);
+        feed.apply(cache.apply_workflow(&mut writers, &w));
     }
     let elapsed = started.elapsed();
     for r in readers {

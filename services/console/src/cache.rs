@@ -3,8 +3,9 @@
 //! of deleted Workflows (a canceled Workflow disappears once the controller releases it; its
 //! page still shows how it ended). No page view lists anything from the API server.
 //!
-//! Every change a watch delivers is also handed to [`crate::live`], which renders the affected
-//! fragments once and broadcasts them to the connected browsers.
+//! Every change a watch delivers is applied here, then handed on as a [`Change`] to whoever
+//! runs the watches ([`watch`]'s `changed`): the console's `feed::Feed`, the one
+//! driver of the live fan-out. The cache itself knows nothing of the browsers.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,8 +22,9 @@ use tink_api::v1alpha2::{Hardware, Template, Workflow};
 use tink_runtime::Health;
 use tokio_util::sync::CancellationToken;
 
-use crate::live::Live;
 use crate::metrics::Metrics;
+use crate::presence::Presence;
+use crate::views::event_time;
 
 /// `namespace/name` of an object.
 pub type Key = (String, String);
@@ -53,11 +55,35 @@ pub struct Cache {
     tombstones: Mutex<VecDeque<Arc<Workflow>>>,
     tombstones_max: usize,
     synced: [AtomicBool; 4],
-    /// Agent presence (off unless configured).
-    pub presence: crate::presence::Presence,
+    /// Agent presence (off unless configured); shared with [`crate::presence::watch`].
+    pub presence: Arc<Presence>,
 }
 
-/// The writers of a [`Cache`]'s stores, consumed by [`feed`].
+/// One change the watches applied to the cache, as it is handed on (borrowed from the watch
+/// event: nothing is cloned for it).
+#[derive(Debug, Clone, Copy)]
+pub enum Change<'a> {
+    /// A machine changed, or went (`deleted`).
+    Machine {
+        /// The Hardware (its last state when deleted).
+        hw: &'a Hardware,
+        /// Whether it went.
+        deleted: bool,
+    },
+    /// A Workflow changed, or went (`deleted`).
+    Workflow {
+        /// The Workflow (its last state when deleted).
+        w: &'a Workflow,
+        /// Whether it went.
+        deleted: bool,
+    },
+    /// A Kubernetes Event about a Workflow changed.
+    Event(&'a Event),
+    /// A watch listed again: everything may have changed.
+    Resync,
+}
+
+/// The writers of a [`Cache`]'s stores, consumed by [`watch`].
 pub struct Writers {
     hardware: reflector::store::Writer<Hardware>,
     workflows: reflector::store::Writer<Workflow>,
@@ -253,30 +279,15 @@ impl Cache {
         }
     }
 
-    /// Applies one Workflow change as the watch would (benchmarks drive the live path with it).
-    pub fn apply_workflow(&self, writers: &mut Writers, live: &Live, w: Workflow) {
+    /// Applies one Workflow change as the watch would, and returns the change the watch would
+    /// hand on (benchmarks drive the live path with it: `feed.apply(cache.apply_workflow(..))`).
+    pub fn apply_workflow<'w>(&self, writers: &mut Writers, w: &'w Workflow) -> Change<'w> {
         writers
             .workflows
             .apply_watcher_event(&WatchEvent::Apply(w.clone()));
-        self.index_workflow(&w);
-        live.workflow_changed(self, &w, false);
+        self.index_workflow(w);
+        Change::Workflow { w, deleted: false }
     }
-}
-
-/// When an Event last happened.
-pub fn event_time(e: &Event) -> i64 {
-    e.last_timestamp
-        .as_ref()
-        .map(|t| t.0.as_millisecond())
-        .or_else(|| e.event_time.as_ref().map(|t| t.0.as_millisecond()))
-        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0.as_millisecond()))
-        .or_else(|| {
-            e.metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.as_millisecond())
-        })
-        .unwrap_or(0)
 }
 
 /// A watch stream ended on its own (it retries errors itself, so this is a bug or a shutdown
@@ -285,19 +296,22 @@ pub fn event_time(e: &Event) -> i64 {
 #[error("the {0} watch ended")]
 pub struct WatchEnded(pub &'static str);
 
-/// Runs the four watches until `shutdown`, keeping `cache` current, publishing changes to
-/// `live` and turning `health` ready once every watch has listed.
+/// Runs the four watches until `shutdown`, keeping `cache` current, handing every change to
+/// `changed` once it is applied, and turning `health` ready once every watch has listed.
 #[allow(clippy::too_many_arguments)] // the parts of the service it wires, each used once
-pub async fn feed(
+pub async fn watch<F>(
     client: kube::Client,
     namespace: Option<String>,
     cache: Arc<Cache>,
     writers: Writers,
-    live: Arc<Live>,
+    changed: F,
     metrics: Metrics,
     health: Health,
     shutdown: CancellationToken,
-) -> Result<(), WatchEnded> {
+) -> Result<(), WatchEnded>
+where
+    F: Fn(Change<'_>) + Clone + Send + 'static,
+{
     fn api<K>(client: &kube::Client, ns: &Option<String>) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -320,8 +334,7 @@ pub async fn feed(
     };
 
     let hardware = {
-        let (cache, live, metrics, ready) =
-            (cache.clone(), live.clone(), metrics.clone(), ready.clone());
+        let (changed, metrics, ready) = (changed.clone(), metrics.clone(), ready.clone());
         reflector::reflector(
             writers.hardware,
             watcher::watcher(
@@ -333,12 +346,18 @@ pub async fn feed(
         .for_each(move |ev| {
             match ev {
                 Ok(WatchEvent::Apply(h)) | Ok(WatchEvent::InitApply(h)) => {
-                    live.machine_changed(&cache, &h, false)
+                    changed(Change::Machine {
+                        hw: &h,
+                        deleted: false,
+                    })
                 }
-                Ok(WatchEvent::Delete(h)) => live.machine_changed(&cache, &h, true),
+                Ok(WatchEvent::Delete(h)) => changed(Change::Machine {
+                    hw: &h,
+                    deleted: true,
+                }),
                 Ok(WatchEvent::InitDone) => {
                     ready(0);
-                    live.resync();
+                    changed(Change::Resync);
                 }
                 Ok(WatchEvent::Init) => {}
                 Err(e) => {
@@ -350,8 +369,12 @@ pub async fn feed(
         })
     };
     let workflows = {
-        let (cache, live, metrics, ready) =
-            (cache.clone(), live.clone(), metrics.clone(), ready.clone());
+        let (cache, changed, metrics, ready) = (
+            cache.clone(),
+            changed.clone(),
+            metrics.clone(),
+            ready.clone(),
+        );
         reflector::reflector(
             writers.workflows,
             watcher::watcher(
@@ -364,17 +387,23 @@ pub async fn feed(
             match ev {
                 Ok(WatchEvent::Apply(w)) | Ok(WatchEvent::InitApply(w)) => {
                     cache.index_workflow(&w);
-                    live.workflow_changed(&cache, &w, false);
+                    changed(Change::Workflow {
+                        w: &w,
+                        deleted: false,
+                    });
                 }
                 Ok(WatchEvent::Delete(w)) => {
                     cache.unindex_workflow(&w);
-                    live.workflow_changed(&cache, &w, true);
+                    changed(Change::Workflow {
+                        w: &w,
+                        deleted: true,
+                    });
                     cache.bury(w);
                 }
                 Ok(WatchEvent::InitDone) => {
                     cache.reindex_workflows();
                     ready(1);
-                    live.resync();
+                    changed(Change::Resync);
                 }
                 Ok(WatchEvent::Init) => {}
                 Err(e) => {
@@ -408,7 +437,7 @@ pub async fn feed(
         })
     };
     let events = {
-        let (cache, live, metrics, ready) = (cache.clone(), live.clone(), metrics.clone(), ready);
+        let (metrics, ready) = (metrics.clone(), ready);
         // Only Events about Workflows: the console shows no others.
         let config = watcher::Config::default().fields("involvedObject.kind=Workflow");
         reflector::reflector(
@@ -417,7 +446,7 @@ pub async fn feed(
         )
         .for_each(move |ev| {
             match ev {
-                Ok(WatchEvent::Apply(e)) => live.event_changed(&cache, &e),
+                Ok(WatchEvent::Apply(e)) => changed(Change::Event(&e)),
                 Ok(WatchEvent::InitDone) => ready(3),
                 Ok(_) => {}
                 Err(e) => {

@@ -20,6 +20,7 @@
 
 pub mod access;
 pub mod cache;
+pub mod feed;
 pub mod http;
 pub mod live;
 pub mod logs;
@@ -151,6 +152,8 @@ pub async fn run_on(
     };
     let (cache, writers) = cache::Cache::new(config.tombstones);
     let live = Arc::new(live::Live::new(config.sse_buffer, metrics.clone()));
+    // The one driver of the live streams: both watches hand it what they saw.
+    let changes = feed::Feed::new(cache.clone(), live.clone());
     let tasks = shutdown.child_token();
     let state = AppState::new(
         cache.clone(),
@@ -167,12 +170,15 @@ pub async fn run_on(
         },
         tasks.clone(),
     );
-    let feed = tokio::spawn(cache::feed(
+    let feed = tokio::spawn(cache::watch(
         client,
         config.namespace.clone(),
         cache.clone(),
         writers,
-        live.clone(),
+        {
+            let changes = changes.clone();
+            move |c| changes.apply(c)
+        },
         metrics,
         health.clone(),
         tasks.clone(),
@@ -181,8 +187,8 @@ pub async fn run_on(
     let presence = config.presence.clone().map(|p| {
         tokio::spawn(presence::watch(
             p,
-            cache.clone(),
-            live.clone(),
+            cache.presence.clone(),
+            move |c| changes.agent_changed(&c),
             tasks.clone(),
         ))
     });

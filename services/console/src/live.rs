@@ -1,4 +1,5 @@
-//! Live updates: every change the watches deliver is rendered once per permission variant into
+//! Live updates: every change the watches deliver (handed here by `feed::Feed`, the
+//! only caller of the `*_changed` methods) is rendered once per permission variant into
 //! the HTML fragments it affects (a machine's tile, with and without its latest workflow; a
 //! workflow's row, the live part of its page, an Event row) and broadcast; each browser's
 //! server-sent-events stream forwards the fragments its page shows, in the variant its user may
@@ -28,7 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use crate::access::Permission;
-use crate::cache::Cache;
+use crate::cache::key_of;
 use crate::metrics::Metrics;
 use crate::pages::{DetailFragment, EventFragment, RowFragment, TileFragment};
 use crate::views::{Detail, EventRow, Row, Selector, Tile, row_id, tile_id};
@@ -145,7 +146,7 @@ impl Live {
     }
 
     /// Every page reloads (after a relist).
-    pub fn resync(&self) {
+    pub(crate) fn resync(&self) {
         {
             self.send(Update {
                 kind: Kind::Resync,
@@ -162,26 +163,31 @@ impl Live {
         }
     }
 
-    /// Machine `hw` changed (or went).
-    pub fn machine_changed(&self, cache: &Cache, hw: &Hardware, deleted: bool) {
-        let (ns, name) = crate::cache::key_of(hw);
+    /// Machine `hw` changed: its tile with its `latest` workflow and its `agent` presence
+    /// ([`crate::presence::Presence::of`]), or went (`tile` is `None`).
+    pub(crate) fn machine_changed(
+        &self,
+        hw: &Hardware,
+        tile: Option<(Option<&Workflow>, &'static str)>,
+    ) {
+        let (ns, name) = key_of(hw);
         // Two variants at most, whatever the number of streams: with the latest workflow, and
         // without it (the same tile when the machine has none).
-        let (html, bare) = if deleted {
-            (None, None)
-        } else {
-            let agent = cache.presence.of(hw);
-            let bare = render(&TileFragment {
-                t: &Tile::new(hw, None, agent),
-            });
-            match cache.latest_workflow(&ns, &name) {
-                Some(latest) => (
-                    render(&TileFragment {
-                        t: &Tile::new(hw, Some(&latest), agent),
-                    }),
-                    bare,
-                ),
-                None => (bare.clone(), bare),
+        let (html, bare) = match tile {
+            None => (None, None),
+            Some((latest, agent)) => {
+                let bare = render(&TileFragment {
+                    t: &Tile::new(hw, None, agent),
+                });
+                match latest {
+                    Some(latest) => (
+                        render(&TileFragment {
+                            t: &Tile::new(hw, Some(latest), agent),
+                        }),
+                        bare,
+                    ),
+                    None => (bare.clone(), bare),
+                }
             }
         };
         self.send(Update {
@@ -198,10 +204,11 @@ impl Live {
         });
     }
 
-    /// Workflow `w` changed (or went): its row, its page and its machine's tile.
-    pub fn workflow_changed(&self, cache: &Cache, w: &Workflow, deleted: bool) {
+    /// Workflow `w` changed (or went): its row and its page (its machine's tile is the
+    /// caller's: `feed::Feed`).
+    pub(crate) fn workflow_changed(&self, w: &Workflow, deleted: bool) {
         let now = jiff::Timestamp::now();
-        let (ns, name) = crate::cache::key_of(w);
+        let (ns, name) = key_of(w);
         let row = Row::new(w, now);
         let detail = Detail::new(w, deleted, now);
         self.send(Update {
@@ -220,13 +227,10 @@ impl Live {
             at: Instant::now(),
             seq: 0,
         });
-        if let Some(hw) = cache.machine(&ns, &w.spec.hardware_ref.name) {
-            self.machine_changed(cache, &hw, false);
-        }
     }
 
     /// Event `e` changed (only Events about Workflows are watched).
-    pub fn event_changed(&self, _cache: &Cache, e: &Event) {
+    pub(crate) fn event_changed(&self, e: &Event) {
         let row = EventRow::new(e);
         self.send(Update {
             kind: Kind::Event,

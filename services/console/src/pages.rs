@@ -248,3 +248,39 @@ pub struct ErrorPage {
     /// The message.
     pub message: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use askama::Template as _;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_long_failure_text_is_drawn_in_lines_with_the_whole_text_on_hover() {
+        let w: tink_api::v1alpha2::Workflow = tink_api::from_value(json!({
+            "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Workflow",
+            "metadata": {"name": "wf", "namespace": "a"},
+            "spec": {"hardwareRef": {"name": "m1"}, "templateRef": {"name": "t"}},
+            "status": {"state": "Failed", "startedAt": "2026-01-01T00:00:00Z", "actions": [{
+                "rendered": {"name": "image", "image": "img"}, "id": "image", "state": "Failed",
+                "startedAt": "2026-01-01T00:00:00Z", "lastTransitioned": "2026-01-01T00:00:30Z",
+                "failureReason": "NonZeroExitCode",
+                "failureMessage": "exit code 1: the image could not be written to <disk> (no space left on device)",
+            }]},
+        }))
+        .unwrap();
+        let d = Detail::new(&w, false, "2026-01-01T01:00:00Z".parse().unwrap());
+        let html = DetailFragment { d: &d }.render().unwrap();
+        let title = html.split("<title>").nth(1).unwrap_or("");
+        let title = &title[..title.find("</title>").unwrap_or(0)];
+        assert!(
+            title.starts_with("image: Failed 30s · NonZeroExitCode: exit code 1: the image could")
+                && title.ends_with("(no space left on device)")
+                && !title.contains("<disk>"),
+            "the whole text, escaped: {title}"
+        );
+        assert!(html.matches("<tspan ").count() >= 2, "{html}");
+        assert!(html.contains("dy=\"14\""), "{html}");
+    }
+}

@@ -2,9 +2,10 @@
 //! presence KV bucket the servers write (`tink_presence`, one entry per connected agent,
 //! refreshed every heartbeat), as the controller keeps it. A machine's agent is `connected`
 //! when an agent id of its Hardware (a MAC) has an entry younger than the bucket's TTL,
-//! `offline` otherwise, `unknown` when presence is not configured. A tile is pushed again when
-//! an agent connects or leaves; an entry that just expires (a dead server) shows at the next
-//! page view.
+//! `offline` otherwise, `unknown` when presence is not configured. The watch returns the
+//! changes it sees ([`AgentChanged`]: an agent connected or left) to its caller, which pushes
+//! the machine's tile again (the console's `feed::Feed`); an entry that just expires
+//! (a dead server) shows at the next page view.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -15,9 +16,6 @@ use futures::StreamExt as _;
 use jiff::Timestamp;
 use tink_api::v1alpha2::Hardware;
 use tokio_util::sync::CancellationToken;
-
-use crate::cache::Cache;
-use crate::live::Live;
 
 /// Pause before connecting or watching again after a failure.
 const RETRY: Duration = Duration::from_secs(1);
@@ -32,6 +30,10 @@ pub struct PresenceConfig {
     /// The bucket's TTL: an entry older than this is stale.
     pub ttl: Duration,
 }
+
+/// An agent connected or left: the (normalised) agent id, a MAC of its machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentChanged(pub String);
 
 /// What is known about agents.
 #[derive(Debug, Default)]
@@ -86,15 +88,15 @@ impl Presence {
     }
 }
 
-/// Watches the bucket until `shutdown`, reconnecting after failures; pushes the tile of a
-/// machine whose agent connected or left.
+/// Watches the bucket until `shutdown`, reconnecting after failures, keeping `presence`
+/// current; hands every agent that connected or left to `changed`.
 pub async fn watch(
     config: PresenceConfig,
-    cache: Arc<Cache>,
-    live: Arc<Live>,
+    presence: Arc<Presence>,
+    mut changed: impl FnMut(AgentChanged) + Send,
     shutdown: CancellationToken,
 ) {
-    cache.presence.enable(config.ttl);
+    presence.enable(config.ttl);
     while !shutdown.is_cancelled() {
         let client = match tink_bus::connect(
             &config.nats_url,
@@ -131,7 +133,11 @@ pub async fn watch(
                     e = entries.next() => e,
                 };
                 match entry {
-                    Some(Ok(entry)) => observe(&cache, &live, entry),
+                    Some(Ok(entry)) => {
+                        if let Some(c) = observe(&presence, entry) {
+                            changed(c);
+                        }
+                    }
                     Some(Err(e)) => {
                         tracing::warn!(error = %e, "presence watch failed; watching again");
                         break;
@@ -144,31 +150,16 @@ pub async fn watch(
     }
 }
 
-fn observe(cache: &Cache, live: &Live, entry: kv::Entry) {
-    let Ok(agent) = tink_bus::decode_token(&entry.key) else {
-        return;
-    };
+/// Records one entry of the bucket; the change when the agent connected or left.
+fn observe(presence: &Presence, entry: kv::Entry) -> Option<AgentChanged> {
+    let agent = tink_bus::decode_token(&entry.key).ok()?;
     let beat = match entry.operation {
-        kv::Operation::Put => match tink_bus::Presence::from_bytes(&entry.value) {
-            Ok(p) => Some(p.heartbeat),
-            Err(_) => return,
-        },
+        kv::Operation::Put => Some(tink_bus::Presence::from_bytes(&entry.value).ok()?.heartbeat),
         kv::Operation::Delete | kv::Operation::Purge => None,
     };
-    if cache.presence.observe(&agent, beat) {
-        let id = tink_workflow::normalize_agent_id(&agent);
-        // A connection change is rare (heartbeats are not): one pass to find the machine.
-        for hw in cache.hardware.state() {
-            if hw
-                .spec
-                .network_interfaces
-                .keys()
-                .any(|k| tink_workflow::normalize_agent_id(k) == id)
-            {
-                live.machine_changed(cache, &hw, false);
-            }
-        }
-    }
+    presence
+        .observe(&agent, beat)
+        .then(|| AgentChanged(tink_workflow::normalize_agent_id(&agent)))
 }
 
 #[cfg(test)]

@@ -207,6 +207,11 @@ pub struct Bar {
     pub duration: String,
     /// The failure reason and message on a failed bar, else empty.
     pub reason: String,
+    /// The text after the bar (state, duration, reason) in lines that fit the SVG: wrapped at
+    /// spaces, at most [`LABEL_LINES`], the last cut with `…` when it does not fit.
+    pub label: Vec<String>,
+    /// The whole text, shown on hover.
+    pub title: String,
 }
 
 /// The server-drawn SVG timeline of a workflow's actions.
@@ -224,11 +229,58 @@ pub struct Timeline {
     pub bars: Vec<Bar>,
     /// The span the axis covers, human readable.
     pub span: String,
+    /// The height of one line of a label (the lines after the first are this far apart).
+    pub line: u32,
 }
 
 const ROW: u32 = 28;
 const LEFT: u32 = 180;
 const AXIS: f64 = 560.0;
+/// Room after the axis for the labels.
+const LABELS: u32 = 260;
+/// Height of one more line of a label.
+const LINE: u32 = 14;
+/// The widest a character of the labels' 12px font is taken to be, on average (an upper
+/// estimate: a line counted with it fits).
+const CHAR_W: f64 = 7.0;
+/// The most lines of one bar's label.
+pub const LABEL_LINES: usize = 3;
+
+/// `text` in lines of at most `width` characters, broken after a space where there is one (a
+/// longer word is cut), at most `max` lines; text left over ends the last line with `…`. The
+/// lines joined give back `text` whenever it fits.
+pub fn wrap(text: &str, width: usize, max: usize) -> Vec<String> {
+    let (width, max) = (width.max(2), max.max(1));
+    let chars: Vec<char> = text.chars().collect();
+    let mut lines = Vec::new();
+    let mut start = 0;
+    while start < chars.len() {
+        let rest = chars.len() - start;
+        if lines.len() + 1 == max && rest > width {
+            let mut line: String = chars[start..start + width - 1].iter().collect();
+            line.truncate(line.trim_end().len());
+            line.push('…');
+            lines.push(line);
+            return lines;
+        }
+        let end = start + width.min(rest);
+        let cut = if end == chars.len() {
+            end
+        } else {
+            // A space right after the width may end this line: it takes no room.
+            match chars[start..=end].iter().rposition(|c| *c == ' ') {
+                Some(i) if i > 0 => start + i + 1,
+                _ => end,
+            }
+        };
+        lines.push(chars[start..cut].iter().collect());
+        start = cut;
+    }
+    if lines.is_empty() {
+        lines.push(String::new());
+    }
+    lines
+}
 
 /// Draws `w`'s actions: one bar per action from its start to its end (now while running),
 /// coloured by state; Pending actions as a thin bar after the last start.
@@ -266,11 +318,13 @@ pub fn timeline(w: &Workflow, now: Timestamp) -> Timeline {
             None => 0.0,
         }
     };
+    let width = LEFT + AXIS as u32 + LABELS;
+    // The top of the next bar: a bar whose label takes more lines pushes the next ones down.
+    let mut next_y = 8;
     let bars = actions
         .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let y = 8 + i as u32 * ROW;
+        .map(|a| {
+            let y = next_y;
             let (x, w, duration) = match (start_of(a), end_of(a)) {
                 (Some(s), Some(e)) => {
                     let x = scale(s);
@@ -292,27 +346,41 @@ pub fn timeline(w: &Workflow, now: Timestamp) -> Timeline {
                 String::new()
             };
             let (x, w) = ((LEFT as f64 + x).round(), w.round().max(2.0));
+            let state = a.state.to_string();
+            let title = if reason.is_empty() {
+                format!("{state} {duration}")
+            } else {
+                format!("{state} {duration} · {reason}")
+            };
+            let label_x = x + w + 6.0;
+            // What fits between the label's start and the SVG's right edge.
+            let room = ((width as f64 - label_x - 4.0) / CHAR_W).floor().max(2.0) as usize;
+            let label = wrap(&title, room, LABEL_LINES);
+            next_y += ROW + (label.len() as u32 - 1) * LINE;
             Bar {
                 name: a.rendered.name.clone(),
-                state: a.state.to_string(),
+                state,
                 class: a.state.as_str().to_ascii_lowercase(),
                 y,
                 text_y: y + 14,
                 x,
                 w,
-                label_x: x + w + 6.0,
+                label_x,
                 duration,
                 reason,
+                label,
+                title,
             }
         })
         .collect::<Vec<_>>();
     Timeline {
-        width: LEFT + AXIS as u32 + 260,
-        height: 16 + (bars.len().max(1) as u32) * ROW,
+        width,
+        height: 8 + next_y.max(8 + ROW),
         left: LEFT,
         right: LEFT as f64 + AXIS,
         bars,
         span: human_millis(span_ms as i64),
+        line: LINE,
     }
 }
 
@@ -465,6 +533,22 @@ impl Detail {
     }
 }
 
+/// When an Event last happened.
+pub fn event_time(e: &Event) -> i64 {
+    e.last_timestamp
+        .as_ref()
+        .map(|t| t.0.as_millisecond())
+        .or_else(|| e.event_time.as_ref().map(|t| t.0.as_millisecond()))
+        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0.as_millisecond()))
+        .or_else(|| {
+            e.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond())
+        })
+        .unwrap_or(0)
+}
+
 /// One Kubernetes Event row.
 #[derive(Debug, Clone)]
 pub struct EventRow {
@@ -485,7 +569,7 @@ pub struct EventRow {
 impl EventRow {
     /// The row of `e`.
     pub fn new(e: &Event) -> EventRow {
-        let at = crate::cache::event_time(e);
+        let at = event_time(e);
         EventRow {
             id: format!(
                 "e/{}/{}",
@@ -635,6 +719,95 @@ mod tests {
         assert_eq!(t.span, "40s");
         assert_eq!(human_millis(400), "0.4s");
         assert!(reboot.y > image.y && image.y > wipe.y);
+    }
+
+    #[test]
+    fn a_failure_text_wraps_within_the_timeline_and_shows_whole_on_hover() {
+        // The last action fails at the right end of the axis, where its text used to run off
+        // the SVG ("NonZeroExitCode: exit co").
+        let message = "exit code 1: cannot write the image to /dev/sda";
+        let mut w = wf(json!({
+            "state": "Failed",
+            "startedAt": "2026-01-01T00:00:00Z",
+            "actions": [
+                action("wipe", "Succeeded", Some("2026-01-01T00:00:00Z"), Some("2026-01-01T00:00:10Z")),
+                action("image", "Failed", Some("2026-01-01T00:00:10Z"), Some("2026-01-01T00:00:40Z")),
+                action("reboot", "Pending", None, None),
+            ],
+        }));
+        if let Some(s) = w.status.as_mut() {
+            s.actions[1].failure_reason = Some("NonZeroExitCode".into());
+            s.actions[1].failure_message = Some(message.into());
+        }
+        let t = timeline(&w, ts("2026-01-01T01:00:00Z"));
+        let (wipe, image, reboot) = (&t.bars[0], &t.bars[1], &t.bars[2]);
+        let whole = format!("Failed 30s · NonZeroExitCode: {message}");
+        assert_eq!(image.title, whole, "the whole text, on hover");
+        assert_eq!(image.reason, format!("NonZeroExitCode: {message}"));
+        assert!(
+            image.label.len() > 1 && image.label.len() <= LABEL_LINES,
+            "{:?}",
+            image.label
+        );
+        assert_eq!(image.label.concat(), whole, "wrapped, nothing lost");
+        for line in &image.label {
+            let end = image.label_x + line.trim_end().chars().count() as f64 * CHAR_W;
+            assert!(
+                end <= t.width as f64,
+                "{line:?} ends at {end} of {}",
+                t.width
+            );
+        }
+        // The extra lines push the next bar down, and the SVG grows with them.
+        let extra = (image.label.len() as u32 - 1) * t.line;
+        assert_eq!(image.y - wipe.y, ROW);
+        assert_eq!(reboot.y - image.y, ROW + extra);
+        assert_eq!(t.height, 16 + 3 * ROW + extra);
+        assert_eq!(
+            wipe.label,
+            vec![wipe.title.clone()],
+            "a short text is one line"
+        );
+
+        // A text too long for the lines is cut with `…`; the title still has all of it.
+        let long = "x ".repeat(400);
+        if let Some(s) = w.status.as_mut() {
+            s.actions[1].failure_message = Some(long.clone());
+        }
+        let t = timeline(&w, ts("2026-01-01T01:00:00Z"));
+        let image = &t.bars[1];
+        assert_eq!(image.label.len(), LABEL_LINES);
+        assert!(
+            image.label[LABEL_LINES - 1].ends_with('…'),
+            "{:?}",
+            image.label
+        );
+        assert!(image.title.ends_with(long.trim_end()) || image.title.ends_with(&long));
+    }
+
+    #[test]
+    fn wrap_breaks_at_spaces_cuts_long_words_and_marks_what_is_left_out() {
+        assert_eq!(wrap("short", 10, 3), ["short"]);
+        assert_eq!(wrap("", 10, 3), [""]);
+        assert_eq!(wrap("aaa bbb ccc", 7, 3), ["aaa bbb ", "ccc"]);
+        assert_eq!(wrap("aaaaaaaaaaaa", 5, 3), ["aaaaa", "aaaaa", "aa"]);
+        assert_eq!(wrap("aaa bbb ccc ddd", 4, 2), ["aaa ", "bbb…"]);
+        assert_eq!(
+            wrap("éé éé éé", 3, 3),
+            ["éé ", "éé ", "éé"],
+            "characters, not bytes"
+        );
+        for (text, width) in [
+            ("NonZeroExitCode: exit code 1 and more words here", 9),
+            ("a b c d e f g h", 3),
+        ] {
+            let lines = wrap(text, width, 100);
+            assert_eq!(lines.concat(), text);
+            assert!(
+                lines.iter().all(|l| l.trim_end().chars().count() <= width),
+                "{lines:?}"
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,161 @@
+//! What the handlers share ([`AppState`]) and the checks every page makes with it: the caches
+//! have synced, the namespaces the user may list a kind in, the page frame, the user's own
+//! Kubernetes client, and the request metric.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
+use tokio_util::sync::CancellationToken;
+
+use super::error::{PageError, PageResult};
+use crate::access::{Access, Permission, User};
+use crate::cache::Cache;
+use crate::live::{Live, Namespaces, Slots, StreamLimits};
+use crate::metrics::Metrics;
+
+/// The most namespaces checked one by one for a user without cluster-wide access.
+const MAX_NAMESPACE_CHECKS: usize = 256;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    pub(super) inner: Arc<Inner>,
+}
+
+/// The shared parts (the page modules read them directly).
+pub(super) struct Inner {
+    pub(super) cache: Arc<Cache>,
+    pub(super) live: Arc<Live>,
+    pub(super) access: Access,
+    pub(super) metrics: Metrics,
+    pub(super) kube: kube::Config,
+    pub(super) secure_cookies: bool,
+    pub(super) sse: Slots,
+    pub(super) limits: StreamLimits,
+    pub(super) logs: Option<crate::logs::Logs>,
+    pub(super) shutdown: CancellationToken,
+}
+
+/// How the HTTP side behaves.
+#[derive(Clone, Debug)]
+pub struct HttpSettings {
+    /// Whether the session cookie is `Secure` (HTTPS only).
+    pub secure_cookies: bool,
+    /// At most this many live streams at once.
+    pub sse_max_clients: usize,
+    /// At most this many live streams of one user at once.
+    pub sse_max_clients_per_user: usize,
+    /// The live streams' limits.
+    pub limits: StreamLimits,
+    /// Where action output is read, if anywhere.
+    pub logs: Option<crate::logs::Logs>,
+}
+
+impl AppState {
+    /// The state of the routes.
+    pub fn new(
+        cache: Arc<Cache>,
+        live: Arc<Live>,
+        access: Access,
+        metrics: Metrics,
+        kube: kube::Config,
+        settings: HttpSettings,
+        shutdown: CancellationToken,
+    ) -> AppState {
+        AppState {
+            inner: Arc::new(Inner {
+                cache,
+                live,
+                access,
+                metrics,
+                kube,
+                secure_cookies: settings.secure_cookies,
+                sse: Slots::new(settings.sse_max_clients, settings.sse_max_clients_per_user),
+                limits: settings.limits,
+                logs: settings.logs,
+                shutdown,
+            }),
+        }
+    }
+}
+
+impl AppState {
+    pub(super) fn synced(&self) -> Result<(), PageError> {
+        if self.inner.cache.synced() {
+            Ok(())
+        } else {
+            Err(PageError::Unavailable(
+                "the console is still loading Hardware, Workflows, Templates and Events from the Kubernetes API; try again in a moment".into(),
+            ))
+        }
+    }
+
+    /// The namespaces in which `user` may list `resource` (of `group`): all, or those of
+    /// `known` the user may list in; just `filter` when given (403 when not allowed there).
+    pub(super) async fn visible(
+        &self,
+        user: &User,
+        group: &'static str,
+        resource: &'static str,
+        filter: Option<&str>,
+        known: impl IntoIterator<Item = String>,
+    ) -> Result<Namespaces, PageError> {
+        let access = &self.inner.access;
+        let perm = |ns: &str| Permission {
+            verb: "list",
+            group,
+            resource,
+            subresource: "",
+            namespace: ns.to_string(),
+            name: String::new(),
+        };
+        if let Some(ns) = filter {
+            access.authorize(user, &perm(ns)).await?;
+            return Ok(Namespaces::Some([ns.to_string()].into()));
+        }
+        if access.may(user, &perm("")).await? {
+            return Ok(Namespaces::All);
+        }
+        let known: BTreeSet<String> = known.into_iter().collect();
+        let checks = futures::stream::iter(known.into_iter().take(MAX_NAMESPACE_CHECKS))
+            .map(|ns| async move {
+                let ok = access.may(user, &perm(&ns)).await;
+                (ns, ok)
+            })
+            .buffer_unordered(8)
+            .collect::<Vec<_>>()
+            .await;
+        let mut set = HashSet::new();
+        for (ns, ok) in checks {
+            if ok? {
+                set.insert(ns);
+            }
+        }
+        if set.is_empty() {
+            return Err(PageError::Forbidden(format!(
+                "user {:?} may not list {resource} in any namespace: it needs {}",
+                user.name,
+                perm("")
+            )));
+        }
+        Ok(Namespaces::Some(set))
+    }
+
+    pub(super) fn user_client(&self, token: &str) -> Result<kube::Client, PageError> {
+        let mut config = self.inner.kube.clone();
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(token.to_string().into()),
+            ..Default::default()
+        };
+        kube::Client::try_from(config)
+            .map_err(|e| PageError::Unavailable(format!("cannot build a Kubernetes client: {e}")))
+    }
+
+    pub(super) fn done(&self, page: &'static str, r: PageResult) -> Response {
+        let response = r.unwrap_or_else(IntoResponse::into_response);
+        self.inner.metrics.request(page, response.status().as_u16());
+        response
+    }
+}
