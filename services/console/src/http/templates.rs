@@ -1,6 +1,6 @@
 //! The templates pages: the list (`/templates`) and a template's page with its rendered
 //! preview against a machine (`/templates/{ns}/{name}?hardware=&data=`), rendered with the
-//! controller's own code (`tink_controller::render`). [`items`] is pure.
+//! controller's own code (`tink_render`). [`items`] is pure.
 
 use std::sync::Arc;
 
@@ -164,8 +164,8 @@ pub(super) async fn page(
                 Some(hw) => {
                     let mut preview = preview_workflow(&ns, &name, &hardware);
                     preview.spec.template_data = data;
-                    let data = tink_controller::render::template_data(&preview, &hw);
-                    match tink_controller::render::render_actions(&t.spec, &data) {
+                    let data = tink_render::template_data(&preview, &hw);
+                    match tink_render::render_actions(&t.spec, &data) {
                         Ok(actions) => rendered = actions.iter().map(action_item).collect(),
                         Err(e) => {
                             error = format!("the template does not render for {hardware}: {e}")
