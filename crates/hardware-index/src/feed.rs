@@ -74,6 +74,45 @@ pub enum Change<T> {
     Other,
 }
 
+/// Applies the events of a typed Hardware watch to an index, with the same whole-list rule as
+/// [`feed`]: for a caller whose watch stream also goes elsewhere (the controller hands it to a
+/// kube `Controller`, the console to its live view), so it cannot let [`feed`] own the watch.
+/// Call [`Applier::apply`] from the stream's `inspect`, before anything reads the index.
+#[derive(Debug)]
+pub struct Applier<T> {
+    initial: Vec<T>,
+}
+
+impl<T> Default for Applier<T> {
+    fn default() -> Self {
+        Self {
+            initial: Vec::new(),
+        }
+    }
+}
+
+impl<T: FromHardware> Applier<T> {
+    /// Applies one event to `index`; what it did.
+    pub fn apply(&mut self, index: &Index<T>, event: &Event<Hardware>) -> Change<T> {
+        match event {
+            Event::Init => {
+                self.initial.clear();
+                Change::Other
+            }
+            Event::InitApply(hw) => {
+                self.initial.push(T::from_hardware(hw));
+                Change::Other
+            }
+            Event::InitDone => {
+                index.replace(std::mem::take(&mut self.initial));
+                Change::Relisted
+            }
+            Event::Apply(hw) => Change::Applied(index.insert(T::from_hardware(hw))),
+            Event::Delete(hw) => Change::Removed(index.remove(&hw.key())),
+        }
+    }
+}
+
 /// The v1alpha2 Hardware resource, read untyped.
 pub fn hardware_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -198,5 +237,61 @@ pub async fn feed<T: Entry>(
             },
         };
         after_event(&index, change);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn hw(name: &str, mac: &str) -> Hardware {
+        serde_json::from_value(json!({
+            "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"networkInterfaces": {mac: {}}},
+        }))
+        .expect("hardware")
+    }
+
+    #[test]
+    fn a_typed_relist_replaces_the_index_only_when_complete() {
+        let index: Index<Hardware> = Index::default();
+        let mut applier = Applier::default();
+        index.upsert(&hw("gone", "aa:00:00:00:00:09"));
+        applier.apply(&index, &Event::Init);
+        applier.apply(&index, &Event::InitApply(hw("a", "aa:00:00:00:00:01")));
+        // Half a list is not served: the old content stays until the list is complete.
+        assert!(index.contains("ns/gone") && !index.contains("ns/a"));
+        assert!(!index.synced());
+        assert!(matches!(
+            applier.apply(&index, &Event::InitDone),
+            Change::Relisted
+        ));
+        assert!(index.synced() && index.contains("ns/a") && !index.contains("ns/gone"));
+        let applied = applier.apply(&index, &Event::Apply(hw("b", "aa:00:00:00:00:02")));
+        assert!(matches!(applied, Change::Applied(h) if h.key() == "ns/b"));
+        let removed = applier.apply(&index, &Event::Delete(hw("a", "aa:00:00:00:00:01")));
+        assert!(matches!(removed, Change::Removed(Some(h)) if h.key() == "ns/a"));
+        assert_eq!(index.len(), 1);
+    }
+
+    #[test]
+    fn watched_objects_decode_or_say_why() {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+            "metadata": {"name": "m", "namespace": "ns"},
+            "spec": {"networkInterfaces": {"aa:00:00:00:00:01": {}}},
+        }))
+        .expect("object");
+        let hw: Hardware = decode(obj.clone()).expect("valid");
+        assert_eq!(hw.key(), "ns/m");
+        assert_eq!(key_of(&obj).as_deref(), Some("ns/m"));
+        let mut bad = obj;
+        bad.data["spec"] = json!({"networkInterfaces": 3});
+        match decode_hardware(bad) {
+            Err(DecodeError::Invalid(e)) => assert!(e.path.contains("networkInterfaces"), "{e}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -44,7 +44,8 @@ mod interface;
 
 pub use claims::{Claims, IpKey, canonical_mac};
 pub use feed::{
-    Change, DecodeError, FeedEnded, FeedMetrics, decode, decode_hardware, feed, hardware_resource,
+    Applier, Change, DecodeError, FeedEnded, FeedMetrics, decode, decode_hardware, feed,
+    hardware_resource,
 };
 pub use index::{DEFAULT_RESERVATION_TTL, Entry, FromHardware, Index, Lookup, key};
 pub use interface::{Interface, non_empty};
