@@ -131,10 +131,10 @@ fn entry_of<T: Entry>(obj: DynamicObject, metrics: &FeedMetrics) -> Result<T, ()
     let key = key_of(&obj).unwrap_or_default();
     T::decode(obj).map_err(|error| {
         match &error {
-            DecodeError::Encode(_) => {
+            DecodeError::Encode(error) => {
                 tracing::warn!(hardware = %key, %error, "cannot encode Hardware; skipped")
             }
-            DecodeError::Invalid(_) => {
+            DecodeError::Invalid(error) => {
                 tracing::warn!(hardware = %key, %error, "invalid Hardware; not served")
             }
         }
