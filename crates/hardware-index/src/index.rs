@@ -493,14 +493,12 @@ impl<T: Entry> Index<T> {
         let mut inner = self.write();
         let reserved_macs = std::mem::take(&mut inner.reserved_macs);
         let reserved_ips = std::mem::take(&mut inner.reserved_ips);
-        let last_sweep = inner.last_sweep;
         *inner = Inner::default();
         for (key, entry, claims) in fresh {
             inner.insert(key, entry, claims);
         }
         inner.reserved_macs = reserved_macs;
         inner.reserved_ips = reserved_ips;
-        inner.last_sweep = last_sweep;
         drop(inner);
         self.hardware_synced.store(true, Ordering::Release);
     }

@@ -22,6 +22,16 @@
 //! - **Reservations** ([`Index::reserve`]) let an admission count claims the watch has not
 //!   delivered yet; the owner's next watch event or a TTL ends them.
 //!
+//! Who uses it how:
+//!
+//! | service | entry `T` | fed by | reads |
+//! |---|---|---|---|
+//! | Hegel | its `Machine` (meta-data trees, boot) | [`feed`] with OSIEs ([`Index::new`]) | [`Index::by_ip`], [`Index::by_mac`], [`Index::osie`] |
+//! | netboot | its `Machine` (interfaces) | [`feed`] with OSIEs | [`Index::by_mac`] |
+//! | webhook | its claims read from JSON (either version) | [`feed`], no OSIEs | [`Index::mac_owners`], [`Index::ip_owners`], [`Index::reserve`], [`Index::contains`] |
+//! | controller (next) | [`Hardware`] | its own typed watch through an [`Applier`] | [`Index::agent_claimants`], [`Index::get`] |
+//! | console (next) | [`Hardware`] | [`feed`] (its hook gets each [`Change`] for the live view) or an [`Applier`] | [`Index::get`], [`Index::all`], [`Index::by_mac`] |
+//!
 //! ```
 //! use tink_hardware_index::{Index, Lookup};
 //! use tink_api::v1alpha2::Hardware;
