@@ -23,41 +23,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use tink_api::v1alpha2::{Hardware, Ipxe};
+use tink_hardware_index::{Claims, DecodeError, Entry, FromHardware, non_empty};
 
-/// One network interface of a machine.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Interface {
-    /// Lower-case MAC address (the `networkInterfaces` key).
-    pub mac: String,
-    /// `dhcp.ip`, when it parses as an IPv4 address.
-    pub ip: Option<Ipv4Addr>,
-    /// `dhcp.hostname`.
-    pub hostname: Option<String>,
-    /// `dhcp.vlanId`.
-    pub vlan_id: Option<String>,
-    /// `dhcp.netmask`, when it parses as an IPv4 address (the DHCP subnet mask, option 1).
-    pub netmask: Option<Ipv4Addr>,
-    /// `dhcp.gateway`, when it parses as an IPv4 address (the DHCP router, option 3).
-    pub gateway: Option<Ipv4Addr>,
-    /// The IPv4 addresses among `dhcp.nameservers`, in order (DHCP option 6 carries addresses
-    /// only; host names are left out).
-    pub nameservers: Vec<Ipv4Addr>,
-    /// The IPv4 addresses among `dhcp.timeservers`, in order (DHCP option 42).
-    pub timeservers: Vec<Ipv4Addr>,
-    /// `dhcp.leaseTime` in seconds, when `dhcp` is set and the value is positive.
-    pub lease_time: Option<u32>,
-    /// `disableDhcp`.
-    pub disable_dhcp: bool,
-    /// `disableNetboot`.
-    pub disable_netboot: bool,
-}
-
-impl Interface {
-    /// Whether this interface may netboot (`disableDhcp` implies `disableNetboot`).
-    pub fn netboot_allowed(&self) -> bool {
-        !self.disable_dhcp && !self.disable_netboot
-    }
-}
+/// One network interface of a machine (the shared index's view of it).
+pub use tink_hardware_index::Interface;
 
 /// How a machine netboots, from `spec.ipxe` and `spec.osie`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,11 +105,6 @@ struct Legacy {
     plan: Option<String>,
 }
 
-fn non_empty(s: &str) -> Option<String> {
-    let s = s.trim();
-    (!s.is_empty()).then(|| s.to_owned())
-}
-
 impl Legacy {
     fn of(hw: &Hardware) -> Self {
         let annotated = hw
@@ -170,11 +134,6 @@ impl Legacy {
     }
 }
 
-/// The entries of `list` that are IPv4 addresses (host names are skipped).
-fn ipv4s(list: &[String]) -> Vec<Ipv4Addr> {
-    list.iter().filter_map(|s| s.trim().parse().ok()).collect()
-}
-
 /// The `namespace/name` key of a Hardware.
 pub fn key_of(hw: &Hardware) -> String {
     format!(
@@ -191,34 +150,7 @@ impl Machine {
     pub fn from_hardware(hw: &Hardware) -> Self {
         let legacy = Legacy::of(hw);
         let spec = &hw.spec;
-        let interfaces: Vec<Interface> = spec
-            .network_interfaces
-            .iter()
-            .map(|(mac, i)| {
-                let dhcp = i.dhcp.as_ref();
-                Interface {
-                    mac: mac.to_ascii_lowercase(),
-                    ip: dhcp
-                        .and_then(|d| d.ip.as_deref())
-                        .and_then(|ip| ip.trim().parse().ok()),
-                    hostname: dhcp.and_then(|d| d.hostname.as_deref()).and_then(non_empty),
-                    vlan_id: dhcp.and_then(|d| d.vlan_id.as_deref()).and_then(non_empty),
-                    netmask: dhcp
-                        .and_then(|d| d.netmask.as_deref())
-                        .and_then(|m| m.trim().parse().ok()),
-                    gateway: dhcp
-                        .and_then(|d| d.gateway.as_deref())
-                        .and_then(|g| g.trim().parse().ok()),
-                    nameservers: dhcp.map(|d| ipv4s(&d.nameservers)).unwrap_or_default(),
-                    timeservers: dhcp.map(|d| ipv4s(&d.timeservers)).unwrap_or_default(),
-                    lease_time: dhcp
-                        .and_then(|d| u32::try_from(d.lease_time).ok())
-                        .filter(|t| *t > 0),
-                    disable_dhcp: i.disable_dhcp,
-                    disable_netboot: i.disable_netboot,
-                }
-            })
-            .collect();
+        let interfaces = Interface::all_of(hw);
         let instance = spec.instance.as_ref();
         let boot = match (&spec.ipxe, &spec.osie) {
             (
@@ -311,6 +243,28 @@ impl Machine {
     /// Every IP this machine's interfaces have.
     pub fn ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.interfaces.iter().filter_map(|i| i.ip.map(IpAddr::V4))
+    }
+}
+
+/// Hegel's entry in the shared Hardware index: found by the MACs and IPv4 `dhcp.ip`s of its
+/// interfaces, the slot being the interface.
+impl Entry for Machine {
+    fn key(&self) -> String {
+        self.key.clone()
+    }
+
+    fn claims(&self) -> Claims {
+        Claims::of_interfaces(&self.interfaces)
+    }
+
+    fn decode(obj: kube::api::DynamicObject) -> Result<Self, DecodeError> {
+        tink_hardware_index::decode(obj)
+    }
+}
+
+impl FromHardware for Machine {
+    fn from_hardware(hw: &Hardware) -> Self {
+        Machine::from_hardware(hw)
     }
 }
 

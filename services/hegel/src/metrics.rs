@@ -80,6 +80,14 @@ impl Metrics {
         m
     }
 
+    /// The counters the shared index feed moves (the same values as these fields).
+    pub fn feed_metrics(&self) -> tink_hardware_index::FeedMetrics {
+        tink_hardware_index::FeedMetrics {
+            invalid_hardware: self.invalid_hardware.clone(),
+            watch_errors: self.watch_errors.clone(),
+        }
+    }
+
     pub(crate) fn request(&self, endpoint: &'static str, status: u16) {
         self.requests
             .get_or_create(&RequestLabels { endpoint, status })

@@ -6,6 +6,8 @@
 //! `cloudinit`); without them the test says why and passes without crawling.
 
 mod common;
+#[path = "common/server.rs"]
+mod server;
 
 use std::process::Command;
 

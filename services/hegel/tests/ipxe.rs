@@ -2,6 +2,8 @@
 //! overrides, and no script for machines that may not netboot.
 
 mod common;
+#[path = "common/server.rs"]
+mod server;
 
 use common::Env;
 use pretty_assertions::assert_eq;

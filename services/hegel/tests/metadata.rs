@@ -1,6 +1,8 @@
 //! The EC2 metadata endpoints against kube-lite, each machine known by its source address.
 
 mod common;
+#[path = "common/server.rs"]
+mod server;
 
 use std::time::{Duration, Instant};
 

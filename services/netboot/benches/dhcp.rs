@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dhcproto::v4::{Architecture, DhcpOption, MessageType};
-use hegel::index::Index;
-use hegel::machine::Machine;
 use serde_json::json;
 use tink_api::v1alpha2::Hardware;
 use tink_netboot::dhcp::{self, BootFiles, DhcpConfig, DhcpMode, Responder};
+use tink_netboot::index::Index;
+use tink_netboot::machine::Machine;
 use tink_netboot::server;
 use tokio_util::sync::CancellationToken;
 

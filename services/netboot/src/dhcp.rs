@@ -24,8 +24,9 @@ use dhcproto::v4::{
     self, DhcpOption, DhcpOptions, Flags, HType, Message, MessageType, Opcode, OptionCode,
 };
 use dhcproto::{Decodable as _, Decoder, Encodable as _, Encoder};
-use hegel::index::Lookup;
-use hegel::machine::Interface;
+
+use crate::index::Lookup;
+use crate::machine::Interface;
 
 /// The BOOTP/DHCP server port.
 pub const SERVER_PORT: u16 = 67;
@@ -692,7 +693,7 @@ pub use v4::Architecture;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hegel::machine::Machine;
+    use crate::machine::Machine;
     use serde_json::json;
     use std::sync::Arc;
     use tink_api::v1alpha2::Hardware;

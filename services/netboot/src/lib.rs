@@ -2,8 +2,9 @@
 //! TFTP server and an HTTP file server that together bring a machine from its PXE firmware to
 //! iPXE and on to Hegel's iPXE script (DESIGN.md section 4).
 //!
-//! DHCP answers from the same watch-fed Hardware index as Hegel ([`hegel::index`]): a MAC is
-//! looked up in memory, never in the API server. See services/netboot/README.md.
+//! DHCP answers from the shared watch-fed Hardware index ([`index`], on
+//! [`tink_hardware_index`], the one Hegel reads too): a MAC is looked up in memory, never in
+//! the API server. See services/netboot/README.md.
 //!
 //! ```no_run
 //! # async fn example(client: kube::Client) -> anyhow::Result<()> {
@@ -26,6 +27,8 @@
 pub mod dhcp;
 pub mod files;
 pub mod http;
+pub mod index;
+pub mod machine;
 mod metrics;
 pub mod server;
 pub mod tftp;
@@ -34,15 +37,15 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hegel::index::Index;
 use tink_runtime::Health;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio_util::sync::CancellationToken;
 
-pub use metrics::Metrics;
+pub use metrics::{IndexMetrics, Metrics};
 
 use crate::dhcp::{BootFiles, DEFAULT_LEASE_SECONDS, DhcpConfig, DhcpMode};
 use crate::files::Root;
+use crate::index::Index;
 use crate::tftp::TftpConfig;
 
 /// The DHCP server's settings.
@@ -228,7 +231,7 @@ impl Bound {
         client: kube::Client,
         health: Health,
         metrics: Metrics,
-        index_metrics: hegel::Metrics,
+        index_metrics: IndexMetrics,
         shutdown: CancellationToken,
     ) -> Result<(), Error> {
         health.set_ready(false);
@@ -240,7 +243,7 @@ impl Bound {
             let (index, tasks, health) = (index.clone(), tasks.clone(), health.clone());
             let namespace = config.namespace.clone();
             set.spawn(async move {
-                hegel::index::feed(
+                crate::index::feed(
                     client,
                     namespace,
                     index,

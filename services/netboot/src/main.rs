@@ -201,7 +201,8 @@ async fn main() -> anyhow::Result<()> {
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = tink_netboot::Metrics::register(&mut registry);
     // The Hardware index's own metrics (indexed Hardware, watch errors), as Hegel's.
-    let index_metrics = hegel::Metrics::register(registry.sub_registry_with_prefix("netboot"));
+    let index_metrics =
+        tink_netboot::IndexMetrics::register(registry.sub_registry_with_prefix("netboot"));
     let admin = tink_runtime::AdminServer::start(&args.admin, &health, registry, &shutdown).await?;
 
     let result = bound

@@ -3,12 +3,12 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use hegel::index::Index;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
 use crate::dhcp::{self, Ignored, Responder};
+use crate::index::Index;
 use crate::metrics::Metrics;
 
 /// Why a socket could not be set up.

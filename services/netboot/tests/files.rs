@@ -55,7 +55,7 @@ async fn start_with(
         env.client.clone(),
         health.clone(),
         metrics.clone(),
-        hegel::Metrics::default(),
+        tink_netboot::IndexMetrics::default(),
         shutdown.clone(),
     ));
     within("netboot to become ready", async {

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use common::{Env, eventually, within};
 use dhcproto::v4::{Architecture, DhcpOption, Message, MessageType, OptionCode};
-use hegel::index::Index;
 use serde_json::json;
 use tink_netboot::dhcp::{self, BootFiles, DhcpConfig, DhcpMode, Ignored, Reply, Responder};
+use tink_netboot::index::Index;
 use tokio_util::sync::CancellationToken;
 
 const SERVER: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
@@ -68,12 +68,12 @@ async fn answers_come_from_the_watched_hardware() {
     let index = Arc::new(Index::new(osies));
     let health = tink_runtime::Health::new();
     let stop = CancellationToken::new();
-    let feed = tokio::spawn(hegel::index::feed(
+    let feed = tokio::spawn(tink_netboot::index::feed(
         env.client.clone(),
         None,
         index.clone(),
         writer,
-        hegel::Metrics::default(),
+        tink_netboot::IndexMetrics::default(),
         health.clone(),
         stop.clone(),
     ));

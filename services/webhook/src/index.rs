@@ -1,8 +1,9 @@
-//! The in-memory index the admission checks read: every Hardware's MACs and DHCP IPs (keyed by
-//! value, so a uniqueness check is one hash lookup whatever the number of Hardware) and the
-//! names of Hardware and Templates (so a Workflow's references are checked without a request to
-//! the API server). It is fed by two kube-runtime watchers ([`feed`]), which relist after a
-//! broken watch and replace the index content at the end of each list.
+//! The in-memory index the admission checks read: every Hardware's MACs and DHCP IPs (the
+//! shared watched Hardware index, [`tink_hardware_index`], keyed by value, so a uniqueness
+//! check is one hash lookup whatever the number of Hardware) and the names of Hardware and
+//! Templates (so a Workflow's references are checked without a request to the API server). It
+//! is fed by two kube-runtime watchers ([`feed`]), which relist after a broken watch and
+//! replace the index content at the end of each list.
 //!
 //! Reservations close most of the gap between an admission and the watch event of the object
 //! it admitted: an allowed create or update reserves its new MACs and IPs for a short time
@@ -11,20 +12,23 @@
 //! still both accept them (admission webhooks cannot lock the store); the controller and
 //! netboot treat a MAC claimed twice as a conflict.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt as _;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
+use tink_hardware_index::{DecodeError, Entry, FeedMetrics, IpKey};
 use tink_runtime::Health;
 use tokio_util::sync::CancellationToken;
 
+use crate::identities::identities;
 use crate::metrics::Metrics;
-use crate::validate::hardware::identities;
+
+pub use tink_hardware_index::FeedEnded;
 
 /// What one Hardware claims.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,98 +47,62 @@ impl Claims {
     }
 }
 
+/// The webhook's entry in the shared index: a Hardware (`namespace/name`) and its claims.
+#[derive(Debug)]
+struct Claimed {
+    key: Arc<str>,
+    claims: Claims,
+}
+
+impl Entry for Claimed {
+    fn key(&self) -> String {
+        self.key.to_string()
+    }
+
+    fn claims(&self) -> tink_hardware_index::Claims {
+        let c = &self.claims;
+        tink_hardware_index::Claims {
+            macs: c.macs.iter().cloned().zip(0..).collect(),
+            ips: c.ips.iter().map(|ip| IpKey::parse(ip)).zip(0..).collect(),
+            agent_ids: Vec::new(),
+        }
+    }
+
+    /// Read untyped, from `spec` as v1alpha2 (what the API server stores): one malformed
+    /// object cannot stop the watch, and whatever it claims still counts.
+    fn decode(obj: DynamicObject) -> Result<Self, DecodeError> {
+        let key = key_of(&obj).ok_or_else(|| {
+            DecodeError::Invalid(tink_api::ParseError {
+                path: "metadata.name".into(),
+                message: "missing".into(),
+            })
+        })?;
+        let spec = obj.data.get("spec").cloned().unwrap_or(Value::Null);
+        let value =
+            serde_json::json!({"apiVersion": tink_api::v1alpha2::API_VERSION, "spec": spec});
+        Ok(Self {
+            key,
+            claims: Claims::of(&value),
+        })
+    }
+}
+
 #[derive(Debug, Default)]
-struct Inner {
-    hardware: HashMap<Arc<str>, Claims>,
-    macs: HashMap<String, Vec<Arc<str>>>,
-    ips: HashMap<String, Vec<Arc<str>>>,
-    reserved_macs: HashMap<String, (Arc<str>, Instant)>,
-    reserved_ips: HashMap<String, (Arc<str>, Instant)>,
-    templates: HashSet<Arc<str>>,
-    hardware_synced: bool,
-    templates_synced: bool,
-    /// When expired reservations were last dropped.
-    last_sweep: Option<Instant>,
-}
-
-fn add(map: &mut HashMap<String, Vec<Arc<str>>>, value: &str, owner: &Arc<str>) {
-    let owners = map.entry(value.to_string()).or_default();
-    if !owners.contains(owner) {
-        owners.push(owner.clone());
-    }
-}
-
-fn drop_owner(map: &mut HashMap<String, Vec<Arc<str>>>, value: &str, owner: &str) {
-    if let Some(owners) = map.get_mut(value) {
-        owners.retain(|o| &**o != owner);
-        if owners.is_empty() {
-            map.remove(value);
-        }
-    }
-}
-
-fn owners_of(
-    map: &HashMap<String, Vec<Arc<str>>>,
-    reserved: &HashMap<String, (Arc<str>, Instant)>,
-    value: &str,
-    except: &str,
-    now: Instant,
-) -> Vec<String> {
-    let mut out: Vec<String> = map
-        .get(value)
-        .into_iter()
-        .flatten()
-        .filter(|o| &***o != except)
-        .map(|o| o.to_string())
-        .collect();
-    if let Some((owner, until)) = reserved.get(value)
-        && &**owner != except
-        && *until > now
-        && !out.iter().any(|o| o == &**owner)
-    {
-        out.push(owner.to_string());
-    }
-    out.sort();
-    out
-}
-
-impl Inner {
-    fn remove(&mut self, key: &str) {
-        if let Some(old) = self.hardware.remove(key) {
-            for m in &old.macs {
-                drop_owner(&mut self.macs, m, key);
-            }
-            for ip in &old.ips {
-                drop_owner(&mut self.ips, ip, key);
-            }
-        }
-    }
-
-    fn upsert(&mut self, key: Arc<str>, claims: Claims) {
-        self.remove(&key);
-        // The watch event of an admitted object replaces its reservations.
-        self.reserved_macs.retain(|_, (o, _)| *o != key);
-        self.reserved_ips.retain(|_, (o, _)| *o != key);
-        for m in &claims.macs {
-            add(&mut self.macs, m, &key);
-        }
-        for ip in &claims.ips {
-            add(&mut self.ips, ip, &key);
-        }
-        self.hardware.insert(key, claims);
-    }
+struct Templates {
+    names: HashSet<Arc<str>>,
+    synced: bool,
 }
 
 /// The index; share it in an `Arc`.
 #[derive(Debug)]
 pub struct Index {
-    inner: RwLock<Inner>,
-    reservation_ttl: Duration,
+    hardware: Arc<tink_hardware_index::Index<Claimed>>,
+    templates: RwLock<Templates>,
 }
 
 impl Default for Index {
     fn default() -> Self {
-        Self::new(Duration::from_secs(30))
+        Self::new(tink_hardware_index::DEFAULT_RESERVATION_TTL)
     }
 }
 
@@ -142,171 +110,119 @@ impl Index {
     /// An empty, unsynced index whose reservations last `reservation_ttl`.
     pub fn new(reservation_ttl: Duration) -> Self {
         Self {
-            inner: RwLock::default(),
-            reservation_ttl,
+            hardware: Arc::new(
+                tink_hardware_index::Index::default().with_reservation_ttl(reservation_ttl),
+            ),
+            templates: RwLock::default(),
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
-        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    fn templates(&self) -> std::sync::RwLockReadGuard<'_, Templates> {
+        self.templates.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
-        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    fn templates_mut(&self) -> std::sync::RwLockWriteGuard<'_, Templates> {
+        self.templates.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Adds or replaces a Hardware (`namespace/name`) from its object (either version).
     pub fn upsert_hardware(&self, key: &str, obj: &Value) {
-        let claims = Claims::of(obj);
-        self.write().upsert(Arc::from(key), claims);
+        self.hardware.insert(Claimed {
+            key: Arc::from(key),
+            claims: Claims::of(obj),
+        });
     }
 
     /// Removes a Hardware.
     pub fn remove_hardware(&self, key: &str) {
-        self.write().remove(key);
+        self.hardware.remove(key);
     }
 
-    /// Replaces every Hardware (the end of a list) and marks the Hardware synced.
+    /// Replaces every Hardware (the end of a list) and marks the Hardware synced; reservations
+    /// and Templates stay.
+    #[cfg(test)]
     fn replace_hardware(&self, all: Vec<(Arc<str>, Claims)>) {
-        let mut inner = self.write();
-        let reserved_macs = std::mem::take(&mut inner.reserved_macs);
-        let reserved_ips = std::mem::take(&mut inner.reserved_ips);
-        let templates = std::mem::take(&mut inner.templates);
-        let templates_synced = inner.templates_synced;
-        *inner = Inner {
-            reserved_macs,
-            reserved_ips,
-            templates,
-            templates_synced,
-            hardware_synced: true,
-            ..Inner::default()
-        };
-        for (key, claims) in all {
-            inner.upsert(key, claims);
-        }
+        self.hardware.replace(
+            all.into_iter()
+                .map(|(key, claims)| Claimed { key, claims })
+                .collect(),
+        );
     }
 
     /// Marks the Hardware synced without a list (tests and benchmarks that fill the index
     /// themselves).
     pub fn mark_synced(&self) {
-        let mut inner = self.write();
-        inner.hardware_synced = true;
-        inner.templates_synced = true;
+        self.hardware.mark_synced();
+        self.templates_mut().synced = true;
     }
 
     /// Adds a Template name.
     pub fn add_template(&self, key: &str) {
-        self.write().templates.insert(Arc::from(key));
+        self.templates_mut().names.insert(Arc::from(key));
     }
 
     fn remove_template(&self, key: &str) {
-        self.write().templates.remove(key);
+        self.templates_mut().names.remove(key);
     }
 
     fn replace_templates(&self, all: HashSet<Arc<str>>) {
-        let mut inner = self.write();
-        inner.templates = all;
-        inner.templates_synced = true;
+        let mut t = self.templates_mut();
+        t.names = all;
+        t.synced = true;
     }
 
     /// Whether both watches have listed once.
     pub fn synced(&self) -> bool {
-        let inner = self.read();
-        inner.hardware_synced && inner.templates_synced
+        self.hardware.hardware_synced() && self.templates().synced
     }
 
     /// Whether the Hardware watch has listed once.
     pub fn hardware_synced(&self) -> bool {
-        self.read().hardware_synced
+        self.hardware.hardware_synced()
     }
 
     /// Other Hardware (`namespace/name`, sorted) claiming `mac` (lower-case), reservations
     /// included.
     pub fn mac_owners(&self, mac: &str, except: &str) -> Vec<String> {
-        let inner = self.read();
-        owners_of(
-            &inner.macs,
-            &inner.reserved_macs,
-            mac,
-            except,
-            Instant::now(),
-        )
+        self.hardware.mac_owners(mac, except)
     }
 
     /// Other Hardware claiming the DHCP IP `ip`, reservations included.
     pub fn ip_owners(&self, ip: &str, except: &str) -> Vec<String> {
-        let inner = self.read();
-        owners_of(&inner.ips, &inner.reserved_ips, ip, except, Instant::now())
+        self.hardware.ip_owners(&IpKey::parse(ip), except)
     }
 
     /// Whether the Hardware `namespace/name` exists.
     pub fn has_hardware(&self, key: &str) -> bool {
-        self.read().hardware.contains_key(key)
+        self.hardware.contains(key)
     }
 
     /// Whether the Template `namespace/name` exists.
     pub fn has_template(&self, key: &str) -> bool {
-        self.read().templates.contains(key)
+        self.templates().names.contains(key)
     }
 
     /// The number of Hardware and Templates.
     pub fn len(&self) -> (usize, usize) {
-        let inner = self.read();
-        (inner.hardware.len(), inner.templates.len())
+        (self.hardware.len(), self.templates().names.len())
     }
 
     /// Whether no Hardware is indexed.
     pub fn is_empty(&self) -> bool {
-        self.read().hardware.is_empty()
+        self.hardware.is_empty()
     }
 
     /// Reserves MACs and IPs for `key` until its watch event arrives or the TTL passes.
     pub fn reserve(&self, key: &str, macs: &[String], ips: &[String]) {
-        if macs.is_empty() && ips.is_empty() {
-            return;
-        }
-        let owner: Arc<str> = Arc::from(key);
-        let now = Instant::now();
-        let until = now + self.reservation_ttl;
-        let mut inner = self.write();
-        // Drop expired reservations at most once a second (amortized O(1) per admission).
-        let due = inner
-            .last_sweep
-            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1));
-        if due && inner.reserved_macs.len() + inner.reserved_ips.len() > 1024 {
-            inner.reserved_macs.retain(|_, (_, t)| *t > now);
-            inner.reserved_ips.retain(|_, (_, t)| *t > now);
-            inner.last_sweep = Some(now);
-        }
-        for m in macs {
-            inner
-                .reserved_macs
-                .insert(m.clone(), (owner.clone(), until));
-        }
-        for ip in ips {
-            inner
-                .reserved_ips
-                .insert(ip.clone(), (owner.clone(), until));
-        }
+        let ips: Vec<IpKey> = ips.iter().map(|ip| IpKey::parse(ip)).collect();
+        self.hardware.reserve(key, macs, &ips);
     }
 }
-
-/// Why the index feed stopped.
-#[derive(Debug, thiserror::Error)]
-#[error("the {0} watch ended")]
-pub struct FeedEnded(&'static str);
 
 fn key_of(obj: &DynamicObject) -> Option<Arc<str>> {
     let name = obj.metadata.name.as_deref()?;
     let ns = obj.metadata.namespace.as_deref().unwrap_or_default();
     Some(Arc::from(format!("{ns}/{name}")))
-}
-
-fn hardware_claims(obj: &DynamicObject) -> Option<(Arc<str>, Claims)> {
-    let key = key_of(obj)?;
-    let spec = obj.data.get("spec").cloned().unwrap_or(Value::Null);
-    let value = serde_json::json!({"apiVersion": tink_api::v1alpha2::API_VERSION, "spec": spec});
-    Some((key, Claims::of(&value)))
 }
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
@@ -316,10 +232,11 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
     )
 }
 
-/// Watches Hardware and Templates (v1alpha2, all namespaces) into `index` until `shutdown`,
-/// turning `health` ready once both have listed. Objects are read untyped, so one malformed
-/// object cannot stop the watch. Errors are retried with back-off; the stream ending is an
-/// error (a dead feed must end the process, not serve a stale index forever).
+/// Watches Hardware (the shared index's feed) and Templates (v1alpha2, all namespaces) into
+/// `index` until `shutdown`, turning `health` ready once both have listed. Objects are read
+/// untyped, so one malformed object cannot stop the watch. Errors are retried with back-off;
+/// the stream ending is an error (a dead feed must end the process, not serve a stale index
+/// forever).
 pub async fn feed(
     client: kube::Client,
     index: Arc<Index>,
@@ -327,39 +244,56 @@ pub async fn feed(
     health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), FeedEnded> {
-    let hw_api: Api<DynamicObject> =
-        Api::all_with(client.clone(), &resource("Hardware", "hardware"));
+    let report = {
+        let (index, metrics) = (index.clone(), metrics.clone());
+        move || {
+            let (hw, tpl) = index.len();
+            metrics.set_indexed("Hardware", hw);
+            metrics.set_indexed("Template", tpl);
+            if index.synced() {
+                health.set_ready(true);
+            }
+        }
+    };
+    let counters = FeedMetrics {
+        // Never moves: the claims of any object are read, valid or not.
+        invalid_hardware: Default::default(),
+        watch_errors: metrics.watch_errors.clone(),
+    };
+    let hardware = {
+        let report = report.clone();
+        tink_hardware_index::feed(
+            client.clone(),
+            None,
+            index.hardware.clone(),
+            None,
+            counters,
+            move |_, _| report(),
+            shutdown.clone(),
+        )
+    };
+    tokio::select! {
+        r = hardware => r,
+        r = templates(client, &index, &metrics, report, shutdown) => r,
+    }
+}
+
+/// The Template names' watch, until `shutdown`.
+async fn templates(
+    client: kube::Client,
+    index: &Index,
+    metrics: &Metrics,
+    report: impl Fn(),
+    shutdown: CancellationToken,
+) -> Result<(), FeedEnded> {
     let tpl_api: Api<DynamicObject> = Api::all_with(client, &resource("Template", "templates"));
-    let mut hardware = watcher(hw_api).boxed();
-    let mut templates = watcher(tpl_api).boxed();
-    let mut hw_init: Vec<(Arc<str>, Claims)> = Vec::new();
+    let mut templates = watcher::watcher(tpl_api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
     let mut tpl_init: HashSet<Arc<str>> = HashSet::new();
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
-            event = hardware.next() => match event {
-                None => return Err(FeedEnded("Hardware")),
-                Some(Err(error)) => {
-                    metrics.watch_errors.inc();
-                    tracing::warn!(%error, "Hardware watch error; retrying");
-                }
-                Some(Ok(Event::Init)) => hw_init.clear(),
-                Some(Ok(Event::InitApply(obj))) => hw_init.extend(hardware_claims(&obj)),
-                Some(Ok(Event::InitDone)) => {
-                    index.replace_hardware(std::mem::take(&mut hw_init));
-                    tracing::info!(hardware = index.len().0, "Hardware index synced");
-                }
-                Some(Ok(Event::Apply(obj))) => {
-                    if let Some((key, claims)) = hardware_claims(&obj) {
-                        index.write().upsert(key, claims);
-                    }
-                }
-                Some(Ok(Event::Delete(obj))) => {
-                    if let Some(key) = key_of(&obj) {
-                        index.remove_hardware(&key);
-                    }
-                }
-            },
             event = templates.next() => match event {
                 None => return Err(FeedEnded("Template")),
                 Some(Err(error)) => {
@@ -381,19 +315,8 @@ pub async fn feed(
                 }
             },
         }
-        let (hw, tpl) = index.len();
-        metrics.set_indexed("Hardware", hw);
-        metrics.set_indexed("Template", tpl);
-        if index.synced() {
-            health.set_ready(true);
-        }
+        report();
     }
-}
-
-fn watcher(
-    api: Api<DynamicObject>,
-) -> impl futures::Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send {
-    watcher::watcher(api, watcher::Config::default()).default_backoff()
 }
 
 #[cfg(test)]

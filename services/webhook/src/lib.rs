@@ -29,6 +29,7 @@
 pub mod admission;
 mod certs;
 pub mod conversion;
+pub mod identities;
 pub mod index;
 mod metrics;
 pub mod serve;

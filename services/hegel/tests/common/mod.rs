@@ -1,5 +1,7 @@
-//! kube-lite with the tinkerbell CRDs, Hegel running in this process, and an HTTP client whose
-//! source address is chosen per request (127.0.0.x addresses stand for different machines).
+//! kube-lite with the tinkerbell CRDs and an HTTP client whose source address is chosen per
+//! request (127.0.0.x addresses stand for different machines). Nothing here uses the hegel
+//! crate: netboot's tests include this file too. Hegel running in this process is
+//! `server.rs` beside it, which Hegel's own tests declare.
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -14,7 +16,6 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tink_api::v1alpha2::{Hardware, Osie};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio_util::sync::CancellationToken;
 
 pub const NS: &str = "machines";
 /// Where the controller keeps the copies of agent secrets (Hegel's default).
@@ -119,43 +120,10 @@ fn parse_reply(raw: &[u8]) -> Reply {
     }
 }
 
-/// Hegel running in this process.
-pub struct Hegel {
-    pub addr: SocketAddr,
-    pub metrics: hegel::Metrics,
-    pub health: tink_runtime::Health,
-    pub shutdown: CancellationToken,
-    pub task: tokio::task::JoinHandle<Result<(), hegel::Error>>,
-}
-
-impl Hegel {
-    pub async fn get(&self, from: &str, path: &str) -> Reply {
-        get_from(self.addr, from, path, &[]).await
-    }
-
-    pub async fn get_with(&self, from: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
-        get_from(self.addr, from, path, headers).await
-    }
-
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        within("hegel to stop", self.task)
-            .await
-            .expect("no panic")
-            .expect("clean shutdown");
-    }
-}
-
 pub struct Env {
     pub kube: kube_lite::RunningServer,
     pub client: kube::Client,
     pub dir: tempfile::TempDir,
-}
-
-pub fn ipxe_config() -> hegel::IpxeConfig {
-    let mut c = hegel::IpxeConfig::new("127.0.0.1:42113");
-    c.syslog_host = Some("127.0.0.1".into());
-    c
 }
 
 impl Env {
@@ -234,47 +202,6 @@ impl Env {
             .create(&PostParams::default(), &osie)
             .await
             .expect("create OSIE");
-    }
-
-    /// Hegel on 127.0.0.1, ready (Hardware and OSIEs listed).
-    pub async fn hegel(&self, configure: impl FnOnce(&mut hegel::HegelConfig)) -> Hegel {
-        self.hegel_at("127.0.0.1:0", configure).await
-    }
-
-    /// Hegel listening on `bind`, ready.
-    pub async fn hegel_at(
-        &self,
-        bind: &str,
-        configure: impl FnOnce(&mut hegel::HegelConfig),
-    ) -> Hegel {
-        let listener = tokio::net::TcpListener::bind(bind).await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let mut config = hegel::HegelConfig::new(addr, ipxe_config());
-        configure(&mut config);
-        let health = tink_runtime::Health::new();
-        let metrics = hegel::Metrics::default();
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(hegel::run_on(
-            listener,
-            config,
-            self.client.clone(),
-            health.clone(),
-            metrics.clone(),
-            shutdown.clone(),
-        ));
-        within("hegel to become ready", async {
-            while !health.is_ready() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
-        Hegel {
-            addr,
-            metrics,
-            health,
-            shutdown,
-            task,
-        }
     }
 
     pub async fn stop(self) {

@@ -4,10 +4,10 @@
 
 use std::sync::{Arc, OnceLock};
 
-use hegel::index::Lookup;
-use hegel::machine::Machine;
 use libfuzzer_sys::fuzz_target;
 use tink_netboot::dhcp::{BootFiles, DhcpConfig, DhcpMode, Responder};
+use tink_netboot::index::Lookup;
+use tink_netboot::machine::Machine;
 
 fn machine() -> &'static Arc<Machine> {
     static M: OnceLock<Arc<Machine>> = OnceLock::new();

@@ -4,98 +4,13 @@
 //! webhook existed does not block unrelated edits.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::LazyLock;
 
 use regex::Regex;
-use serde_json::Value;
 
 use super::{Operation, Reason, Request, Verdict, is_v1alpha1};
+pub use crate::identities::{Ident, Identities, identities};
 use crate::index::Index;
-
-/// A MAC or IP and the field it came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ident {
-    /// Lower-case MAC, or the IP in canonical form when it parses.
-    pub value: String,
-    /// The value as written.
-    pub raw: String,
-    /// Its field path.
-    pub field: String,
-}
-
-/// The MACs and DHCP IPs of a Hardware, in field order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Identities {
-    /// MACs.
-    pub macs: Vec<Ident>,
-    /// DHCP IPs.
-    pub ips: Vec<Ident>,
-}
-
-fn ip_key(ip: &str) -> String {
-    ip.trim()
-        .parse::<IpAddr>()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| ip.trim().to_string())
-}
-
-/// Reads the MACs and IPs of a Hardware of either version from its JSON:
-/// v1alpha2 `spec.networkInterfaces[MAC].dhcp.ip`, v1alpha1 `spec.interfaces[i].dhcp.mac` and
-/// `spec.interfaces[i].dhcp.ip.address`.
-pub fn identities(obj: &Value) -> Identities {
-    let mut out = Identities::default();
-    let spec = obj.get("spec");
-    if is_v1alpha1(obj) {
-        let ifaces = spec
-            .and_then(|s| s.get("interfaces"))
-            .and_then(Value::as_array);
-        for (i, iface) in ifaces.into_iter().flatten().enumerate() {
-            let dhcp = iface.get("dhcp");
-            if let Some(mac) = dhcp.and_then(|d| d.get("mac")).and_then(Value::as_str)
-                && !mac.is_empty()
-            {
-                out.macs.push(Ident {
-                    value: mac.to_ascii_lowercase(),
-                    raw: mac.to_string(),
-                    field: format!("spec.interfaces[{i}].dhcp.mac"),
-                });
-            }
-            if let Some(ip) = dhcp
-                .and_then(|d| d.pointer("/ip/address"))
-                .and_then(Value::as_str)
-                && !ip.is_empty()
-            {
-                out.ips.push(Ident {
-                    value: ip_key(ip),
-                    raw: ip.to_string(),
-                    field: format!("spec.interfaces[{i}].dhcp.ip.address"),
-                });
-            }
-        }
-    } else {
-        let ifaces = spec
-            .and_then(|s| s.get("networkInterfaces"))
-            .and_then(Value::as_object);
-        for (mac, iface) in ifaces.into_iter().flatten() {
-            out.macs.push(Ident {
-                value: mac.to_ascii_lowercase(),
-                raw: mac.clone(),
-                field: format!("spec.networkInterfaces[{mac}]"),
-            });
-            if let Some(ip) = iface.pointer("/dhcp/ip").and_then(Value::as_str)
-                && !ip.is_empty()
-            {
-                out.ips.push(Ident {
-                    value: ip_key(ip),
-                    raw: ip.to_string(),
-                    field: format!("spec.networkInterfaces[{mac}].dhcp.ip"),
-                });
-            }
-        }
-    }
-    out
-}
 
 static MAC: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$").unwrap_or_else(|e| panic!("MAC: {e}"))
@@ -226,7 +141,7 @@ pub fn validate(req: &Request<'_>, index: &Index, v: &mut Verdict) -> Result<New
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn v2(ifaces: Value) -> Value {
         json!({"apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",

@@ -14,6 +14,8 @@ pub mod workflow;
 
 use serde_json::Value;
 
+pub use crate::identities::is_v1alpha1;
+
 /// Why a field was refused (the `reason` of a Kubernetes `StatusCause`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
@@ -112,11 +114,6 @@ impl Request<'_> {
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
-}
-
-/// Whether `obj` is a v1alpha1 object (else it is treated as v1alpha2).
-pub fn is_v1alpha1(obj: &Value) -> bool {
-    obj.get("apiVersion").and_then(Value::as_str) == Some(tink_api::v1alpha1::API_VERSION)
 }
 
 /// Converts `obj` to v1alpha2 with crates/api's conversion when it is v1alpha1.

@@ -1,0 +1,82 @@
+//! What netboot knows about one machine: its interfaces as DHCP reads them, computed once per
+//! Hardware change ([`Interface::all_of`]), never per packet.
+
+use tink_api::v1alpha2::Hardware;
+use tink_hardware_index::{Claims, DecodeError, Entry, FromHardware};
+
+pub use tink_hardware_index::Interface;
+
+/// Everything netboot answers about one Hardware.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// `namespace/name`.
+    pub key: String,
+    /// Its interfaces, in `spec.networkInterfaces` key order.
+    pub interfaces: Vec<Interface>,
+}
+
+impl Machine {
+    /// The machine of `hw`.
+    pub fn from_hardware(hw: &Hardware) -> Self {
+        Self {
+            key: tink_hardware_index::key(
+                hw.metadata.namespace.as_deref().unwrap_or_default(),
+                hw.metadata.name.as_deref().unwrap_or_default(),
+            ),
+            interfaces: Interface::all_of(hw),
+        }
+    }
+
+    /// Interface `index` (as returned by a lookup).
+    pub fn interface(&self, index: usize) -> Option<&Interface> {
+        self.interfaces.get(index)
+    }
+}
+
+/// Netboot's entry in the shared Hardware index: found by the MACs (and IPv4 `dhcp.ip`s) of
+/// its interfaces, the slot being the interface.
+impl Entry for Machine {
+    fn key(&self) -> String {
+        self.key.clone()
+    }
+
+    fn claims(&self) -> Claims {
+        Claims::of_interfaces(&self.interfaces)
+    }
+
+    fn decode(obj: kube::api::DynamicObject) -> Result<Self, DecodeError> {
+        tink_hardware_index::decode(obj)
+    }
+}
+
+impl FromHardware for Machine {
+    fn from_hardware(hw: &Hardware) -> Self {
+        Machine::from_hardware(hw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn interfaces_and_claims_follow_the_hardware() {
+        let hw: Hardware = serde_json::from_value(json!({
+            "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+            "metadata": {"name": "m1", "namespace": "ns"},
+            "spec": {"networkInterfaces": {
+                "02:00:00:00:00:01": {"dhcp": {"ip": "10.0.0.1"}},
+                "02:00:00:00:00:02": {"disableDhcp": true}
+            }},
+        }))
+        .expect("hardware");
+        let m = Machine::from_hardware(&hw);
+        assert_eq!(m.key, "ns/m1");
+        assert!(m.interface(1).is_some_and(|i| i.disable_dhcp));
+        assert!(m.interface(2).is_none());
+        let c = m.claims();
+        assert_eq!(c.macs.len(), 2);
+        assert_eq!(c.ips.len(), 1);
+    }
+}
