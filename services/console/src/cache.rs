@@ -1,7 +1,9 @@
-//! The console's read side: kube-runtime reflectors (watch-fed stores) of Hardware, Workflows,
-//! Templates and Kubernetes Events, an index of each machine's Workflows, and a bounded memory
-//! of deleted Workflows (a canceled Workflow disappears once the controller releases it; its
-//! page still shows how it ended). No page view lists anything from the API server.
+//! The console's read side: the shared Hardware index ([`tink_hardware_index::Index`], fed from
+//! the console's own typed watch through an [`Applier`]), kube-runtime reflectors (watch-fed
+//! stores) of Workflows, Templates and Kubernetes Events, an index of each machine's Workflows,
+//! and a bounded memory of deleted Workflows (a canceled Workflow disappears once the controller
+//! releases it; its page still shows how it ended). No page view lists anything from the API
+//! server.
 //!
 //! Every change a watch delivers is applied here, then handed on as a [`Change`] to whoever
 //! runs the watches ([`watch`]'s `changed`): the console's `feed::Feed`, the one
@@ -19,6 +21,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Resource, ResourceExt as _};
 use tink_api::v1alpha2::{Hardware, Template, Workflow};
+use tink_hardware_index::{Applier, Index};
 use tink_runtime::Health;
 use tokio_util::sync::CancellationToken;
 
@@ -42,8 +45,8 @@ pub const DEFAULT_TOMBSTONES: usize = 1000;
 
 /// The stores and indexes pages are rendered from.
 pub struct Cache {
-    /// Every Hardware.
-    pub hardware: Store<Hardware>,
+    /// Every Hardware (the shared index; its synced flag is the Hardware watch's).
+    pub hardware: Arc<Index<Hardware>>,
     /// Every Workflow.
     pub workflows: Store<Workflow>,
     /// Every Template.
@@ -54,7 +57,8 @@ pub struct Cache {
     by_machine: RwLock<HashMap<Key, BTreeSet<(i64, String)>>>,
     tombstones: Mutex<VecDeque<Arc<Workflow>>>,
     tombstones_max: usize,
-    synced: [AtomicBool; 4],
+    /// Whether the Workflow, Template and Event watches listed once ([`WORKFLOWS`], ...).
+    synced: [AtomicBool; 3],
     /// Agent presence (off unless configured); shared with [`crate::presence::watch`].
     pub presence: Arc<Presence>,
 }
@@ -83,9 +87,13 @@ pub enum Change<'a> {
     Resync,
 }
 
-/// The writers of a [`Cache`]'s stores, consumed by [`watch`].
+const WORKFLOWS: usize = 0;
+const TEMPLATES: usize = 1;
+const EVENTS: usize = 2;
+
+/// The writers of a [`Cache`]'s stores, consumed by [`watch`] (the Hardware index is written
+/// through its own `Arc`).
 pub struct Writers {
-    hardware: reflector::store::Writer<Hardware>,
     workflows: reflector::store::Writer<Workflow>,
     templates: reflector::store::Writer<Template>,
     events: reflector::store::Writer<Event>,
@@ -102,12 +110,11 @@ fn created_ms(w: &Workflow) -> i64 {
 impl Cache {
     /// Empty stores and their writers; `tombstones` deleted Workflows are remembered.
     pub fn new(tombstones: usize) -> (Arc<Cache>, Writers) {
-        let (hardware, hw) = reflector::store();
         let (workflows, wf) = reflector::store();
         let (templates, t) = reflector::store();
         let (events, ev) = reflector::store();
         let cache = Arc::new(Cache {
-            hardware,
+            hardware: Arc::default(),
             workflows,
             templates,
             events,
@@ -120,7 +127,6 @@ impl Cache {
         (
             cache,
             Writers {
-                hardware: hw,
                 workflows: wf,
                 templates: t,
                 events: ev,
@@ -130,7 +136,7 @@ impl Cache {
 
     /// Whether every watch has listed once.
     pub fn synced(&self) -> bool {
-        self.synced.iter().all(|s| s.load(Ordering::Acquire))
+        self.hardware.hardware_synced() && self.synced.iter().all(|s| s.load(Ordering::Acquire))
     }
 
     /// The Workflow `namespace/name`, or the last state of a deleted one (`true`).
@@ -151,7 +157,8 @@ impl Cache {
 
     /// The Hardware `namespace/name`.
     pub fn machine(&self, namespace: &str, name: &str) -> Option<Arc<Hardware>> {
-        self.hardware.get(&ObjectRef::new(name).within(namespace))
+        self.hardware
+            .get(&tink_hardware_index::key(namespace, name))
     }
 
     /// The Template `namespace/name`.
@@ -247,7 +254,7 @@ impl Cache {
         tombs.push_back(Arc::new(w));
     }
 
-    /// Fills the stores directly (benchmarks and tests that do not run watches) and marks the
+    /// Fills the index and stores directly (benchmarks and tests that do not run watches) and marks the
     /// cache synced.
     pub fn fill(
         writers: &mut Writers,
@@ -255,13 +262,8 @@ impl Cache {
         hardware: Vec<Hardware>,
         workflows: Vec<Workflow>,
     ) {
-        writers.hardware.apply_watcher_event(&WatchEvent::Init);
-        for h in hardware {
-            writers
-                .hardware
-                .apply_watcher_event(&WatchEvent::InitApply(h));
-        }
-        writers.hardware.apply_watcher_event(&WatchEvent::InitDone);
+        // A whole list at once, as the watch's relist does (it also marks the index synced).
+        cache.hardware.replace(hardware);
         writers.workflows.apply_watcher_event(&WatchEvent::Init);
         for w in workflows {
             writers
@@ -296,7 +298,7 @@ impl Cache {
 #[error("the {0} watch ended")]
 pub struct WatchEnded(pub &'static str);
 
-/// Runs the four watches until `shutdown`, keeping `cache` current, handing every change to
+/// Runs the four watches until `shutdown`, keeping `cache` (its Hardware index too) current, handing every change to
 /// `changed` once it is applied, and turning `health` ready once every watch has listed.
 #[allow(clippy::too_many_arguments)] // the parts of the service it wires, each used once
 pub async fn watch<F>(
@@ -325,8 +327,11 @@ where
     let ready = {
         let cache = cache.clone();
         let health = health.clone();
-        move |i: usize| {
-            cache.synced[i].store(true, Ordering::Release);
+        // `Some(i)`: watch `i` listed; `None`: the Hardware watch did (the index knows).
+        move |i: Option<usize>| {
+            if let Some(i) = i {
+                cache.synced[i].store(true, Ordering::Release);
+            }
             if cache.synced() {
                 health.set_ready(true);
             }
@@ -334,16 +339,24 @@ where
     };
 
     let hardware = {
-        let (changed, metrics, ready) = (changed.clone(), metrics.clone(), ready.clone());
-        reflector::reflector(
-            writers.hardware,
-            watcher::watcher(
-                api::<Hardware>(&client, &namespace),
-                watcher::Config::default(),
-            )
-            .default_backoff(),
+        let (index, changed, metrics, ready) = (
+            cache.hardware.clone(),
+            changed.clone(),
+            metrics.clone(),
+            ready.clone(),
+        );
+        // The typed stream stays the console's (its events are handed on as they came); the
+        // applier writes them to the index first, a relist only once it is whole.
+        let mut applier = Applier::default();
+        watcher::watcher(
+            api::<Hardware>(&client, &namespace),
+            watcher::Config::default(),
         )
+        .default_backoff()
         .for_each(move |ev| {
+            if let Ok(ev) = &ev {
+                applier.apply(&index, ev);
+            }
             match ev {
                 Ok(WatchEvent::Apply(h)) | Ok(WatchEvent::InitApply(h)) => {
                     changed(Change::Machine {
@@ -356,7 +369,7 @@ where
                     deleted: true,
                 }),
                 Ok(WatchEvent::InitDone) => {
-                    ready(0);
+                    ready(None);
                     changed(Change::Resync);
                 }
                 Ok(WatchEvent::Init) => {}
@@ -402,7 +415,7 @@ where
                 }
                 Ok(WatchEvent::InitDone) => {
                     cache.reindex_workflows();
-                    ready(1);
+                    ready(Some(WORKFLOWS));
                     changed(Change::Resync);
                 }
                 Ok(WatchEvent::Init) => {}
@@ -426,7 +439,7 @@ where
         )
         .for_each(move |ev| {
             match ev {
-                Ok(WatchEvent::InitDone) => ready(2),
+                Ok(WatchEvent::InitDone) => ready(Some(TEMPLATES)),
                 Ok(_) => {}
                 Err(e) => {
                     metrics.watch_errors.inc();
@@ -447,7 +460,7 @@ where
         .for_each(move |ev| {
             match ev {
                 Ok(WatchEvent::Apply(e)) => changed(Change::Event(&e)),
-                Ok(WatchEvent::InitDone) => ready(3),
+                Ok(WatchEvent::InitDone) => ready(Some(EVENTS)),
                 Ok(_) => {}
                 Err(e) => {
                     metrics.watch_errors.inc();

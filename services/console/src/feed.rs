@@ -49,15 +49,26 @@ impl Feed {
 
     /// An agent connected or left: the tile of its machine.
     pub fn agent_changed(&self, change: &AgentChanged) {
-        // A connection change is rare (heartbeats are not): one pass to find the machine.
-        for hw in self.cache.hardware.state() {
-            if hw
-                .spec
-                .network_interfaces
-                .keys()
-                .any(|k| tink_workflow::normalize_agent_id(k) == change.0)
-            {
-                self.machine(&hw, false);
+        // The index knows each machine's agent ids (both claimants when two machines claim
+        // one); an id that is no valid agent id (the presence watch keeps its trimmed, lower-
+        // cased text) is in no index, so only then one pass compares the keys as spelled.
+        match tink_api::AgentId::normalize(&change.0) {
+            Ok(id) => {
+                for hw in self.cache.hardware.agent_claimants(&id) {
+                    self.machine(&hw, false);
+                }
+            }
+            Err(_) => {
+                for hw in self.cache.hardware.all() {
+                    if hw
+                        .spec
+                        .network_interfaces
+                        .keys()
+                        .any(|k| tink_workflow::normalize_agent_id(k) == change.0)
+                    {
+                        self.machine(&hw, false);
+                    }
+                }
             }
         }
     }

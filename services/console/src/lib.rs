@@ -3,7 +3,8 @@
 //! and Kubernetes Events, templates with a rendered preview, a search over names, MACs and IPs;
 //! live through server-sent events fed by the watches; cancel and run-again actions.
 //!
-//! Reads come from kube-runtime reflectors ([`cache`]), never a list per page view. Each
+//! Reads come from the shared Hardware index and kube-runtime reflectors ([`cache`]), never a
+//! list per page view. Each
 //! request carries the user's own Kubernetes bearer token and is authorised with
 //! `SubjectAccessReview` against the user's RBAC ([`access`]); writes are sent with that token.
 //! Pages are askama templates (HTML-escaped); the only script is the small

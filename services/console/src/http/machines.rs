@@ -131,7 +131,7 @@ impl AppState {
         self.synced()?;
         let filter = q.filter()?;
         let cache = &self.inner.cache;
-        let all = cache.hardware.state();
+        let all = cache.hardware.all();
         let known: BTreeSet<String> = namespaces_of(all.iter());
         let hw_visible = self
             .visible(

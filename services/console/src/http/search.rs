@@ -132,7 +132,7 @@ pub(super) async fn page(
         let mut truncated = false;
         if !text.is_empty() {
             let g = crate::access::GROUP;
-            let hardware = cache.hardware.state();
+            let hardware = cache.hardware.all();
             let workflows = cache.workflows.state();
             let templates = cache.templates.state();
             let see = |r: Result<Namespaces, PageError>| match r {

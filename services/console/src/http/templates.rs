@@ -120,7 +120,7 @@ pub(super) async fn page(
             st.inner
                 .cache
                 .hardware
-                .state()
+                .all()
                 .iter()
                 .filter(|h| h.metadata.namespace.as_deref() == Some(ns.as_str()))
                 .filter_map(|h| h.metadata.name.clone())
