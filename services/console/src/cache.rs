@@ -57,7 +57,8 @@ pub struct Cache {
     by_machine: RwLock<HashMap<Key, BTreeSet<(i64, String)>>>,
     tombstones: Mutex<VecDeque<Arc<Workflow>>>,
     tombstones_max: usize,
-    /// Whether the Workflow, Template and Event watches listed once ([`WORKFLOWS`], ...).
+    /// Whether the Workflow, Template and Event watches listed once (at `WORKFLOWS`,
+    /// `TEMPLATES`, `EVENTS`; the Hardware index keeps its own flag).
     synced: [AtomicBool; 3],
     /// Agent presence (off unless configured); shared with [`crate::presence::watch`].
     pub presence: Arc<Presence>,
@@ -254,8 +255,8 @@ impl Cache {
         tombs.push_back(Arc::new(w));
     }
 
-    /// Fills the index and stores directly (benchmarks and tests that do not run watches) and marks the
-    /// cache synced.
+    /// Fills the index and stores directly (benchmarks and tests that do not run watches) and
+    /// marks the cache synced.
     pub fn fill(
         writers: &mut Writers,
         cache: &Cache,
@@ -298,8 +299,9 @@ impl Cache {
 #[error("the {0} watch ended")]
 pub struct WatchEnded(pub &'static str);
 
-/// Runs the four watches until `shutdown`, keeping `cache` (its Hardware index too) current, handing every change to
-/// `changed` once it is applied, and turning `health` ready once every watch has listed.
+/// Runs the four watches until `shutdown`, keeping `cache` (its Hardware index too) current,
+/// handing every change to `changed` once it is applied, and turning `health` ready once every
+/// watch has listed.
 #[allow(clippy::too_many_arguments)] // the parts of the service it wires, each used once
 pub async fn watch<F>(
     client: kube::Client,
