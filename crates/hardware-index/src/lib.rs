@@ -30,7 +30,7 @@
 //! | netboot | its `Machine` (interfaces) | [`feed`] with OSIEs | [`Index::by_mac`] |
 //! | webhook | its claims read from JSON (either version) | [`feed`], no OSIEs | [`Index::mac_owners`], [`Index::ip_owners`], [`Index::reserve`], [`Index::contains`] |
 //! | controller (next) | [`Hardware`] | its own typed watch through an [`Applier`] | [`Index::agent_claimants`], [`Index::get`] |
-//! | console (next) | [`Hardware`] | [`feed`] (its hook gets each [`Change`] for the live view) or an [`Applier`] | [`Index::get`], [`Index::all`], [`Index::by_mac`] |
+//! | console | [`Hardware`] | its own typed watch through an [`Applier`] | [`Index::get`], [`Index::all`], [`Index::agent_claimants`] |
 //!
 //! ```
 //! use tink_hardware_index::{Index, Lookup};

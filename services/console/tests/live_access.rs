@@ -256,6 +256,14 @@ async fn a_withdrawn_binding_ends_the_stream_within_the_recheck_period() {
     let (admin, addr) = (stack.admin.clone(), stack.console);
     bind_carol_to_hardware(&admin).await;
     create_hardware(&admin, "a", "m1", "02:00:00:00:00:01").await;
+    // The console knows namespace a only once its watch delivered m1: until then carol may list
+    // Hardware in no namespace it has seen (403). Wait for it as a browser would see it.
+    within("m1 in the cache", async {
+        while !get(addr, "/", "kube-lite").await.body.contains("m/a/m1") {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
     let mut carol = open(addr, "/live/machines", "carol-token")
         .await
         .expect("carol's stream");
