@@ -4,6 +4,7 @@
 //! processes or listeners on loopback only and clean up on drop.
 #![forbid(unsafe_code)]
 
+pub mod bmc;
 pub mod docker;
 pub mod nats;
 pub mod otlp;
