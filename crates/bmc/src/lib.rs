@@ -17,10 +17,14 @@
 //! reset) only when the request provably never left (the connection failed). A provider
 //! never repeats a power action without reading the state first where the protocol allows.
 //!
+//! [`credentials`] reads credentials from Kubernetes Secrets and refuses a Secret outside the
+//! Machine's namespace or of another type than `kubernetes.io/basic-auth`.
+//!
 //! Credentials live in [`Secret`], whose `Debug` and `Display` print `***`; errors name the
 //! provider, host and operation, never a credential.
 #![forbid(unsafe_code)]
 
+pub mod credentials;
 mod error;
 mod http;
 pub mod ipmi;
