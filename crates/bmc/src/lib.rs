@@ -24,6 +24,7 @@
 //! provider, host and operation, never a credential.
 #![forbid(unsafe_code)]
 
+mod connect;
 pub mod credentials;
 mod error;
 mod http;
@@ -34,6 +35,7 @@ pub mod rpc;
 mod secret;
 mod target;
 
+pub use connect::{Resolved, providers};
 pub use error::{Error, ErrorKind};
 pub use limit::{Limits, Policy};
 pub use secret::{Credentials, Secret};
