@@ -59,3 +59,15 @@ if ! command -v kubectl >/dev/null 2>&1; then
 fi
 # kubernetes-validate (PyPI): the deploy/ manifests against the upstream Kubernetes schemas (cli/tinkctl/tests/deploy.rs)
 command -v kubernetes-validate >/dev/null 2>&1 || { python3 -c 'import venv, ensurepip' 2>/dev/null || apt-get install -y -qq python3-venv >/dev/null; python3 -m venv /opt/kubernetes-validate && /opt/kubernetes-validate/bin/pip install -q kubernetes-validate && ln -sf /opt/kubernetes-validate/bin/kubernetes-validate /usr/local/bin/kubernetes-validate; }
+# --- BMC emulators (crates/bmc tests; crates/testkit/src/bmc.rs starts them) ---
+# Redfish: sushy-tools (PyPI) in its own venv, where the test kit looks for it; IPMI: OpenIPMI's
+# ipmi_sim and ipmitool (Debian).
+bmc=()
+command -v ipmi_sim >/dev/null 2>&1 || bmc+=(openipmi)
+command -v ipmitool >/dev/null 2>&1 || bmc+=(ipmitool)
+if [ ${#bmc[@]} -gt 0 ]; then
+  echo "installing (BMC emulators): ${bmc[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${bmc[@]}" >/dev/null
+fi
+[ -x /opt/sushy-tools/bin/sushy-emulator ] || { python3 -c 'import venv, ensurepip' 2>/dev/null || apt-get install -y -qq python3-venv >/dev/null; python3 -m venv /opt/sushy-tools && /opt/sushy-tools/bin/pip install -q sushy-tools; }
+# --- end BMC emulators ---

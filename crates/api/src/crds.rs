@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::CustomResourceExt;
 use kube::core::crd::{MergeError, merge_crds};
 
-use crate::{capi, v1alpha1, v1alpha2};
+use crate::{bmc, capi, v1alpha1, v1alpha2};
 
 /// Where the API server sends ConversionReviews (a Service in the cluster).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,6 +121,19 @@ fn capi_crd(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
     crd
 }
 
+/// A CRD whose objects `clusterctl move` carries to a new management cluster (Rufio labels
+/// its Machine CRD so).
+fn clusterctl_moved(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let labels = crd.metadata.labels.get_or_insert_with(Default::default);
+    for k in [
+        "clusterctl.cluster.x-k8s.io",
+        "clusterctl.cluster.x-k8s.io/move",
+    ] {
+        labels.insert(k.into(), String::new());
+    }
+    crd
+}
+
 /// A doc comment as one paragraph per blank-line-separated block, the way controller-gen writes
 /// descriptions: the hard line breaks of the source's wrapping become spaces (else `kubectl
 /// explain` prints sentences broken mid-line). A line that starts a list item (`- `, `* `, `1. `)
@@ -228,9 +241,10 @@ fn with_joined_descriptions(mut crd: CustomResourceDefinition) -> CustomResource
     crd
 }
 
-/// The seven CRDs: Hardware, Template and Workflow serve v1alpha1 and v1alpha2 (stored) with
+/// The ten CRDs: Hardware, Template and Workflow serve v1alpha1 and v1alpha2 (stored) with
 /// webhook conversion; OSIE exists only in v1alpha2 (no conversion); the Cluster API provider's
-/// TinkerbellCluster, TinkerbellMachine and TinkerbellMachineTemplate serve v1beta1.
+/// TinkerbellCluster, TinkerbellMachine and TinkerbellMachineTemplate serve v1beta1; Rufio's
+/// Machine, Job and Task serve `bmc.tinkerbell.org/v1alpha1`.
 pub fn crds(webhook: &ConversionWebhook) -> Result<Vec<CustomResourceDefinition>, CrdError> {
     let crds = vec![
         capi_crd(capi::v1beta1::TinkerbellCluster::crd()),
@@ -255,6 +269,9 @@ pub fn crds(webhook: &ConversionWebhook) -> Result<Vec<CustomResourceDefinition>
             v1alpha1::Workflow::crd(),
             webhook,
         )?,
+        clusterctl_moved(bmc::Machine::crd()),
+        bmc::Job::crd(),
+        bmc::Task::crd(),
     ];
     Ok(crds.into_iter().map(with_joined_descriptions).collect())
 }

@@ -6,6 +6,7 @@
 //! - [`conversion`]: lossless conversion both ways, typed and on raw JSON ([`conversion::convert`]).
 //! - [`crds`] / [`render_crds`]: the CustomResourceDefinitions, both versions merged, and the
 //!   Cluster API provider's ([`capi`]).
+//! - [`bmc`]: Rufio's `bmc.tinkerbell.org/v1alpha1` Machine, Job and Task.
 //! - [`AgentId`]: the one canonical spelling of an agent id, refused in any other.
 //! - [`Timeout`]: the Go-syntax duration (`90m`, `1h30m`) of `Workflow.spec.timeout` and
 //!   `Action.timeout`.
@@ -17,6 +18,7 @@
 
 pub mod agent_id;
 pub mod agent_secret;
+pub mod bmc;
 pub mod capi;
 pub mod conversion;
 mod crds;

@@ -8,6 +8,7 @@
 /// The code lives in `tink-dev-certs` because `tinkctl dev up` makes the development stack's
 /// with it at run time, and no shipped binary may depend on the test kit.
 pub use tink_dev_certs as certs;
+pub mod bmc;
 pub mod docker;
 pub mod nats;
 pub mod otlp;

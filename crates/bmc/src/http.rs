@@ -1,0 +1,230 @@
+//! A small HTTP/1.1 client over hyper and rustls: one connection per request, a deadline over
+//! the whole exchange (connect, TLS, request, response body), a bounded response body.
+//!
+//! One connection per request keeps the failure modes simple (no pooled connection half-closed
+//! by a BMC that rebooted); BMC calls are rare next to what a pool would save.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::client::danger::{
+    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
+};
+use tokio_rustls::rustls::crypto::{CryptoProvider, ring};
+use tokio_rustls::rustls::pki_types::{CertificateDer, UnixTime};
+use tokio_rustls::rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+use crate::error::{ErrorKind, shorten};
+
+/// The largest response body read (bmclib's RPC limit; Redfish documents are far smaller).
+pub(crate) const MAX_BODY: usize = 512 * 1024;
+
+/// Where requests go: scheme, host, port, and TLS when `https`.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    pub host: String,
+    pub port: u16,
+    pub tls: Option<Arc<ClientConfig>>,
+    /// `Host` header value.
+    pub authority: String,
+}
+
+/// An answer.
+#[derive(Debug)]
+pub(crate) struct Response {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Response {
+    /// The body as text, shortened, for error messages.
+    pub fn message(&self) -> String {
+        shorten(&String::from_utf8_lossy(&self.body), 300)
+    }
+}
+
+impl Endpoint {
+    /// Sends one request and reads the whole answer within `timeout`.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<Response, ErrorKind> {
+        match tokio::time::timeout(timeout, self.exchange(method, path, headers, body)).await {
+            Ok(r) => r,
+            Err(_) => Err(ErrorKind::Timeout(timeout)),
+        }
+    }
+
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Option<Vec<u8>>,
+    ) -> Result<Response, ErrorKind> {
+        let tcp = TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| ErrorKind::Connect(format!("{}:{}: {e}", self.host, self.port)))?;
+        let _ = tcp.set_nodelay(true);
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, &self.authority)
+            .header(http::header::ACCEPT, "application/json");
+        for (k, v) in headers {
+            builder = builder.header(*k, v);
+        }
+        let request = builder
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| ErrorKind::Config(format!("request: {e}")))?;
+        match &self.tls {
+            Some(config) => {
+                let name = ServerName::try_from(self.host.clone())
+                    .map_err(|e| ErrorKind::Config(format!("host {:?}: {e}", self.host)))?;
+                let tls = TlsConnector::from(config.clone())
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| ErrorKind::Tls(e.to_string()))?;
+                round_trip(TokioIo::new(tls), request).await
+            }
+            None => round_trip(TokioIo::new(tcp), request).await,
+        }
+    }
+}
+
+async fn round_trip<T>(io: T, request: Request<Full<Bytes>>) -> Result<Response, ErrorKind>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| ErrorKind::Protocol(format!("HTTP handshake: {e}")))?;
+    // The connection is driven here, beside the request, not in a detached task.
+    let exchange = async {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| ErrorKind::Protocol(format!("request: {e}")))?;
+        let (parts, body) = response.into_parts();
+        let body = Limited::new(body, MAX_BODY)
+            .collect()
+            .await
+            .map_err(|e| ErrorKind::Protocol(format!("response body: {e}")))?
+            .to_bytes();
+        Ok(Response {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    };
+    tokio::pin!(conn);
+    tokio::pin!(exchange);
+    tokio::select! {
+        r = &mut exchange => r,
+        c = &mut conn => match c {
+            // The connection ended first: the exchange has its answer or never will.
+            Ok(()) => exchange.await,
+            Err(e) => Err(ErrorKind::Protocol(format!("connection: {e}"))),
+        },
+    }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(ring::default_provider())
+}
+
+/// A TLS client configuration: `insecure` accepts any certificate; else the PEM `ca` when
+/// given, else the system's roots.
+pub(crate) fn tls_config(insecure: bool, ca: Option<&[u8]>) -> Result<ClientConfig, ErrorKind> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ErrorKind::Tls(e.to_string()))?;
+    if insecure {
+        return Ok(builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAny(provider())))
+            .with_no_client_auth());
+    }
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some(pem) => {
+            use rustls_pki_types::pem::PemObject;
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| ErrorKind::Config(format!("CA bundle: {e}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| ErrorKind::Config(format!("CA bundle: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(ErrorKind::Config("CA bundle holds no certificate".into()));
+            }
+        }
+        None => {
+            let native = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(native.certs);
+        }
+    }
+    Ok(builder.with_root_certificates(roots).with_no_client_auth())
+}
+
+/// `insecureTLS`: any certificate is accepted (the handshake's signatures are still checked,
+/// so the session is encrypted to whoever holds the key, just not a verified one).
+#[derive(Debug)]
+struct AcceptAny(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAny {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, tokio_rustls::rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
+        tokio_rustls::rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
+        tokio_rustls::rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}

@@ -1,0 +1,547 @@
+//! The Redfish provider.
+//!
+//! Power: `ComputerSystem.Reset` (`On`, `ForceOff`, `GracefulShutdown`; cycle is `PowerCycle`
+//! where the BMC lists it, else `ForceRestart`; an off machine asked to cycle or reset is
+//! powered on). The state is read first, so on/off of a machine already there sends nothing.
+//!
+//! Boot: one PATCH of `Boot` (`BootSourceOverrideTarget`, `BootSourceOverrideEnabled: Once`,
+//! `BootSourceOverrideMode`), then the system is read back: a BMC that answered 2xx but
+//! reports another target (or legacy mode when UEFI was asked) is an
+//! [`ErrorKind::BootOverrideDropped`]. `BootSourceOverrideEnabled` is not compared: many BMCs,
+//! and sushy-tools, report `Continuous` whatever was asked; only `Disabled` counts as dropped.
+//!
+//! Authentication: basic on every call with `useBasicAuth`; else a session
+//! (`POST` to the service root's `Links.Sessions`, then `X-Auth-Token`), opened on first use
+//! and again once when the BMC answers 401 to an expired token. A BMC whose service root names
+//! no session service (sushy-tools is one), or that answers 404/405/501 to the login, is
+//! spoken to with basic auth.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use base64::Engine;
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+use tink_api::bmc::{BootDevice, PowerState};
+use tokio::sync::{Mutex, OnceCell};
+
+use crate::error::{Error, ErrorKind};
+use crate::http::{Endpoint, Response, tls_config};
+use crate::limit::{Limits, Policy, err};
+use crate::target::{RedfishHost, TlsConfig};
+use crate::{Bmc, Credentials, PowerChange};
+
+const NAME: &str = "redfish";
+const SESSIONS: &str = "/redfish/v1/SessionService/Sessions";
+
+/// How to reach one Redfish BMC.
+#[derive(Clone, Debug)]
+pub struct RedfishConfig {
+    /// `spec.connection.host`.
+    pub host: String,
+    /// `providerOptions.redfish.port`.
+    pub port: Option<i32>,
+    /// The BMC's credentials.
+    pub credentials: Credentials,
+    /// Certificate checking.
+    pub tls: TlsConfig,
+    /// Basic auth on every call instead of a session.
+    pub use_basic_auth: bool,
+    /// The system to manage (its `Id`, `Name` or the last segment of its path); the first
+    /// system when empty.
+    pub system_name: String,
+}
+
+/// A Redfish BMC.
+pub struct Redfish {
+    endpoint: Endpoint,
+    label: String,
+    credentials: Credentials,
+    use_basic_auth: bool,
+    no_session_service: AtomicBool,
+    token: Mutex<Option<String>>,
+    system_name: String,
+    system: OnceCell<String>,
+    policy: Policy,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for Redfish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redfish")
+            .field("host", &self.label)
+            .field("credentials", &self.credentials)
+            .finish_non_exhaustive()
+    }
+}
+
+fn device_target(d: BootDevice) -> Option<&'static str> {
+    match d {
+        BootDevice::Pxe => Some("Pxe"),
+        BootDevice::Disk => Some("Hdd"),
+        BootDevice::Bios => Some("BiosSetup"),
+        BootDevice::Cdrom => Some("Cd"),
+        BootDevice::Safe => None,
+    }
+}
+
+impl Redfish {
+    /// A client for `config`; nothing is sent until the first call.
+    pub fn new(config: RedfishConfig, policy: Policy, limits: Limits) -> Result<Self, Error> {
+        let host = RedfishHost::parse(&config.host, config.port)
+            .map_err(|k| err(NAME, &config.host, "configure", k))?;
+        let label = host.base_url();
+        let tls = if host.tls {
+            Some(Arc::new(
+                tls_config(config.tls.insecure, config.tls.ca_pem.as_deref())
+                    .map_err(|k| err(NAME, &label, "configure", k))?,
+            ))
+        } else {
+            None
+        };
+        Ok(Self {
+            endpoint: Endpoint {
+                authority: host.authority(),
+                host: host.host,
+                port: host.port,
+                tls,
+            },
+            label,
+            credentials: config.credentials,
+            use_basic_auth: config.use_basic_auth,
+            no_session_service: AtomicBool::new(false),
+            token: Mutex::new(None),
+            system_name: config.system_name,
+            system: OnceCell::new(),
+            policy,
+            limits,
+        })
+    }
+
+    fn fail(&self, op: &str, kind: ErrorKind) -> Error {
+        err(NAME, &self.label, op, kind)
+    }
+
+    fn basic(&self) -> String {
+        let raw = format!(
+            "{}:{}",
+            self.credentials.username,
+            self.credentials.password.expose()
+        );
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(raw)
+        )
+    }
+
+    fn uses_basic(&self) -> bool {
+        self.use_basic_auth || self.no_session_service.load(Ordering::Relaxed)
+    }
+
+    /// Where sessions are created: the service root's `Links.Sessions` (read without
+    /// credentials, as Redfish allows); `None` when the root names none.
+    async fn sessions_path(&self) -> Result<Option<String>, ErrorKind> {
+        let r = self
+            .endpoint
+            .send(Method::GET, "/redfish/v1", &[], None, self.policy.timeout)
+            .await?;
+        if !r.status.is_success() {
+            // a root behind authentication: try the standard path
+            return Ok(Some(SESSIONS.to_string()));
+        }
+        let root: Value = serde_json::from_slice(&r.body)
+            .map_err(|e| ErrorKind::Protocol(format!("service root: {e}")))?;
+        Ok(root["Links"]["Sessions"]["@odata.id"]
+            .as_str()
+            .map(str::to_string))
+    }
+
+    /// Opens a session; `Ok(None)` when the BMC has no session service.
+    async fn login(&self) -> Result<Option<String>, ErrorKind> {
+        let Some(sessions) = self.sessions_path().await? else {
+            return Ok(None);
+        };
+        let body = json!({
+            "UserName": self.credentials.username,
+            "Password": self.credentials.password.expose(),
+        });
+        let r = self
+            .endpoint
+            .send(
+                Method::POST,
+                &sessions,
+                &[("content-type", "application/json".into())],
+                Some(body.to_string().into_bytes()),
+                self.policy.timeout,
+            )
+            .await?;
+        match r.status {
+            s if s.is_success() => match r.headers.get("x-auth-token").map(|v| v.to_str()) {
+                Some(Ok(t)) if !t.is_empty() => Ok(Some(t.to_string())),
+                _ => Err(ErrorKind::Protocol(
+                    "session created without an X-Auth-Token header".into(),
+                )),
+            },
+            StatusCode::NOT_FOUND
+            | StatusCode::METHOD_NOT_ALLOWED
+            | StatusCode::NOT_IMPLEMENTED => Ok(None),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(ErrorKind::Unauthorized(
+                format!("HTTP {} opening a session", r.status.as_u16()),
+            )),
+            s => Err(ErrorKind::Status {
+                status: s.as_u16(),
+                message: r.message(),
+            }),
+        }
+    }
+
+    /// The `Authorization`/`X-Auth-Token` header, opening a session when needed.
+    async fn auth_header(&self) -> Result<(&'static str, String), ErrorKind> {
+        if self.uses_basic() {
+            return Ok(("authorization", self.basic()));
+        }
+        let mut token = self.token.lock().await;
+        if let Some(t) = token.as_ref() {
+            return Ok(("x-auth-token", t.clone()));
+        }
+        match self.login().await? {
+            Some(t) => {
+                *token = Some(t.clone());
+                Ok(("x-auth-token", t))
+            }
+            None => {
+                tracing::debug!(host = %self.label, "no Redfish session service; using basic auth");
+                self.no_session_service.store(true, Ordering::Relaxed);
+                Ok(("authorization", self.basic()))
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Response, ErrorKind> {
+        let _permit = self.limits.acquire(&self.label).await;
+        let mut renewed = false;
+        loop {
+            let auth = self.auth_header().await?;
+            let mut headers = vec![(auth.0, auth.1)];
+            if body.is_some() {
+                headers.push(("content-type", "application/json".into()));
+            }
+            let r = self
+                .endpoint
+                .send(
+                    method.clone(),
+                    path,
+                    &headers,
+                    body.map(|b| b.to_string().into_bytes()),
+                    self.policy.timeout,
+                )
+                .await?;
+            if r.status == StatusCode::UNAUTHORIZED && !self.uses_basic() && !renewed {
+                // an expired session: open a new one, once
+                *self.token.lock().await = None;
+                renewed = true;
+                continue;
+            }
+            return match r.status {
+                s if s.is_success() => Ok(r),
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(ErrorKind::Unauthorized(
+                    format!("HTTP {}", r.status.as_u16()),
+                )),
+                s => Err(ErrorKind::Status {
+                    status: s.as_u16(),
+                    message: r.message(),
+                }),
+            };
+        }
+    }
+
+    async fn call(
+        &self,
+        op: &str,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        idempotent: bool,
+    ) -> Result<Response, Error> {
+        self.policy
+            .run(idempotent, || async {
+                self.attempt(&method, path, body.as_ref())
+                    .await
+                    .map_err(|k| self.fail(op, k))
+            })
+            .await
+    }
+
+    async fn get(&self, op: &str, path: &str) -> Result<Value, Error> {
+        let r = self.call(op, Method::GET, path, None, true).await?;
+        serde_json::from_slice(&r.body)
+            .map_err(|e| self.fail(op, ErrorKind::Protocol(format!("GET {path}: {e}"))))
+    }
+
+    /// The managed system's path, found once.
+    async fn system(&self) -> Result<&str, Error> {
+        self.system
+            .get_or_try_init(|| async {
+                let op = "find system";
+                let systems = self.get(op, "/redfish/v1/Systems").await?;
+                let members = links(&systems["Members"]);
+                if members.is_empty() {
+                    return Err(self.fail(op, ErrorKind::Protocol("no systems".into())));
+                }
+                if self.system_name.is_empty() {
+                    return Ok(members[0].clone());
+                }
+                for m in &members {
+                    if m.rsplit('/').next() == Some(self.system_name.as_str()) {
+                        return Ok(m.clone());
+                    }
+                    let s = self.get(op, m).await?;
+                    if s["Name"] == self.system_name.as_str()
+                        || s["Id"] == self.system_name.as_str()
+                    {
+                        return Ok(m.clone());
+                    }
+                }
+                Err(self.fail(
+                    op,
+                    ErrorKind::Config(format!("no system named {:?}", self.system_name)),
+                ))
+            })
+            .await
+            .map(String::as_str)
+    }
+
+    async fn read_power(&self, op: &str) -> Result<(PowerState, Value), Error> {
+        let path = self.system().await?.to_string();
+        let sys = self.get(op, &path).await?;
+        let state = match sys["PowerState"].as_str() {
+            Some("On") => PowerState::On,
+            Some("Off") => PowerState::Off,
+            _ => PowerState::Unknown,
+        };
+        Ok((state, sys))
+    }
+
+    /// The CD-capable virtual media device's path: under the system, else its manager.
+    async fn cd_device(&self, op: &str) -> Result<String, Error> {
+        let path = self.system().await?.to_string();
+        let sys = self.get(op, &path).await?;
+        let collection = match sys["VirtualMedia"]["@odata.id"].as_str() {
+            Some(c) => c.to_string(),
+            None => {
+                let manager = links(&sys["Links"]["ManagedBy"]).into_iter().next();
+                let Some(manager) = manager else {
+                    return Err(self.fail(op, ErrorKind::Unsupported("no virtual media".into())));
+                };
+                let m = self.get(op, &manager).await?;
+                m["VirtualMedia"]["@odata.id"]
+                    .as_str()
+                    .ok_or_else(|| {
+                        self.fail(op, ErrorKind::Unsupported("no virtual media".into()))
+                    })?
+                    .to_string()
+            }
+        };
+        let members = self.get(op, &collection).await?;
+        for m in links(&members["Members"]) {
+            let dev = self.get(op, &m).await?;
+            let cd = dev["MediaTypes"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t == "CD" || t == "DVD"));
+            if cd {
+                return Ok(m);
+            }
+        }
+        Err(self.fail(
+            op,
+            ErrorKind::Unsupported("no CD virtual media device".into()),
+        ))
+    }
+
+    /// The boot override the BMC reports: `(BootSourceOverrideTarget, BootSourceOverrideMode)`.
+    pub async fn boot_override(&self) -> Result<(String, Option<String>), Error> {
+        let op = "read boot override";
+        let path = self.system().await?.to_string();
+        let sys = self.get(op, &path).await?;
+        let boot = &sys["Boot"];
+        Ok((
+            boot["BootSourceOverrideTarget"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            boot["BootSourceOverrideMode"].as_str().map(str::to_string),
+        ))
+    }
+
+    /// The virtual CD's image and whether it is inserted.
+    pub async fn media(&self) -> Result<(String, bool), Error> {
+        let op = "read media";
+        let dev = self.cd_device(op).await?;
+        let d = self.get(op, &dev).await?;
+        Ok((
+            d["Image"].as_str().unwrap_or_default().to_string(),
+            d["Inserted"] == true,
+        ))
+    }
+
+    async fn media_action(
+        &self,
+        op: &str,
+        dev: &str,
+        action: &str,
+        body: Value,
+    ) -> Result<(), Error> {
+        let d = self.get(op, dev).await?;
+        let target = d["Actions"][format!("#VirtualMedia.{action}")]["target"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{dev}/Actions/VirtualMedia.{action}"));
+        self.call(op, Method::POST, &target, Some(body), true)
+            .await?;
+        Ok(())
+    }
+}
+
+/// The `@odata.id`s of a list of links.
+fn links(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["@odata.id"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[async_trait::async_trait]
+impl Bmc for Redfish {
+    fn provider(&self) -> &'static str {
+        NAME
+    }
+
+    async fn power_state(&self) -> Result<PowerState, Error> {
+        Ok(self.read_power("power state").await?.0)
+    }
+
+    async fn set_power(&self, change: PowerChange) -> Result<(), Error> {
+        let op = format!("power {}", change.as_str());
+        let (state, sys) = self.read_power(&op).await?;
+        let allowed = |t: &str| {
+            sys["Actions"]["#ComputerSystem.Reset"]["ResetType@Redfish.AllowableValues"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|v| v == t))
+        };
+        let reset_type = match (change, state) {
+            (PowerChange::On, PowerState::On)
+            | (PowerChange::Off | PowerChange::Soft, PowerState::Off) => {
+                return Ok(());
+            }
+            (PowerChange::On, _) => "On",
+            (PowerChange::Off, _) => "ForceOff",
+            (PowerChange::Soft, _) => "GracefulShutdown",
+            (PowerChange::Cycle | PowerChange::Reset, PowerState::Off) => "On",
+            (PowerChange::Cycle, _) if allowed("PowerCycle") => "PowerCycle",
+            (PowerChange::Cycle | PowerChange::Reset, _) => "ForceRestart",
+        };
+        let system = self.system().await?.to_string();
+        let target = sys["Actions"]["#ComputerSystem.Reset"]["target"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{system}/Actions/ComputerSystem.Reset"));
+        self.call(
+            &op,
+            Method::POST,
+            &target,
+            Some(json!({ "ResetType": reset_type })),
+            change.is_idempotent(),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn set_boot_once(&self, device: BootDevice, efi_boot: bool) -> Result<(), Error> {
+        let op = format!("boot once {device}");
+        let target = device_target(device).ok_or_else(|| {
+            self.fail(&op, ErrorKind::Unsupported(format!("boot device {device}")))
+        })?;
+        let mode = if efi_boot { "UEFI" } else { "Legacy" };
+        let system = self.system().await?.to_string();
+        let patch = json!({"Boot": {
+            "BootSourceOverrideTarget": target,
+            "BootSourceOverrideEnabled": "Once",
+            "BootSourceOverrideMode": mode,
+        }});
+        self.call(&op, Method::PATCH, &system, Some(patch), true)
+            .await?;
+        let sys = self.get(&op, &system).await?;
+        let boot = &sys["Boot"];
+        let reported_target = boot["BootSourceOverrideTarget"].as_str().unwrap_or("none");
+        let reported_mode = boot["BootSourceOverrideMode"].as_str();
+        let enabled = boot["BootSourceOverrideEnabled"].as_str();
+        let dropped = !reported_target.eq_ignore_ascii_case(target)
+            || enabled == Some("Disabled")
+            || (efi_boot && reported_mode.is_some_and(|m| m != "UEFI"));
+        if dropped {
+            return Err(self.fail(
+                &op,
+                ErrorKind::BootOverrideDropped {
+                    wanted: format!("{target} ({mode}, Once)"),
+                    reported: format!(
+                        "{reported_target} ({}, {})",
+                        reported_mode.unwrap_or("no mode"),
+                        enabled.unwrap_or("no state")
+                    ),
+                },
+            ));
+        }
+        Ok(())
+    }
+
+    async fn insert_media(&self, url: &str) -> Result<(), Error> {
+        let op = "insert media";
+        let dev = self.cd_device(op).await?;
+        let d = self.get(op, &dev).await?;
+        if d["Inserted"] == true || d["Image"].as_str().is_some_and(|i| !i.is_empty()) {
+            self.media_action(op, &dev, "EjectMedia", json!({})).await?;
+        }
+        self.media_action(
+            op,
+            &dev,
+            "InsertMedia",
+            json!({"Image": url, "Inserted": true, "WriteProtected": true}),
+        )
+        .await?;
+        let d = self.get(op, &dev).await?;
+        if d["Image"] != url || d["Inserted"] == false {
+            return Err(self.fail(
+                op,
+                ErrorKind::Protocol(format!(
+                    "the BMC accepted the media but reports image {} inserted {}",
+                    d["Image"], d["Inserted"]
+                )),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn eject_media(&self) -> Result<(), Error> {
+        let op = "eject media";
+        let dev = self.cd_device(op).await?;
+        let d = self.get(op, &dev).await?;
+        if d["Inserted"] != true && d["Image"].as_str().is_none_or(str::is_empty) {
+            return Ok(());
+        }
+        self.media_action(op, &dev, "EjectMedia", json!({})).await?;
+        let d = self.get(op, &dev).await?;
+        if d["Inserted"] == true {
+            return Err(self.fail(
+                op,
+                ErrorKind::Protocol("the BMC accepted the eject but still reports media".into()),
+            ));
+        }
+        Ok(())
+    }
+}

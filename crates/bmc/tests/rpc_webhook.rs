@@ -1,0 +1,141 @@
+//! The RPC provider against a consumer that checks bmclib's HMAC signature format.
+
+mod fixture;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ring::hmac;
+use serde_json::{Value, json};
+use tink_api::bmc::{BootDevice, PowerState, RpcOptions};
+use tink_bmc::rpc::{Rpc, RpcConfig};
+use tink_bmc::{Bmc, ErrorKind, Limits, Policy, PowerChange, Secret, TlsConfig};
+
+const KEY_A: &str = "superSecret1";
+const KEY_B: &str = "superSecret2";
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A consumer that answers only requests signed with `KEY_A` or `KEY_B` (sha256 and sha512),
+/// the way bmclib signs them: body followed by the timestamp header's value.
+fn consumer(req: &fixture::Request) -> fixture::Reply {
+    let Some(ts) = req.header("X-Rufio-Timestamp") else {
+        return fixture::Reply::json(
+            400,
+            json!({"error": {"code": 1, "message": "no timestamp"}}),
+        );
+    };
+    let mut signed = req.body.clone();
+    signed.extend_from_slice(ts.as_bytes());
+    for (header, alg, prefix) in [
+        ("X-Rufio-Signature-256", hmac::HMAC_SHA256, "sha256="),
+        ("X-Rufio-Signature-512", hmac::HMAC_SHA512, "sha512="),
+    ] {
+        let got = req.header(header).unwrap_or_default();
+        let want: Vec<String> = [KEY_A, KEY_B]
+            .iter()
+            .map(|k| {
+                let key = hmac::Key::new(alg, k.as_bytes());
+                format!("{prefix}{}", hex(hmac::sign(&key, &signed).as_ref()))
+            })
+            .collect();
+        if got != want.join(",") {
+            return fixture::Reply::json(
+                401,
+                json!({"error": {"code": 401, "message": "bad signature"}}),
+            );
+        }
+    }
+    let body: Value = serde_json::from_slice(&req.body).unwrap_or_default();
+    let result = match body["method"].as_str() {
+        Some("getPowerState") => json!("on"),
+        Some("setPowerState") if body["params"]["state"] == "cycle" => {
+            return fixture::Reply::json(
+                200,
+                json!({"id": body["id"], "host": body["host"],
+                "error": {"code": 500, "message": "cycle refused by the PDU"}}),
+            );
+        }
+        Some(_) => json!("ok"),
+        None => json!(null),
+    };
+    fixture::Reply::json(
+        200,
+        json!({"id": body["id"], "host": body["host"], "result": result}),
+    )
+}
+
+fn client(url: &str, secrets: &[(&str, &str)]) -> Rpc {
+    let mut map: BTreeMap<String, Vec<Secret>> = BTreeMap::new();
+    for (algo, s) in secrets {
+        map.entry((*algo).into()).or_default().push(Secret::new(*s));
+    }
+    Rpc::new(
+        RpcConfig {
+            host: "10.0.0.9".into(),
+            options: RpcOptions {
+                consumer_url: url.into(),
+                ..RpcOptions::default()
+            },
+            secrets: map,
+            tls: TlsConfig::default(),
+        },
+        Policy {
+            timeout: Duration::from_secs(2),
+            attempts: 2,
+            backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(50),
+        },
+        Limits::default(),
+    )
+    .expect("client")
+}
+
+#[tokio::test]
+async fn signed_requests_in_bmclibs_format() {
+    let server = fixture::serve(consumer).await;
+    let url = format!("http://{}/rpc", server.addr);
+    let keys = [
+        ("sha256", KEY_A),
+        ("sha256", KEY_B),
+        ("sha512", KEY_A),
+        ("sha512", KEY_B),
+    ];
+    let bmc = client(&url, &keys);
+    assert_eq!(bmc.power_state().await.expect("state"), PowerState::On);
+    bmc.set_power(PowerChange::Off).await.expect("off");
+    bmc.set_boot_once(BootDevice::Pxe, true).await.expect("pxe");
+    bmc.insert_media("http://10.0.0.1/a.iso")
+        .await
+        .expect("media");
+    let reqs = server.requests();
+    let bodies: Vec<Value> = reqs
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).expect("json"))
+        .collect();
+    assert!(reqs.iter().all(|r| r.path == "/rpc" && r.method == "POST"));
+    assert_eq!(bodies[0]["method"], "getPowerState");
+    assert_eq!(bodies[0]["host"], "10.0.0.9");
+    assert_eq!(bodies[1]["params"], json!({"state": "off"}));
+    assert_eq!(
+        bodies[2]["params"],
+        json!({"device": "pxe", "persistent": false, "efiBoot": true})
+    );
+    assert_eq!(
+        bodies[3]["params"],
+        json!({"mediaUrl": "http://10.0.0.1/a.iso", "kind": "CD"})
+    );
+    // the consumer's error is the provider's error
+    let e = bmc
+        .set_power(PowerChange::Cycle)
+        .await
+        .expect_err("refused");
+    assert!(e.to_string().contains("cycle refused by the PDU"), "{e}");
+    // a key the consumer does not know: refused, and the key is never printed
+    let wrong = client(&url, &[("sha256", "guessed"), ("sha512", "guessed")]);
+    let e = wrong.power_state().await.expect_err("bad signature");
+    assert!(matches!(e.kind, ErrorKind::Unauthorized(_)), "{e}");
+    assert!(!format!("{e} {e:?} {wrong:?}").contains("guessed"));
+}
