@@ -1,7 +1,8 @@
 //! Which agent ids may connect: the admitted agents bucket ([`tink_bus::ADMITTED_AGENTS_BUCKET`]).
 //!
 //! The leader keeps one entry per agent id a Hardware names (the keys of its
-//! `spec.networkInterfaces`, canonical by the CRD's rule): agent token -> `<namespace>/<name>`.
+//! `spec.networkInterfaces`, canonical by the CRD's rule; [`Claims::of_hardware`], the one
+//! definition the index shares): agent token -> `<namespace>/<name>`.
 //! The servers mirror the bucket and refuse every other id, so a made-up id gets no session, no
 //! consumer and no presence entry.
 //!
@@ -21,7 +22,7 @@ use futures::TryStreamExt as _;
 use kube::ResourceExt as _;
 use kube::runtime::reflector::Store;
 use tink_api::v1alpha2::Hardware;
-use tink_workflow::agent_ids;
+use tink_hardware_index::Claims;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -90,8 +91,8 @@ fn desired<'a>(hardware: impl IntoIterator<Item = &'a Hardware>) -> BTreeMap<Str
     let mut all: Vec<&Hardware> = hardware.into_iter().collect();
     all.sort_by_key(|h| owner(h));
     for hw in all {
-        for id in agent_ids(&hw.spec) {
-            if let Ok(token) = tink_bus::agent_token(&id) {
+        for (id, _) in Claims::of_hardware(hw).agent_ids {
+            if let Ok(token) = tink_bus::agent_token(id.as_str()) {
                 want.entry(token).or_insert_with(|| owner(hw));
             }
         }
