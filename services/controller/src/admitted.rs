@@ -259,4 +259,32 @@ mod tests {
         assert_eq!(want[&token("aa:bb:cc:00:00:03")], "ns/b");
         assert!(desired([&hw("ns", "c", &[])]).is_empty());
     }
+
+    #[test]
+    fn keys_that_are_no_agent_id_admit_nothing_as_before() {
+        // Keys the CRD refuses (a kube-lite or pre-rule object may still hold them): the ids
+        // of Claims::of_hardware give the bucket the entries tink_workflow::agent_ids did.
+        let keys = [
+            "Not A Mac",
+            "AA-BB-CC-00-00-09",
+            "worker-1",
+            " -x",
+            "",
+            &"a".repeat(81),
+        ];
+        let h = hw("ns", "odd", &keys);
+        let token = |m: &str| tink_bus::agent_token(m).expect("token");
+        let want = desired([&h]);
+        assert_eq!(want.keys().cloned().collect::<Vec<_>>(), {
+            let mut t = vec![token("aa:bb:cc:00:00:09"), token("worker-1")];
+            t.sort();
+            t
+        });
+        let before: BTreeMap<String, String> = tink_workflow::agent_ids(&h.spec)
+            .iter()
+            .filter_map(|id| tink_bus::agent_token(id).ok())
+            .map(|t| (t, "ns/odd".to_string()))
+            .collect();
+        assert_eq!(want, before);
+    }
 }
