@@ -1,7 +1,8 @@
 //! Which agent ids may connect: the admitted agents bucket ([`tink_bus::ADMITTED_AGENTS_BUCKET`]).
 //!
 //! The leader keeps one entry per agent id a Hardware names (the keys of its
-//! `spec.networkInterfaces`, canonical by the CRD's rule): agent token -> `<namespace>/<name>`.
+//! `spec.networkInterfaces`, canonical by the CRD's rule; [`Claims::of_hardware`], the one
+//! definition the index shares): agent token -> `<namespace>/<name>`.
 //! The servers mirror the bucket and refuse every other id, so a made-up id gets no session, no
 //! consumer and no presence entry.
 //!
@@ -21,7 +22,7 @@ use futures::TryStreamExt as _;
 use kube::ResourceExt as _;
 use kube::runtime::reflector::Store;
 use tink_api::v1alpha2::Hardware;
-use tink_workflow::agent_ids;
+use tink_hardware_index::Claims;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -90,8 +91,8 @@ fn desired<'a>(hardware: impl IntoIterator<Item = &'a Hardware>) -> BTreeMap<Str
     let mut all: Vec<&Hardware> = hardware.into_iter().collect();
     all.sort_by_key(|h| owner(h));
     for hw in all {
-        for id in agent_ids(&hw.spec) {
-            if let Ok(token) = tink_bus::agent_token(&id) {
+        for (id, _) in Claims::of_hardware(hw).agent_ids {
+            if let Ok(token) = tink_bus::agent_token(id.as_str()) {
                 want.entry(token).or_insert_with(|| owner(hw));
             }
         }
@@ -257,5 +258,33 @@ mod tests {
         );
         assert_eq!(want[&token("aa:bb:cc:00:00:03")], "ns/b");
         assert!(desired([&hw("ns", "c", &[])]).is_empty());
+    }
+
+    #[test]
+    fn keys_that_are_no_agent_id_admit_nothing_as_before() {
+        // Keys the CRD refuses (a kube-lite or pre-rule object may still hold them): the ids
+        // of Claims::of_hardware give the bucket the entries tink_workflow::agent_ids did.
+        let keys = [
+            "Not A Mac",
+            "AA-BB-CC-00-00-09",
+            "worker-1",
+            " -x",
+            "",
+            &"a".repeat(81),
+        ];
+        let h = hw("ns", "odd", &keys);
+        let token = |m: &str| tink_bus::agent_token(m).expect("token");
+        let want = desired([&h]);
+        assert_eq!(want.keys().cloned().collect::<Vec<_>>(), {
+            let mut t = vec![token("aa:bb:cc:00:00:09"), token("worker-1")];
+            t.sort();
+            t
+        });
+        let before: BTreeMap<String, String> = tink_workflow::agent_ids(&h.spec)
+            .iter()
+            .filter_map(|id| tink_bus::agent_token(id).ok())
+            .map(|t| (t, "ns/odd".to_string()))
+            .collect();
+        assert_eq!(want, before);
     }
 }

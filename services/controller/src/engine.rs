@@ -12,6 +12,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, ResourceExt as _};
 use tink_api::v1alpha2::{Hardware, Template, Workflow, WorkflowState};
+use tink_hardware_index::{Applier, Index};
 use tink_runtime::Health;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
@@ -110,6 +111,8 @@ pub(crate) async fn lead(
         .reflect(tpl_writer)
         .applied_objects();
     let (hardware, hw_writer) = reflector::store::<Hardware>();
+    // The shared Hardware index (by agent id), fed by the same watch before the store.
+    let hw_index: Arc<Index<Hardware>> = Arc::new(Index::default());
 
     let (workflows, wf_writer) = reflector::store::<Workflow>();
 
@@ -122,6 +125,7 @@ pub(crate) async fn lead(
         workflows.clone(),
         templates.clone(),
         hardware.clone(),
+        hw_index.clone(),
         bus.clone(),
         trigger_tx,
         kube_events.clone(),
@@ -149,9 +153,14 @@ pub(crate) async fn lead(
 
     let hw_stream = {
         let (secrets, admitted) = (secrets.clone(), admitted.clone());
+        let mut applier = Applier::<Hardware>::default();
         watcher(api::<Hardware>(&client, ns), wc.clone())
             .default_backoff()
             .inspect(move |event| {
+                // The index has every delivered Hardware before the store and the wake-ups do.
+                if let Ok(event) = event {
+                    applier.apply(&hw_index, event);
+                }
                 // The copy of a deleted Hardware's agent secret goes at once.
                 if let Ok(watcher::Event::Delete(h)) = event {
                     secrets.forget(h);
@@ -199,7 +208,6 @@ pub(crate) async fn lead(
             admitted.clone(),
         );
         move |h: Hardware| {
-            ctx.wake.index_hardware(&h);
             resets.observe(&h);
             secrets.observe(&h);
             admitted.observe(&h);

@@ -18,6 +18,7 @@ use jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt as _};
 use tink_api::v1alpha2::{Hardware, Template, Workflow, WorkflowStatus};
+use tink_hardware_index::Index;
 use tink_workflow::{Effect, StepContext, Transition, WorkflowKey};
 use tokio::sync::mpsc;
 
@@ -100,13 +101,14 @@ impl Term {
         workflows: Store<Workflow>,
         templates: Store<Template>,
         hardware: Store<Hardware>,
+        hardware_index: Arc<Index<Hardware>>,
         bus: tink_bus::Bus,
         triggers: mpsc::Sender<ObjectRef<Workflow>>,
         kube_events: KubeEvents,
     ) -> Self {
         let ledger = Arc::new(Ledger::new(client.clone(), workflows));
         Self {
-            wake: Wake::new(metrics.clone(), ledger.clone(), hardware.clone(), triggers),
+            wake: Wake::new(metrics.clone(), ledger.clone(), hardware_index, triggers),
             presence: Presence::new(config.bus.presence_ttl, config.forget_after),
             dispatch: Dispatch::new(hardware.clone()),
             writes: Writes::new(client, metrics.clone(), ledger.clone()),

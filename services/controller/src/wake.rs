@@ -3,16 +3,19 @@
 //!
 //! Two indexes, fed by the watches before the caches hold what they deliver, answer "which
 //! Workflows does this change concern" without a scan of every stored object: the Workflows
-//! of each Hardware, and the Hardware of each agent id. Both are supersets: entries are checked
-//! against the caches when used.
+//! of each Hardware (this module's, a superset checked against the cache when used), and the
+//! Hardware of each agent id (the shared [`tink_hardware_index::Index`], which the Hardware
+//! watch keeps current through an [`tink_hardware_index::Applier`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
 use kube::ResourceExt as _;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
+use tink_api::AgentId;
 use tink_api::v1alpha2::{Hardware, Workflow, WorkflowState};
-use tink_workflow::{WorkflowKey, agent_ids, normalize_agent_id};
+use tink_hardware_index::{Claims, Index};
+use tink_workflow::WorkflowKey;
 use tokio::sync::mpsc;
 
 use crate::keys::key_of;
@@ -28,13 +31,11 @@ pub(crate) struct Wake {
     metrics: Metrics,
     /// The freshest view, to judge a Workflow's state before waking it.
     ledger: Arc<Ledger>,
-    hardware: Store<Hardware>,
+    /// Every Hardware by the agent ids it claims, so an agent connecting looks at its own
+    /// machine instead of every Hardware (10,000 agents reconnecting at once were 10^8
+    /// comparisons).
+    hardware: Arc<Index<Hardware>>,
     triggers: mpsc::Sender<ObjectRef<Workflow>>,
-    /// Normalised agent id -> the Hardware that named it when the watch delivered them, so an
-    /// agent connecting looks at its own machine instead of every Hardware (10,000 agents
-    /// reconnecting at once were 10^8 comparisons). A superset: entries are checked against
-    /// the store when used.
-    machines: RwLock<HashMap<String, HashSet<ObjectRef<Hardware>>>>,
     /// (namespace, Hardware name) -> the Workflows that named it when the watch delivered
     /// them, so a dispatch, a completion or a Hardware change looks at one machine's Workflows
     /// instead of every stored Workflow (the cost per workflow grew with the number stored:
@@ -49,7 +50,7 @@ impl Wake {
     pub fn new(
         metrics: Metrics,
         ledger: Arc<Ledger>,
-        hardware: Store<Hardware>,
+        hardware: Arc<Index<Hardware>>,
         triggers: mpsc::Sender<ObjectRef<Workflow>>,
     ) -> Self {
         Self {
@@ -57,7 +58,6 @@ impl Wake {
             ledger,
             hardware,
             triggers,
-            machines: Default::default(),
             by_hardware: Default::default(),
             resynced: Default::default(),
         }
@@ -153,42 +153,32 @@ impl Wake {
     /// Wakes the unfinished Workflows of the machine an agent id belongs to (Pending ones may
     /// be dispatched; active ones may need a verdict about a restarted agent).
     pub fn trigger_agent(&self, agent: &str) {
-        let agent = normalize_agent_id(agent);
-        let indexed: Vec<Arc<Hardware>> = {
-            let machines = read(&self.machines);
-            machines
-                .get(&agent)
-                .into_iter()
-                .flatten()
-                .filter_map(|r| self.hardware.get(r))
-                .collect()
+        // No Hardware claims what is no agent id in any spelling (the CRD keeps its keys
+        // lower-case MACs), and no server admits such an agent.
+        let Ok(agent) = AgentId::normalize(agent) else {
+            return;
         };
-        // An agent no indexed Hardware names (yet): every Hardware, as before the index.
-        let candidates = if indexed.is_empty() {
-            self.hardware.state()
-        } else {
-            indexed
-        };
-        for hw in candidates {
-            if agent_ids(&hw.spec).contains(&agent) {
-                let ns = hw.namespace().unwrap_or_default();
-                for w in self.workflows_of_hardware(&ns, &hw.name_any()) {
-                    let w = self.ledger.fresh(&w);
-                    let state = w.status.as_ref().map(|s| s.state).unwrap_or_default();
-                    if !state.is_terminal() {
-                        self.trigger(&key_of(&w));
-                    }
+        let mut machines = self.hardware.agent_claimants(&agent);
+        // An agent no indexed Hardware names: every Hardware that claims it, as before the
+        // index.
+        if machines.is_empty() {
+            machines = self.hardware.all();
+            machines.retain(|hw| {
+                Claims::of_hardware(hw)
+                    .agent_ids
+                    .iter()
+                    .any(|(id, _)| *id == agent)
+            });
+        }
+        for hw in machines {
+            let ns = hw.namespace().unwrap_or_default();
+            for w in self.workflows_of_hardware(&ns, &hw.name_any()) {
+                let w = self.ledger.fresh(&w);
+                let state = w.status.as_ref().map(|s| s.state).unwrap_or_default();
+                if !state.is_terminal() {
+                    self.trigger(&key_of(&w));
                 }
             }
-        }
-    }
-
-    /// Records the agent ids a Hardware names (every Hardware the watch delivers comes here).
-    pub fn index_hardware(&self, hw: &Hardware) {
-        let r = ObjectRef::from_obj(hw);
-        let mut machines = write(&self.machines);
-        for id in agent_ids(&hw.spec) {
-            machines.entry(id).or_default().insert(r.clone());
         }
     }
 
