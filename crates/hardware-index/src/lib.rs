@@ -29,7 +29,7 @@
 //! | Hegel | its `Machine` (meta-data trees, boot) | [`feed`] with OSIEs ([`Index::new`]) | [`Index::by_ip`], [`Index::by_mac`], [`Index::osie`] |
 //! | netboot | its `Machine` (interfaces) | [`feed`] with OSIEs | [`Index::by_mac`] |
 //! | webhook | its claims read from JSON (either version) | [`feed`], no OSIEs | [`Index::mac_owners`], [`Index::ip_owners`], [`Index::reserve`], [`Index::contains`] |
-//! | controller (next) | [`Hardware`] | its own typed watch through an [`Applier`] | [`Index::agent_claimants`], [`Index::get`] |
+//! | controller | [`Hardware`] | its own typed watch through an [`Applier`] | [`Index::agent_claimants`], [`Index::get`] |
 //! | console | [`Hardware`] | its own typed watch through an [`Applier`] | [`Index::get`], [`Index::all`], [`Index::agent_claimants`] |
 //!
 //! ```
