@@ -32,6 +32,7 @@ mod args;
 mod auth;
 mod codec;
 mod config;
+mod connect;
 mod delivery;
 mod log_reader;
 mod logs;
@@ -56,6 +57,7 @@ pub use config::{
     dispatch_stream_config, dispatch_targets_stream_config, ensure_streams, events_consumer_config,
     events_stream_config, presence_stream_config, verify_streams,
 };
+pub use connect::{ServiceConnection, StreamSetup, wait_for_streams};
 pub use delivery::{
     DeliveryError, Withdrawal, dispatch_received, dispatch_received_by, queued_command,
     withdraw_command,
