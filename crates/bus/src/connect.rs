@@ -77,14 +77,17 @@ impl ServiceConnection {
 
     /// Connects, then waits for the streams and buckets ([`wait_for_streams`]). `None` when
     /// `until` finished first.
-    pub async fn connect_and_wait_for_streams(
+    pub async fn connect_and_wait_for_streams<Fut>(
         &self,
         config: &BusConfig,
         setup: StreamSetup,
         retry: Duration,
         until: impl Future<Output = ()>,
-        on_failure: impl FnMut(&BusError, u32),
-    ) -> Result<Option<(Client, Bus)>, NatsConnectError> {
+        on_failure: impl FnMut(BusError, u32) -> Fut,
+    ) -> Result<Option<(Client, Bus)>, NatsConnectError>
+    where
+        Fut: Future<Output = ()>,
+    {
         let client = self.connect().await?;
         let jetstream = jetstream::new(client.clone());
         Ok(
@@ -106,15 +109,19 @@ pub enum StreamSetup {
 
 /// Sets the streams and buckets up (`setup`), retrying every `retry` until it succeeds or
 /// `until` finishes (then `None`). `on_failure` is called with each failed attempt's error and
-/// its number (from 0), for the caller's log line, metric or readiness.
-pub async fn wait_for_streams(
+/// its number (from 0), and the future it returns awaited before the pause: the caller's log
+/// line, metric or readiness change.
+pub async fn wait_for_streams<Fut>(
     jetstream: &jetstream::Context,
     config: &BusConfig,
     setup: StreamSetup,
     retry: Duration,
     until: impl Future<Output = ()>,
-    mut on_failure: impl FnMut(&BusError, u32),
-) -> Option<Bus> {
+    mut on_failure: impl FnMut(BusError, u32) -> Fut,
+) -> Option<Bus>
+where
+    Fut: Future<Output = ()>,
+{
     let mut until = std::pin::pin!(until);
     let mut attempt = 0u32;
     loop {
@@ -125,7 +132,7 @@ pub async fn wait_for_streams(
         match result {
             Ok(bus) => return Some(bus),
             Err(error) => {
-                on_failure(&error, attempt);
+                on_failure(error, attempt).await;
                 attempt = attempt.saturating_add(1);
                 tokio::select! {
                     () = &mut until => return None,
@@ -167,7 +174,8 @@ mod tests {
                 Duration::from_millis(50),
                 tokio::time::sleep(Duration::from_millis(300)),
                 |error, attempt| {
-                    failures.push((attempt, matches!(error, BusError::Missing { .. })))
+                    failures.push((attempt, matches!(error, BusError::Missing { .. })));
+                    std::future::ready(())
                 },
             )
             .await
@@ -183,7 +191,7 @@ mod tests {
                 StreamSetup::Ensure,
                 Duration::from_millis(50),
                 std::future::pending(),
-                |error, _| panic!("ensure failed: {error}"),
+                |error, _| -> std::future::Ready<()> { panic!("ensure failed: {error}") },
             )
             .await
             .expect("connects")
@@ -195,7 +203,7 @@ mod tests {
             StreamSetup::Verify,
             Duration::from_millis(50),
             std::future::pending(),
-            |error, _| panic!("verify failed: {error}"),
+            |error, _| -> std::future::Ready<()> { panic!("verify failed: {error}") },
         )
         .await;
         assert!(found.is_some());
