@@ -28,6 +28,10 @@
 //!
 //! The group is cheap to clone; a clone is a handle on the same group, so a module that spawns
 //! per-object work takes a `&TaskGroup<E>` (or a clone) and calls [`TaskGroup::spawn`].
+//! Dropping the last handle cancels the token and aborts every task still running, as dropping
+//! a `JoinSet` does: a run function that is itself dropped (a replica killed in a test, a
+//! term's future dropped) takes its tasks with it. A task that holds a handle keeps the group
+//! alive, so give tasks the token and keep handles with the code that owns the group.
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -129,6 +133,8 @@ impl Activator {
 /// unchanged by [`TaskGroup::wait`] inside [`TaskFailure::Failed`].
 pub struct TaskGroup<E> {
     inner: Arc<Inner<E>>,
+    /// Shared by the handles only (never by the tasks): its drop is the last handle's.
+    owner: Arc<Owner>,
     drain: Duration,
 }
 
@@ -136,7 +142,32 @@ impl<E> Clone for TaskGroup<E> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
+            owner: self.owner.clone(),
             drain: self.drain,
+        }
+    }
+}
+
+/// Tasks still running, by spawn number: their names (for the drain warning) and how to abort
+/// them.
+type Running = Arc<Mutex<BTreeMap<u64, (String, AbortHandle)>>>;
+
+/// Stops the group's tasks when the last handle is dropped.
+struct Owner {
+    token: CancellationToken,
+    running: Running,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.token.cancel();
+        for (_, handle) in self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            handle.abort();
         }
     }
 }
@@ -157,9 +188,7 @@ struct Inner<E> {
     tracker: TaskTracker,
     /// The first critical task that ended before the group was stopping.
     failure: Mutex<Option<TaskFailure<E>>>,
-    /// Tasks still running, by spawn number: their names (for the drain warning) and how to
-    /// abort them.
-    running: Mutex<BTreeMap<u64, (String, AbortHandle)>>,
+    running: Running,
     next_id: AtomicU64,
     periodic: Mutex<Vec<Arc<Mutex<PeriodicStatus>>>>,
 }
@@ -214,16 +243,19 @@ where
     /// [`DEFAULT_SHUTDOWN_GRACE`] unless [`TaskGroup::with_drain`] says otherwise. Must be called
     /// inside a Tokio runtime when tasks are spawned.
     pub fn new(health: Health, shutdown: &CancellationToken) -> Self {
+        let token = shutdown.child_token();
+        let running = Running::default();
         Self {
             inner: Arc::new(Inner {
-                token: shutdown.child_token(),
+                token: token.clone(),
                 health,
                 tracker: TaskTracker::new(),
                 failure: Mutex::new(None),
-                running: Mutex::new(BTreeMap::new()),
+                running: running.clone(),
                 next_id: AtomicU64::new(0),
                 periodic: Mutex::new(Vec::new()),
             }),
+            owner: Arc::new(Owner { token, running }),
             drain: DEFAULT_SHUTDOWN_GRACE,
         }
     }
@@ -444,6 +476,8 @@ where
             }
             self.inner.tracker.wait().await;
         }
+        // Again: a task that finished its work while stopping may have turned it on.
+        self.inner.health.set_ready(false);
         match self
             .inner
             .failure
@@ -580,6 +614,25 @@ mod tests {
             .await
             .expect("no failure");
         assert_eq!(started.elapsed(), Duration::from_millis(100));
+    }
+
+    #[tokio::test]
+    async fn dropping_the_group_aborts_its_tasks() {
+        let (group, health, _shutdown) = new_group();
+        let (dropped_tx, dropped_rx) = tokio::sync::oneshot::channel::<()>();
+        group.spawn_critical("engine", async move {
+            let _dropped = dropped_tx;
+            std::future::pending::<Result<(), Oops>>().await
+        });
+        let token = group.token().clone();
+        let clone = group.clone();
+        drop(group);
+        assert!(!token.is_cancelled(), "a clone still owns the group");
+        drop(clone);
+        assert!(token.is_cancelled());
+        // The task's future was dropped: its sender with it.
+        assert!(dropped_rx.await.is_err());
+        assert!(health.notes().is_empty(), "an abort by drop is no failure");
     }
 
     #[tokio::test]

@@ -389,7 +389,8 @@ pub async fn serve(
                             },
                         )
                         .await;
-                        if found.is_none() {
+                        // Found while the replica stops: it stays not ready.
+                        if found.is_none() || shutdown.is_cancelled() {
                             return Ok(());
                         }
                         info!("NATS connected; ready");
