@@ -255,7 +255,7 @@ async fn main() -> anyhow::Result<()> {
         privileged: args.privileged,
     };
 
-    let shutdown = tink_runtime::shutdown_token();
+    let mut service = tink_runtime::Service::without_forced_exit(&args.admin);
     // In the OSIE the Docker engine may start after the agent: wait for it (with back-off).
     let mut backoff =
         tink_agent::config::Backoff::new(Duration::from_millis(200), config.backoff_max);
@@ -267,23 +267,20 @@ async fn main() -> anyhow::Result<()> {
                 let delay = backoff.next_delay();
                 tracing::warn!(error = %e, ?delay, "the Docker engine is not reachable yet");
                 tokio::select! {
-                    () = shutdown.cancelled() => return Ok(()),
+                    () = service.shutdown().cancelled() => return Ok(()),
                     () = tokio::time::sleep(delay) => {}
                 }
             }
         }
     };
-    let health = tink_runtime::Health::new();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = Metrics::register(&mut registry);
+    let metrics = Metrics::register(service.registry());
     let log_metrics = tink_agent::LogMetrics::default();
-    log_metrics.register(&mut registry);
+    log_metrics.register(service.registry());
     let logs = tink_agent::LogSink::new(args.logs.config(), log_metrics);
-    let admin = tink_runtime::AdminServer::start(&args.admin, &health, registry, &shutdown).await?;
-    let result =
-        tink_agent::run_with_logs(config, logs, runner, health, metrics, shutdown.clone()).await;
-    shutdown.cancel();
-    admin.stopped().await?;
-    result?;
+    service
+        .run(|health, shutdown| {
+            tink_agent::run_with_logs(config, logs, runner, health, metrics, shutdown)
+        })
+        .await?;
     Ok(())
 }

@@ -36,6 +36,7 @@ mod args;
 mod auth;
 mod codec;
 mod config;
+mod connect;
 mod delivery;
 mod dispatch_target;
 mod error;
@@ -55,6 +56,7 @@ pub use codec::{
     event_kind, event_msg_id, validate_command, validate_event,
 };
 pub use config::BusConfig;
+pub use connect::{ServiceConnection, StreamSetup, wait_for_streams};
 pub use delivery::{
     DeliveryError, Withdrawal, dispatch_received, dispatch_received_by, queued_command,
     withdraw_command,

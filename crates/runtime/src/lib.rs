@@ -1,6 +1,7 @@
 //! Service runtime shared by every tinkerbell-rs binary: graceful shutdown on SIGTERM/SIGINT, the
-//! health and readiness state, and the admin HTTP endpoint serving `/healthz`, `/readyz` and
-//! Prometheus `/metrics`.
+//! health and readiness state, the admin HTTP endpoint serving `/healthz`, `/readyz` and
+//! Prometheus `/metrics`, the one way to run a service's tasks and stop ([`TaskGroup`]), and the
+//! frame of every binary's `main` ([`Service`]).
 //!
 //! Libraries never read the environment; binaries flatten [`AdminArgs`] into their clap
 //! arguments and pass the values in.
@@ -8,13 +9,17 @@
 
 mod admin;
 mod health;
+mod service;
 mod shutdown;
+mod tasks;
 
 pub use admin::{AdminArgs, AdminServer, admin_router, serve_admin};
 pub use health::Health;
+pub use service::{Service, ServiceError};
 pub use shutdown::{
     DEFAULT_SHUTDOWN_GRACE, shutdown_token, shutdown_token_with_grace, wait_for_signal,
 };
+pub use tasks::{Activator, PeriodicStatus, TaskFailure, TaskGroup};
 
 /// The name a replica uses for itself (presence entries, the Lease, Events, logs): `explicit`
 /// when given, else the host name (the pod name in Kubernetes), else `{service}-{pid}`.

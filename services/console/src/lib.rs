@@ -155,7 +155,10 @@ pub async fn run_on(
     let live = Arc::new(live::Live::new(config.sse_buffer, metrics.clone()));
     // The one driver of the live streams: both watches hand it what they saw.
     let changes = feed::Feed::new(cache.clone(), live.clone());
-    let tasks = shutdown.child_token();
+    // The watches and the HTTP server are critical (either ending stops the console); the
+    // presence watch is best effort.
+    let group = tink_runtime::TaskGroup::<Error>::new(health.clone(), &shutdown);
+    let tasks = group.token().clone();
     let state = AppState::new(
         cache.clone(),
         live.clone(),
@@ -171,7 +174,7 @@ pub async fn run_on(
         },
         tasks.clone(),
     );
-    let feed = tokio::spawn(cache::watch(
+    let watches = cache::watch(
         client,
         config.namespace.clone(),
         cache.clone(),
@@ -183,40 +186,29 @@ pub async fn run_on(
         metrics,
         health.clone(),
         tasks.clone(),
-    ));
-    // Presence is best effort: without NATS the tiles say so, the console still serves.
-    let presence = config.presence.clone().map(|p| {
-        tokio::spawn(presence::watch(
-            p,
-            cache.presence.clone(),
-            move |c| changes.agent_changed(&c),
-            tasks.clone(),
-        ))
+    );
+    group.spawn_critical("watches", async move {
+        watches.await.map_err(|e| Error::Stopped(e.to_string()))
     });
-    let mut server = tokio::spawn(http::serve(listener, router(state), tasks.clone()));
-    tokio::pin!(feed);
-    let mut server_done = false;
-    let result = tokio::select! {
-        r = &mut server => {
-            server_done = true;
-            match r {
-                Ok(r) => r.map_err(Error::Serve),
-                Err(e) => Err(Error::Stopped(format!("the HTTP server failed: {e}"))),
-            }
-        }
-        r = &mut feed => match r {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Error::Stopped(e.to_string())),
-            Err(e) => Err(Error::Stopped(format!("the watches failed: {e}"))),
-        },
-    };
-    health.set_ready(false);
-    tasks.cancel();
-    if !server_done {
-        let _ = server.await;
+    // Presence is best effort: without NATS the tiles say so, the console still serves.
+    if let Some(p) = config.presence.clone() {
+        group.spawn(
+            "presence watch",
+            presence::watch(
+                p,
+                cache.presence.clone(),
+                move |c| changes.agent_changed(&c),
+                tasks.clone(),
+            ),
+        );
     }
-    if let Some(p) = presence {
-        let _ = p.await;
-    }
-    result
+    let server = http::serve(listener, router(state), tasks.clone());
+    group.spawn_critical(
+        "HTTP server",
+        async move { server.await.map_err(Error::Serve) },
+    );
+    group
+        .wait()
+        .await
+        .map_err(|failure| failure.into_error(Error::Stopped))
 }

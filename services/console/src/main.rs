@@ -157,15 +157,10 @@ async fn main() -> anyhow::Result<()> {
             ttl: Duration::from_secs(args.presence_ttl_seconds.max(1)),
         });
 
-    let shutdown = tink_runtime::shutdown_token_with_grace(args.admin.shutdown_grace());
-    let health = tink_runtime::Health::new();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = tink_console::Metrics::register(&mut registry);
-    let admin = tink_runtime::AdminServer::start(&args.admin, &health, registry, &shutdown).await?;
-
-    let result = tink_console::run(config, health, metrics, shutdown.clone()).await;
-    shutdown.cancel();
-    admin.stopped().await?;
-    result?;
+    let mut service = tink_runtime::Service::new(&args.admin);
+    let metrics = tink_console::Metrics::register(service.registry());
+    service
+        .run(|health, shutdown| tink_console::run(config, health, metrics, shutdown))
+        .await?;
     Ok(())
 }

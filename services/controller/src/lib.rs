@@ -87,22 +87,18 @@ pub async fn run(
     // lost its store, or memory streams after a restart, gets them back; the servers only
     // verify and wait for them).
     let reconnects = std::sync::Arc::new(tokio::sync::watch::channel(0u64).0);
-    let nats = tink_bus::connect(&config.nats_url, &config.nats_auth, || {
+    let nats = {
         let reconnects = reconnects.clone();
-        async_nats::ConnectOptions::new()
-            .name(name.clone())
-            .max_reconnects(None)
-            .event_callback(move |event| {
-                let reconnects = reconnects.clone();
-                async move {
-                    if matches!(event, async_nats::Event::Connected) {
-                        reconnects.send_modify(|n| *n += 1);
-                    }
+        tink_bus::ServiceConnection::new(&config.nats_url, &config.nats_auth, name)
+            .on_event(move |event| {
+                if matches!(event, async_nats::Event::Connected) {
+                    reconnects.send_modify(|n| *n += 1);
                 }
             })
-    })
-    .await
-    .map_err(Error::Nats)?;
+            .connect()
+            .await
+            .map_err(Error::Nats)?
+    };
     let jetstream = async_nats::jetstream::new(nats.clone());
     let elector = leader::Elector::new(
         client.clone(),

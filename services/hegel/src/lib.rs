@@ -137,8 +137,10 @@ pub async fn run_on(
         config.rate_limit,
     )
     .with_secrets(secrets);
-    let tasks = shutdown.child_token();
-    let feed = tokio::spawn(feeds(
+    // Both parts are critical: either ending stops the group (and Hegel, with its error).
+    let group = tink_runtime::TaskGroup::<Error>::new(health.clone(), &shutdown);
+    let tasks = group.token().clone();
+    let feed = feeds(
         client,
         config,
         index,
@@ -147,30 +149,19 @@ pub async fn run_on(
         metrics,
         health.clone(),
         tasks.clone(),
-    ));
-    let mut server = tokio::spawn(http::serve(listener, state, tasks.clone()));
-    tokio::pin!(feed);
-    let mut server_done = false;
-    let result = tokio::select! {
-        r = &mut server => {
-            server_done = true;
-            match r {
-                Ok(r) => r.map_err(Error::Serve),
-                Err(e) => Err(Error::Stopped(format!("the HTTP server failed: {e}"))),
-            }
-        }
-        r = &mut feed => match r {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Error::Stopped(e.to_string())),
-            Err(e) => Err(Error::Stopped(format!("the index feed failed: {e}"))),
-        },
-    };
-    health.set_ready(false);
-    tasks.cancel();
-    if !server_done {
-        let _ = server.await;
-    }
-    result
+    );
+    group.spawn_critical("index feed", async move {
+        feed.await.map_err(|e| Error::Stopped(e.to_string()))
+    });
+    let server = http::serve(listener, state, tasks.clone());
+    group.spawn_critical(
+        "HTTP server",
+        async move { server.await.map_err(Error::Serve) },
+    );
+    group
+        .wait()
+        .await
+        .map_err(|failure| failure.into_error(Error::Stopped))
 }
 
 /// The agent secret copies' feed, and once they are listed the index's (so Hegel is never

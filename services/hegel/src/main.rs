@@ -114,15 +114,10 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("cannot configure the Kubernetes client (KUBECONFIG or in-cluster)")?;
 
-    let shutdown = tink_runtime::shutdown_token_with_grace(args.admin.shutdown_grace());
-    let health = tink_runtime::Health::new();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = hegel::Metrics::register(&mut registry);
-    let admin = tink_runtime::AdminServer::start(&args.admin, &health, registry, &shutdown).await?;
-
-    let result = hegel::run(config, client, health, metrics, shutdown.clone()).await;
-    shutdown.cancel();
-    admin.stopped().await?;
-    result?;
+    let mut service = tink_runtime::Service::new(&args.admin);
+    let metrics = hegel::Metrics::register(service.registry());
+    service
+        .run(|health, shutdown| hegel::run(config, client, health, metrics, shutdown))
+        .await?;
     Ok(())
 }

@@ -237,12 +237,13 @@ impl Bound {
         health.set_ready(false);
         let (osies, osie_writer) = kube::runtime::reflector::store();
         let index = Arc::new(Index::new(osies));
-        let tasks = shutdown.child_token();
-        let mut set: tokio::task::JoinSet<Result<(), Error>> = tokio::task::JoinSet::new();
+        // Every part is critical: any ending stops the group (and the service).
+        let set = tink_runtime::TaskGroup::<Error>::new(health.clone(), &shutdown);
+        let tasks = set.token().clone();
         {
             let (index, tasks, health) = (index.clone(), tasks.clone(), health.clone());
             let namespace = config.namespace.clone();
-            set.spawn(async move {
+            set.spawn_critical("Hardware index feed", async move {
                 crate::index::feed(
                     client,
                     namespace,
@@ -265,7 +266,7 @@ impl Bound {
                     tasks.clone(),
                     responder.clone(),
                 );
-                set.spawn(async move {
+                set.spawn_critical("DHCP server", async move {
                     server::serve_dhcp(socket, responder, index, metrics, tasks)
                         .await
                         .map_err(|source| Error::Serve {
@@ -278,7 +279,7 @@ impl Bound {
         if let (Some(socket), Some(root), Some((_, tc))) = (self.tftp, &self.root, &config.tftp) {
             let (root, tc, metrics, tasks) =
                 (root.clone(), tc.clone(), metrics.clone(), tasks.clone());
-            set.spawn(async move {
+            set.spawn_critical("TFTP server", async move {
                 tftp::serve(socket, root, tc, metrics, tasks)
                     .await
                     .map_err(|source| Error::Serve {
@@ -289,7 +290,7 @@ impl Bound {
         }
         if let (Some(listener), Some(root)) = (self.http, &self.root) {
             let (root, metrics, tasks) = (root.clone(), metrics.clone(), tasks.clone());
-            set.spawn(async move {
+            set.spawn_critical("HTTP server", async move {
                 http::serve(listener, root, metrics, tasks)
                     .await
                     .map_err(|source| Error::Serve {
@@ -298,20 +299,9 @@ impl Bound {
                     })
             });
         }
-        // The first task to end (any, on shutdown or failure) ends them all.
-        let first = set.join_next().await;
-        health.set_ready(false);
-        tasks.cancel();
-        let result = match first {
-            None | Some(Ok(Ok(()))) => Ok(()),
-            Some(Ok(Err(e))) => Err(e),
-            Some(Err(e)) => Err(Error::Stopped(format!("a task failed: {e}"))),
-        };
-        while let Some(r) = set.join_next().await {
-            if let Ok(Err(e)) = r {
-                tracing::warn!(error = %e, "while stopping");
-            }
-        }
-        result
+        // The first task to end before shutdown ends them all.
+        set.wait()
+            .await
+            .map_err(|failure| failure.into_error(Error::Stopped))
     }
 }

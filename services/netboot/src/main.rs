@@ -196,27 +196,14 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("cannot configure the Kubernetes client (KUBECONFIG or in-cluster)")?;
 
-    let shutdown = tink_runtime::shutdown_token_with_grace(args.admin.shutdown_grace());
-    let health = tink_runtime::Health::new();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = tink_netboot::Metrics::register(&mut registry);
+    let mut service = tink_runtime::Service::new(&args.admin);
+    let registry = service.registry();
+    let metrics = tink_netboot::Metrics::register(registry);
     // The Hardware index's own metrics (indexed Hardware, watch errors), as Hegel's.
     let index_metrics =
         tink_netboot::IndexMetrics::register(registry.sub_registry_with_prefix("netboot"));
-    let admin = tink_runtime::AdminServer::start(&args.admin, &health, registry, &shutdown).await?;
-
-    let result = bound
-        .run(
-            config,
-            client,
-            health,
-            metrics,
-            index_metrics,
-            shutdown.clone(),
-        )
-        .await;
-    shutdown.cancel();
-    admin.stopped().await?;
-    result?;
+    service
+        .run(|health, shutdown| bound.run(config, client, health, metrics, index_metrics, shutdown))
+        .await?;
     Ok(())
 }

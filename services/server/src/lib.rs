@@ -72,7 +72,8 @@ use futures::StreamExt as _;
 use tink_bus::BusConfig;
 use tink_bus::proto::log_service_server::LogServiceServer;
 use tink_bus::proto::workflow_service_server::WorkflowServiceServer;
-use tink_runtime::Health;
+use tink_bus::{ServiceConnection, StreamSetup};
+use tink_runtime::{Health, TaskGroup};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
@@ -91,6 +92,10 @@ const CLEANUP_GRACE: Duration = Duration::from_secs(5);
 const SETUP_RETRY: Duration = Duration::from_secs(1);
 /// While the streams are missing, one warning per this many attempts.
 const SETUP_LOG_EVERY: u32 = 30;
+/// How long the background tasks get to stop once the gRPC server and the presence cleanup
+/// are done (they all watch the token and stop at once; before the task group they were
+/// aborted there).
+const TASKS_DRAIN: Duration = Duration::from_secs(2);
 
 /// TLS material (PEM).
 #[derive(Clone, Debug)]
@@ -206,6 +211,11 @@ pub enum ServerError {
     /// The log store's thread could not be started.
     #[error("cannot start the log store thread: {0}")]
     Thread(#[from] std::io::Error),
+    /// A background task (the agent secrets or admitted agents watch, the NATS connection
+    /// watcher, the takeover listener, the pull router, the idle limits sweep) stopped while
+    /// the replica was serving: the replica turned not ready and stopped.
+    #[error("a background task stopped: {0}")]
+    Task(String),
 }
 
 /// Runs one replica on `listener` until `shutdown` is cancelled.
@@ -215,7 +225,9 @@ pub enum ServerError {
 /// serves `WorkflowService` and the gRPC health service. `health` turns ready only while NATS is
 /// connected and the streams exist. On shutdown every agent stream ends with UNAVAILABLE (so
 /// agents reconnect to another replica), in-flight calls finish, and presence entries are
-/// removed.
+/// removed. The background tasks run in one [`TaskGroup`]: if one stops while the replica
+/// serves (the agent secrets watch, the takeover listener, ...), `health` turns not ready with
+/// a note naming it, the replica shuts down as on a signal and returns [`ServerError::Task`].
 pub async fn serve(
     config: ServerConfig,
     listener: TcpListener,
@@ -224,42 +236,42 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), ServerError> {
     health.set_ready(false);
+    // Every task of this replica stops on this group's token (a child of `shutdown`).
+    let tasks = TaskGroup::<ServerError>::new(health.clone(), &shutdown);
+    let shutdown = tasks.token().clone();
     let (events_tx, mut events_rx) = tokio::sync::mpsc::channel::<async_nats::Event>(16);
     let name = format!("tink-server {}", config.replica_id);
-    let client = tink_bus::connect(&config.nats_url, &config.nats_auth, || {
+    let connection = {
         let events_tx = events_tx.clone();
-        async_nats::ConnectOptions::new()
-            .name(name.clone())
-            .max_reconnects(None)
-            .event_callback(move |event| {
-                let events_tx = events_tx.clone();
-                async move {
-                    // Full: an older event is still queued, the watcher re-checks the state anyway.
-                    let _ = events_tx.try_send(event);
-                }
-            })
-    })
-    .await
-    .map_err(ServerError::Nats)?;
-    let jetstream = async_nats::jetstream::new(client.clone());
+        ServiceConnection::new(&config.nats_url, &config.nats_auth, name.clone()).on_event(
+            move |event| {
+                // Full: an older event is still queued, the watcher re-checks the state anyway.
+                let _ = events_tx.try_send(event);
+            },
+        )
+    };
 
     // The controller creates the streams and buckets; this replica only finds them (its NATS
     // user may not create one) and waits, not ready, until they exist.
     let mut attempts = 0u32;
-    let bus = loop {
-        match tink_bus::verify_streams(&jetstream, &config.bus).await {
-            Ok(bus) => break bus,
-            Err(e) => {
-                if attempts.is_multiple_of(SETUP_LOG_EVERY) {
-                    warn!(error = %e, attempts, "waiting for the JetStream streams and buckets (tink-controller creates them); not ready, retrying every {SETUP_RETRY:?}");
+    let Some((client, bus)) = connection
+        .connect_and_wait_for_streams(
+            &config.bus,
+            StreamSetup::Verify,
+            SETUP_RETRY,
+            shutdown.cancelled(),
+            |e, attempt| {
+                if attempt.is_multiple_of(SETUP_LOG_EVERY) {
+                    warn!(error = %e, attempts = attempt, "waiting for the JetStream streams and buckets (tink-controller creates them); not ready, retrying every {SETUP_RETRY:?}");
                 }
-                attempts = attempts.saturating_add(1);
-                tokio::select! {
-                    _ = shutdown.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(SETUP_RETRY) => {}
-                }
-            }
-        }
+                attempts = attempt.saturating_add(1);
+                std::future::ready(())
+            },
+        )
+        .await
+        .map_err(ServerError::Nats)?
+    else {
+        return Ok(());
     };
     if attempts > 0 {
         info!(attempts, "the JetStream streams and buckets exist");
@@ -283,27 +295,29 @@ pub async fn serve(
         session::Limits::of(&config),
     ));
 
-    let secrets_task = {
+    {
         let (secrets, bucket) = (shared.secrets.clone(), shared.bus.agent_secrets.clone());
         let shutdown = shutdown.clone();
-        tokio::spawn(async move { secrets.mirror.watch(bucket, shutdown).await })
-    };
-    let admitted_task = {
+        tasks.spawn_critical("agent secrets watch", async move {
+            secrets.mirror.watch(bucket, shutdown).await;
+            Ok(())
+        });
+    }
+    {
         let (admitted, bucket) = (shared.admitted.clone(), shared.bus.admitted_agents.clone());
         let shutdown = shutdown.clone();
-        tokio::spawn(async move { admitted.watch(bucket, shutdown).await })
-    };
-    let limiter_task = {
-        let (shared, shutdown) = (shared.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(Duration::from_secs(60)) => shared.forget_idle_limits(),
-                }
-            }
-        })
-    };
+        tasks.spawn_critical("admitted agents watch", async move {
+            admitted.watch(bucket, shutdown).await;
+            Ok(())
+        });
+    }
+    {
+        let shared = shared.clone();
+        tasks.spawn_periodic("idle limits sweep", Duration::from_secs(60), move || {
+            shared.forget_idle_limits();
+            std::future::ready(Ok::<(), std::convert::Infallible>(()))
+        });
+    }
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let set_serving = {
@@ -336,11 +350,11 @@ pub async fn serve(
     set_serving(true).await;
 
     // Readiness follows the NATS connection; after a reconnect the streams are verified again.
-    let watcher = {
+    {
         let shared = shared.clone();
         let shutdown = shutdown.clone();
         let set_serving = set_serving.clone();
-        tokio::spawn(async move {
+        tasks.spawn_critical("NATS connection watcher", async move {
             loop {
                 let event = tokio::select! {
                     _ = shutdown.cancelled() => break,
@@ -354,55 +368,53 @@ pub async fn serve(
                     Some(async_nats::Event::Connected) => {
                         // Not ready until the streams exist again (a NATS server that lost its
                         // store gets them back from the controller).
-                        let mut attempts = 0u32;
-                        loop {
-                            match tink_bus::verify_streams(
-                                &shared.bus.jetstream,
-                                &shared.bus.config,
-                            )
-                            .await
-                            {
-                                Ok(_) => {
-                                    info!("NATS connected; ready");
-                                    // Pull requests waiting on the old connection may be lost.
-                                    shared.reconnects.send_modify(|n| *n += 1);
-                                    set_serving(true).await;
-                                    break;
+                        let found = tink_bus::wait_for_streams(
+                            &shared.bus.jetstream,
+                            &shared.bus.config,
+                            StreamSetup::Verify,
+                            SETUP_RETRY,
+                            shutdown.cancelled(),
+                            |e, attempts| {
+                                // Not ready meanwhile (NATS may even have gone again while
+                                // the Disconnected event waits behind this loop).
+                                let not_serving = (attempts == 0).then(|| set_serving(false));
+                                if attempts.is_multiple_of(SETUP_LOG_EVERY) {
+                                    warn!(error = %e, attempts, "NATS connected but the streams are not there; not ready, waiting for tink-controller to create them");
                                 }
-                                Err(e) => {
-                                    // Not ready meanwhile (NATS may even have gone again while
-                                    // the Disconnected event waits behind this loop).
-                                    if attempts == 0 {
-                                        set_serving(false).await;
-                                    }
-                                    if attempts.is_multiple_of(SETUP_LOG_EVERY) {
-                                        warn!(error = %e, attempts, "NATS connected but the streams are not there; not ready, waiting for tink-controller to create them");
-                                    }
-                                    attempts = attempts.saturating_add(1);
-                                    tokio::select! {
-                                        _ = shutdown.cancelled() => return,
-                                        _ = tokio::time::sleep(SETUP_RETRY) => {}
+                                async move {
+                                    if let Some(not_serving) = not_serving {
+                                        not_serving.await;
                                     }
                                 }
-                            }
+                            },
+                        )
+                        .await;
+                        // Found while the replica stops: it stays not ready.
+                        if found.is_none() || shutdown.is_cancelled() {
+                            return Ok(());
                         }
+                        info!("NATS connected; ready");
+                        // Pull requests waiting on the old connection may be lost.
+                        shared.reconnects.send_modify(|n| *n += 1);
+                        set_serving(true).await;
                     }
                     Some(_) => {}
                     None => break,
                 }
             }
-        })
-    };
+            Ok(())
+        });
+    }
 
     // One subscription per replica for "a newer stream for agent X opened elsewhere".
     let mut takeovers = client
         .subscribe(tink_bus::TAKEOVER_ALL)
         .await
         .map_err(ServerError::Subscribe)?;
-    let takeover_task = {
+    {
         let shared = shared.clone();
         let shutdown = shutdown.clone();
-        tokio::spawn(async move {
+        tasks.spawn_critical("takeover listener", async move {
             loop {
                 let message = tokio::select! {
                     _ = shutdown.cancelled() => break,
@@ -424,22 +436,32 @@ pub async fn serve(
                     }
                 }
             }
-        })
-    };
+            Ok(())
+        });
+    }
 
     // One subscription per replica for the pull requests of all its agents.
     let mut pulled = client
         .subscribe(format!("{}.*", shared.inbox))
         .await
         .map_err(ServerError::Subscribe)?;
-    let router_task = {
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            while let Some(message) = pulled.next().await {
+    // The router runs until the presence cleanup is done (streams being drained still get
+    // their pulled commands), so it stops on a token of its own.
+    let routing = CancellationToken::new();
+    {
+        let (shared, routing) = (shared.clone(), routing.clone());
+        tasks.spawn_critical("pull router", async move {
+            loop {
+                let message = tokio::select! {
+                    _ = routing.cancelled() => break,
+                    message = pulled.next() => message,
+                };
+                let Some(message) = message else { break };
                 shared.route(message).await;
             }
-        })
-    };
+            Ok(())
+        });
+    }
 
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(config.keepalive_interval))
@@ -459,13 +481,10 @@ pub async fn serve(
     // event in the same socket (here or in nats-server's reader of this client).
     let logs_store = {
         let name = format!("{name} logs");
-        let client = tink_bus::connect(&config.nats_url, &config.nats_auth, || {
-            async_nats::ConnectOptions::new()
-                .name(name.clone())
-                .max_reconnects(None)
-        })
-        .await
-        .map_err(ServerError::Nats)?;
+        let client = ServiceConnection::new(&config.nats_url, &config.nats_auth, name)
+            .connect()
+            .await
+            .map_err(ServerError::Nats)?;
         logs::LogStore::new(client, config.logs_max_in_flight)
     };
     let gateway = service::Gateway {
@@ -505,14 +524,12 @@ pub async fn serve(
     {
         warn!("presence cleanup did not finish in time; entries expire by themselves");
     }
-    watcher.abort();
-    takeover_task.abort();
-    secrets_task.abort();
-    admitted_task.abort();
-    limiter_task.abort();
-    router_task.abort();
+    routing.cancel();
+    let stopped = tasks.stop(TASKS_DRAIN).await;
     if let Err(e) = client.flush().await {
         warn!(error = %e, "cannot flush NATS on shutdown");
     }
+    // A dead background task is why the server stopped: it is the error to report.
+    stopped.map_err(|failure| failure.into_error(ServerError::Task))?;
     result.map_err(ServerError::Serve)
 }

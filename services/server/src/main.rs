@@ -159,18 +159,17 @@ async fn main() -> anyhow::Result<()> {
         ),
     }
 
-    let shutdown = tink_runtime::shutdown_token_with_grace(args.admin.shutdown_grace());
-    let health = tink_runtime::Health::new();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = tink_server::Metrics::register(&mut registry);
-    let admin = tink_runtime::AdminServer::start(&args.admin, &health, registry, &shutdown).await?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot bind {}", args.listen))?;
-
-    let served = tink_server::serve(config, listener, health, metrics, shutdown.clone()).await;
-    shutdown.cancel();
-    admin.stopped().await?;
-    served?;
+    let mut service = tink_runtime::Service::new(&args.admin);
+    let metrics = tink_server::Metrics::register(service.registry());
+    let listen = args.listen;
+    service
+        .run(|health, shutdown| async move {
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("cannot bind {listen}"))?;
+            tink_server::serve(config, listener, health, metrics, shutdown).await?;
+            anyhow::Ok(())
+        })
+        .await?;
     Ok(())
 }

@@ -137,54 +137,44 @@ pub async fn run_on(
     let server_config = Arc::new(store.server_config()?);
     let index = Arc::new(Index::new(config.reservation_ttl));
     let state = AppState::new(index.clone(), metrics.clone(), &config.limits);
-    let tasks = shutdown.child_token();
+    // All three parts are critical: any ending stops the group (and the webhook). Drain: the
+    // server lets open requests finish within its grace period.
+    let group = tink_runtime::TaskGroup::<Error>::new(health.clone(), &shutdown).with_drain(
+        config
+            .limits
+            .shutdown_grace
+            .max(tink_runtime::DEFAULT_SHUTDOWN_GRACE),
+    );
+    let tasks = group.token().clone();
 
-    let reload = tokio::spawn(tls::watch(
+    let reload = tls::watch(
         config.tls.clone(),
         store,
         loaded,
         metrics.clone(),
         tasks.clone(),
-    ));
-    let feed = tokio::spawn(index::feed(
-        client,
-        index,
-        metrics,
-        health.clone(),
-        tasks.clone(),
-    ));
-    let mut server = tokio::spawn(serve(
+    );
+    group.spawn_critical("certificate reloader", async move {
+        reload.await;
+        Ok(())
+    });
+    let feed = index::feed(client, index, metrics, health.clone(), tasks.clone());
+    group.spawn_critical("index feed", async move {
+        feed.await.map_err(|e| Error::Stopped(e.to_string()))
+    });
+    let server = serve(
         listener,
         server_config,
         router(state, &config.limits),
         config.limits.clone(),
         tasks.clone(),
-    ));
-    tokio::pin!(feed, reload);
-    let mut server_done = false;
-    let result = tokio::select! {
-        r = &mut server => {
-            server_done = true;
-            match r {
-                Ok(r) => r.map_err(Error::Serve),
-                Err(e) => Err(Error::Stopped(format!("the HTTPS server failed: {e}"))),
-            }
-        }
-        r = &mut feed => match r {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Error::Stopped(e.to_string())),
-            Err(e) => Err(Error::Stopped(format!("the index feed failed: {e}"))),
-        },
-        r = &mut reload => match r {
-            Ok(()) => Ok(()),
-            Err(e) => Err(Error::Stopped(format!("the certificate reloader failed: {e}"))),
-        },
-    };
-    health.set_ready(false);
-    tasks.cancel();
-    // Drain: the server lets open requests finish within its grace period.
-    if !server_done {
-        let _ = server.await;
-    }
-    result
+    );
+    group.spawn_critical(
+        "HTTPS server",
+        async move { server.await.map_err(Error::Serve) },
+    );
+    group
+        .wait()
+        .await
+        .map_err(|failure| failure.into_error(Error::Stopped))
 }
