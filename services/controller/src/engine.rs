@@ -12,6 +12,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, ResourceExt as _};
 use tink_api::v1alpha2::{Hardware, Template, Workflow, WorkflowState};
+use tink_bus::StreamSetup;
 use tink_hardware_index::{Applier, Index};
 use tink_runtime::Health;
 use tokio::sync::{mpsc, oneshot};
@@ -55,18 +56,21 @@ pub(crate) async fn lead(
     term: CancellationToken,
 ) -> Result<(), Error> {
     reconnects.borrow_and_update();
-    let bus = loop {
-        match tink_bus::ensure_streams(&jetstream, &config.bus).await {
-            Ok(bus) => break bus,
-            Err(e) => {
-                metrics.error("nats");
-                warn!(error = %e, "cannot set up the JetStream streams yet; retrying");
-                tokio::select! {
-                    _ = term.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            }
-        }
+    let Some(bus) = tink_bus::wait_for_streams(
+        &jetstream,
+        &config.bus,
+        StreamSetup::Ensure,
+        Duration::from_secs(1),
+        term.cancelled(),
+        |e, _| {
+            metrics.error("nats");
+            warn!(error = %e, "cannot set up the JetStream streams yet; retrying");
+            std::future::ready(())
+        },
+    )
+    .await
+    else {
+        return Ok(());
     };
     // The leader owns the streams and buckets: after a NATS reconnection it ensures them again
     // (the servers wait, not ready, until they exist).
@@ -83,22 +87,23 @@ pub(crate) async fn lead(
                     _ = term.cancelled() => return,
                     changed = reconnects.changed() => if changed.is_err() { return },
                 }
-                loop {
-                    match tink_bus::ensure_streams(&jetstream, &bus_config).await {
-                        Ok(_) => {
-                            info!("NATS reconnected; the streams and buckets are in place");
-                            break;
-                        }
-                        Err(e) => {
-                            metrics.error("nats");
-                            warn!(error = %e, "NATS reconnected but the streams cannot be set up yet; retrying");
-                            tokio::select! {
-                                _ = term.cancelled() => return,
-                                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                            }
-                        }
-                    }
+                let ensured = tink_bus::wait_for_streams(
+                    &jetstream,
+                    &bus_config,
+                    StreamSetup::Ensure,
+                    Duration::from_secs(1),
+                    term.cancelled(),
+                    |e, _| {
+                        metrics.error("nats");
+                        warn!(error = %e, "NATS reconnected but the streams cannot be set up yet; retrying");
+                        std::future::ready(())
+                    },
+                )
+                .await;
+                if ensured.is_none() {
+                    return;
                 }
+                info!("NATS reconnected; the streams and buckets are in place");
             }
         });
     }
