@@ -10,6 +10,7 @@ use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
 use super::error::{PageError, PageResult};
+use super::session::Session;
 use crate::access::{Access, Permission, User};
 use crate::cache::Cache;
 use crate::live::{Live, Namespaces, Slots, StreamLimits};
@@ -90,6 +91,20 @@ impl AppState {
                 "the console is still loading Hardware, Workflows, Templates and Events from the Kubernetes API; try again in a moment".into(),
             ))
         }
+    }
+
+    /// Whether `s`'s user may `verb` the Tinkerbell `resource` `ns/name` (403 when not).
+    pub(super) async fn authorize_tink(
+        &self,
+        s: &Session,
+        verb: &'static str,
+        resource: &'static str,
+        ns: &str,
+        name: &str,
+    ) -> Result<(), PageError> {
+        let permission = Permission::tink(verb, resource, ns, name);
+        self.inner.access.authorize(&s.user, &permission).await?;
+        Ok(())
     }
 
     /// The namespaces in which `user` may list `resource` (of `group`): all, or those of
