@@ -57,6 +57,28 @@ fn hw_match(h: &Hardware, q: &str) -> Option<String> {
     None
 }
 
+/// The hits among `objects` (of `kind`, each with its page at `/{path}/{ns}/{name}`) in the
+/// `visible` namespaces whose name contains `text`.
+fn name_hits<'a, K: kube::Resource + 'a>(
+    kind: &'static str,
+    path: &'static str,
+    objects: &'a [Arc<K>],
+    visible: &'a Namespaces,
+    text: &'a str,
+) -> impl Iterator<Item = Hit> + 'a {
+    objects.iter().filter_map(move |o| {
+        let ns = o.meta().namespace.clone().unwrap_or_default();
+        let name = o.meta().name.clone().unwrap_or_default();
+        (visible.contains(&ns) && name.contains(text)).then(|| Hit {
+            kind,
+            href: format!("/{path}/{ns}/{name}"),
+            namespace: ns,
+            name,
+            matched: "name".into(),
+        })
+    })
+}
+
 /// What matches `text` (lower case) among the objects the user may see, sorted by kind,
 /// namespace and name.
 pub fn hits(
@@ -83,32 +105,20 @@ pub fn hits(
             });
         }
     }
-    for w in workflows {
-        let ns = w.metadata.namespace.clone().unwrap_or_default();
-        let name = w.metadata.name.clone().unwrap_or_default();
-        if visible.workflows.contains(&ns) && name.contains(text) {
-            hits.push(Hit {
-                kind: "Workflow",
-                href: format!("/workflows/{ns}/{name}"),
-                namespace: ns,
-                name,
-                matched: "name".into(),
-            });
-        }
-    }
-    for t in templates {
-        let ns = t.metadata.namespace.clone().unwrap_or_default();
-        let name = t.metadata.name.clone().unwrap_or_default();
-        if visible.templates.contains(&ns) && name.contains(text) {
-            hits.push(Hit {
-                kind: "Template",
-                href: format!("/templates/{ns}/{name}"),
-                namespace: ns,
-                name,
-                matched: "name".into(),
-            });
-        }
-    }
+    hits.extend(name_hits(
+        "Workflow",
+        "workflows",
+        workflows,
+        &visible.workflows,
+        text,
+    ));
+    hits.extend(name_hits(
+        "Template",
+        "templates",
+        templates,
+        &visible.templates,
+        text,
+    ));
     hits.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
     hits
 }
