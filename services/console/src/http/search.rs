@@ -1,7 +1,6 @@
 //! The search page (`/search?q=`): names, MACs and IPs of Hardware, names of Workflows and
 //! Templates, in the namespaces the user may list each in. [`hits`] is pure.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
@@ -141,37 +140,19 @@ pub(super) async fn page(
         let mut hits = Vec::new();
         let mut truncated = false;
         if !text.is_empty() {
-            let g = crate::access::GROUP;
             let hardware = cache.hardware.all();
             let workflows = cache.workflows.state();
             let templates = cache.templates.state();
-            let see = |r: Result<Namespaces, PageError>| match r {
-                Ok(v) => Ok(v),
-                Err(PageError::Forbidden(_)) => Ok(Namespaces::Some(HashSet::new())),
-                Err(e) => Err(e),
-            };
             let visible = Visible {
-                hardware: see(st
-                    .visible(&s.user, g, "hardware", None, namespaces_of(hardware.iter()))
-                    .await)?,
-                workflows: see(st
-                    .visible(
-                        &s.user,
-                        g,
-                        "workflows",
-                        None,
-                        namespaces_of(workflows.iter()),
-                    )
-                    .await)?,
-                templates: see(st
-                    .visible(
-                        &s.user,
-                        g,
-                        "templates",
-                        None,
-                        namespaces_of(templates.iter()),
-                    )
-                    .await)?,
+                hardware: st
+                    .visible_or_none(&s.user, "hardware", None, namespaces_of(hardware.iter()))
+                    .await?,
+                workflows: st
+                    .visible_or_none(&s.user, "workflows", None, namespaces_of(workflows.iter()))
+                    .await?,
+                templates: st
+                    .visible_or_none(&s.user, "templates", None, namespaces_of(templates.iter()))
+                    .await?,
             };
             hits = self::hits(&text, &hardware, &workflows, &templates, &visible);
             truncated = paginate(&mut hits, MAX_HITS) > 0;
@@ -195,6 +176,7 @@ pub(super) async fn page(
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::collections::HashSet;
 
     fn object<K: serde::de::DeserializeOwned>(
         kind: &str,

@@ -107,6 +107,22 @@ impl AppState {
         Ok(())
     }
 
+    /// [`AppState::visible`] for a page that shows the objects it may and hides the rest: a 403
+    /// is no namespace, not an error.
+    pub(super) async fn visible_or_none(
+        &self,
+        user: &User,
+        resource: &'static str,
+        filter: Option<&str>,
+        known: impl IntoIterator<Item = String>,
+    ) -> Result<Namespaces, PageError> {
+        let group = crate::access::GROUP;
+        match self.visible(user, group, resource, filter, known).await {
+            Err(PageError::Forbidden(_)) => Ok(Namespaces::Some(HashSet::new())),
+            r => r,
+        }
+    }
+
     /// The namespaces in which `user` may list `resource` (of `group`): all, or those of
     /// `known` the user may list in; just `filter` when given (403 when not allowed there).
     pub(super) async fn visible(
