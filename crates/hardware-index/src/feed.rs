@@ -19,9 +19,11 @@ use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher::{self, Event};
 use prometheus_client::metrics::counter::Counter;
 use tink_api::v1alpha2::{Hardware, Osie};
+use tink_runtime::Health;
 use tokio_util::sync::CancellationToken;
 
 use crate::index::{Entry, FromHardware, Index};
+use crate::metrics::IndexMetrics;
 
 /// Why a watched Hardware has no entry.
 #[derive(Debug, thiserror::Error)]
@@ -238,6 +240,39 @@ pub async fn feed<T: Entry>(
         };
         after_event(&index, change);
     }
+}
+
+/// Serves `index` until `shutdown`: [`feed`] with OSIEs into `osies` (the writer of the store
+/// the index was made with, [`Index::new`]), keeping `metrics.indexed` at the index's size and
+/// `health` ready once the index is synced (Hardware and OSIEs listed). `namespace` limits the
+/// watches to one namespace (all when `None`). Hegel's and netboot's feed.
+pub async fn serve<T: Entry>(
+    client: kube::Client,
+    namespace: Option<String>,
+    index: Arc<Index<T>>,
+    osies: Writer<Osie>,
+    metrics: IndexMetrics,
+    health: Health,
+    shutdown: CancellationToken,
+) -> Result<(), FeedEnded> {
+    let counters = metrics.feed_metrics();
+    feed(
+        client,
+        namespace,
+        index,
+        Some(osies),
+        counters,
+        move |index, _| {
+            metrics
+                .indexed
+                .set(i64::try_from(index.len()).unwrap_or(i64::MAX));
+            if index.synced() {
+                health.set_ready(true);
+            }
+        },
+        shutdown,
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use tink_api::v1alpha2::{Hardware, Osie, OsieSpec};
 
 use crate::claims::{Claims, IpKey};
 use crate::feed::DecodeError;
+use crate::interface::Interface;
 
 /// What the index holds per Hardware: the caller's own view of it (Hegel's pre-rendered
 /// meta-data, netboot's interfaces, the webhook's claims, or the Hardware itself).
@@ -31,6 +32,36 @@ pub trait Entry: Send + Sync + Sized + 'static {
 pub trait FromHardware: Entry {
     /// The entry of `hw`.
     fn from_hardware(hw: &Hardware) -> Self;
+}
+
+/// An entry found by the MACs and IPv4 `dhcp.ip`s of its interfaces, the slot being the
+/// interface ([`Claims::of_interfaces`]): a boot service's machine (Hegel's, netboot's). Each
+/// such type is an [`Entry`] and [`FromHardware`] through this trait alone.
+pub trait InterfaceEntry: Send + Sync + Sized + 'static {
+    /// The entry of `hw`.
+    fn of_hardware(hw: &Hardware) -> Self;
+    /// `namespace/name` of the Hardware it was made from, and its interfaces.
+    fn parts(&self) -> (&str, &[Interface]);
+}
+
+impl<T: InterfaceEntry> Entry for T {
+    fn key(&self) -> String {
+        self.parts().0.to_owned()
+    }
+
+    fn claims(&self) -> Claims {
+        Claims::of_interfaces(self.parts().1)
+    }
+
+    fn decode(obj: kube::api::DynamicObject) -> Result<Self, DecodeError> {
+        crate::decode(obj)
+    }
+}
+
+impl<T: InterfaceEntry> FromHardware for T {
+    fn from_hardware(hw: &Hardware) -> Self {
+        T::of_hardware(hw)
+    }
 }
 
 /// The Hardware itself as an entry: [`Claims::of_hardware`] (MACs, DHCP IPs, agent ids).

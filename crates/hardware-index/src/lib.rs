@@ -51,12 +51,14 @@ mod claims;
 mod feed;
 mod index;
 mod interface;
+mod metrics;
 
 pub use claims::{Claims, IpKey, canonical_mac};
 pub use feed::{
     Applier, Change, DecodeError, FeedEnded, FeedMetrics, decode, decode_hardware, feed,
-    hardware_resource,
+    hardware_resource, serve,
 };
-pub use index::{DEFAULT_RESERVATION_TTL, Entry, FromHardware, Index, Lookup, key};
+pub use index::{DEFAULT_RESERVATION_TTL, Entry, FromHardware, Index, InterfaceEntry, Lookup, key};
 pub use interface::{Interface, non_empty};
+pub use metrics::IndexMetrics;
 pub use tink_api::v1alpha2::Hardware;

@@ -1,33 +1,18 @@
 //! Go's `text/template` built-in functions (`and`, `or`, `not`, `len`, `index`, `eq`..`ge`,
 //! `print*`, `html`, `js`, `urlquery`, `call`), with Go's argument checks and error messages.
 
-use crate::funcdef::{FnCtx, FuncDef, FuncImpl, Table, Ty};
+use crate::funcdef::{FnCtx, Table, Ty, add};
 use crate::gofmt;
 use crate::value::Value;
-
-fn builtin(
-    t: &mut Table,
-    name: &'static str,
-    params: &'static [Ty],
-    variadic: Option<Ty>,
-    imp: FuncImpl,
-) {
-    t.insert(
-        name,
-        FuncDef {
-            params,
-            variadic,
-            imp,
-            builtin: true,
-        },
-    );
-}
 
 /// Registers Go's built-ins. `slice` is not among them: Tinkerbell gives text/template Sprig's
 /// functions, and a function given to a template replaces the built-in of the same name, so a
 /// Tinkerbell template's `slice` is always Sprig's (see `sprig::slice_impl`).
 pub(crate) fn register(t: &mut Table) {
     use Ty::*;
+    let builtin = |t: &mut Table, name, params, variadic, imp| {
+        add(t, name, params, variadic, imp).builtin = true;
+    };
     // and/or are evaluated by the executor (short-circuit); the impl is never reached.
     builtin(t, "and", &[Reflect], Some(Reflect), |_, a| {
         Ok(a.into_iter().last().unwrap_or(Value::Missing))

@@ -60,20 +60,20 @@ pub struct FuncDef {
 
 pub(crate) type Table = HashMap<&'static str, FuncDef>;
 
-pub(crate) fn add(
-    t: &mut Table,
+/// Registers `name` (not as a Go built-in); its definition, for the built-ins to mark
+/// ([`crate::builtins`]).
+pub(crate) fn add<'t>(
+    t: &'t mut Table,
     name: &'static str,
     params: &'static [Ty],
     variadic: Option<Ty>,
     imp: FuncImpl,
-) {
-    t.insert(
-        name,
-        FuncDef {
-            params,
-            variadic,
-            imp,
-            builtin: false,
-        },
-    );
+) -> &'t mut FuncDef {
+    let def = FuncDef {
+        params,
+        variadic,
+        imp,
+        builtin: false,
+    };
+    t.entry(name).insert_entry(def).into_mut()
 }

@@ -29,8 +29,9 @@ pub type Index = tink_hardware_index::Index<Machine>;
 /// the Hardware (`namespace/name`) that all claim it.
 pub type Lookup = tink_hardware_index::Lookup<Machine>;
 
-/// Keeps `index` current until `shutdown`, and `health` ready while it is synced.
-/// `namespace` limits the watches to one namespace (all when `None`).
+/// Keeps `index` current until `shutdown`, and `health` ready while it is synced
+/// ([`tink_hardware_index::serve`], as netboot's). `namespace` limits the watches to one
+/// namespace (all when `None`).
 pub async fn feed(
     client: kube::Client,
     namespace: Option<String>,
@@ -40,21 +41,14 @@ pub async fn feed(
     health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), FeedEnded> {
-    let counters = metrics.feed_metrics();
-    tink_hardware_index::feed(
+    let index_metrics = metrics.index;
+    tink_hardware_index::serve(
         client,
         namespace,
         index,
-        Some(osie_writer),
-        counters,
-        move |index, _| {
-            metrics
-                .indexed
-                .set(i64::try_from(index.len()).unwrap_or(i64::MAX));
-            if index.synced() {
-                health.set_ready(true);
-            }
-        },
+        osie_writer,
+        index_metrics,
+        health,
         shutdown,
     )
     .await

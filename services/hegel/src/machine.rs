@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use tink_api::v1alpha2::{Hardware, Ipxe};
-use tink_hardware_index::{Claims, DecodeError, Entry, FromHardware, non_empty};
+use tink_hardware_index::{InterfaceEntry, non_empty};
 
 /// One network interface of a machine (the shared index's view of it).
 pub use tink_hardware_index::Interface;
@@ -248,23 +248,13 @@ impl Machine {
 
 /// Hegel's entry in the shared Hardware index: found by the MACs and IPv4 `dhcp.ip`s of its
 /// interfaces, the slot being the interface.
-impl Entry for Machine {
-    fn key(&self) -> String {
-        self.key.clone()
-    }
-
-    fn claims(&self) -> Claims {
-        Claims::of_interfaces(&self.interfaces)
-    }
-
-    fn decode(obj: kube::api::DynamicObject) -> Result<Self, DecodeError> {
-        tink_hardware_index::decode(obj)
-    }
-}
-
-impl FromHardware for Machine {
-    fn from_hardware(hw: &Hardware) -> Self {
+impl InterfaceEntry for Machine {
+    fn of_hardware(hw: &Hardware) -> Self {
         Machine::from_hardware(hw)
+    }
+
+    fn parts(&self) -> (&str, &[Interface]) {
+        (&self.key, &self.interfaces)
     }
 }
 

@@ -3,8 +3,8 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use tink_hardware_index::IndexMetrics;
 
 /// Labels of a request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -34,12 +34,9 @@ pub struct Metrics {
     pub lookup_misses: Family<MissLabels, Counter>,
     /// Requests refused by the per-IP rate limit.
     pub rate_limited: Counter,
-    /// Hardware in the index.
-    pub indexed: Gauge,
-    /// Hardware objects that could not be decoded (not served).
-    pub invalid_hardware: Counter,
-    /// Errors of the watches (retried with back-off).
-    pub watch_errors: Counter,
+    /// The Hardware index's: `hegel_indexed_hardware`, `hegel_invalid_hardware` and
+    /// `hegel_watch_errors` (also the agent secret copies' watch errors).
+    pub index: IndexMetrics,
 }
 
 impl Metrics {
@@ -62,30 +59,8 @@ impl Metrics {
             "Requests refused by the per-IP rate limit",
             m.rate_limited.clone(),
         );
-        r.register(
-            "indexed_hardware",
-            "Hardware in the index",
-            m.indexed.clone(),
-        );
-        r.register(
-            "invalid_hardware",
-            "Hardware objects that could not be decoded (not served)",
-            m.invalid_hardware.clone(),
-        );
-        r.register(
-            "watch_errors",
-            "Errors of the Hardware, OSIE and agent secret copy watches (retried with back-off)",
-            m.watch_errors.clone(),
-        );
+        m.index.register_in(r);
         m
-    }
-
-    /// The counters the shared index feed moves (the same values as these fields).
-    pub fn feed_metrics(&self) -> tink_hardware_index::FeedMetrics {
-        tink_hardware_index::FeedMetrics {
-            invalid_hardware: self.invalid_hardware.clone(),
-            watch_errors: self.watch_errors.clone(),
-        }
     }
 
     pub(crate) fn request(&self, endpoint: &'static str, status: u16) {

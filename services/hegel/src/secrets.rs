@@ -87,7 +87,7 @@ pub async fn feed(
             event = copies.next() => match event {
                 None => return Err(FeedEnded("agent secret copies")),
                 Some(Err(error)) => {
-                    metrics.watch_errors.inc();
+                    metrics.index.watch_errors.inc();
                     tracing::warn!(%error, namespace = %namespace, "agent secret copies watch error; retrying");
                 }
                 Some(Ok(Event::InitDone)) => {

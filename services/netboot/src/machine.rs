@@ -2,7 +2,7 @@
 //! Hardware change ([`Interface::all_of`]), never per packet.
 
 use tink_api::v1alpha2::Hardware;
-use tink_hardware_index::{Claims, DecodeError, Entry, FromHardware};
+use tink_hardware_index::InterfaceEntry;
 
 pub use tink_hardware_index::Interface;
 
@@ -35,23 +35,13 @@ impl Machine {
 
 /// Netboot's entry in the shared Hardware index: found by the MACs (and IPv4 `dhcp.ip`s) of
 /// its interfaces, the slot being the interface.
-impl Entry for Machine {
-    fn key(&self) -> String {
-        self.key.clone()
-    }
-
-    fn claims(&self) -> Claims {
-        Claims::of_interfaces(&self.interfaces)
-    }
-
-    fn decode(obj: kube::api::DynamicObject) -> Result<Self, DecodeError> {
-        tink_hardware_index::decode(obj)
-    }
-}
-
-impl FromHardware for Machine {
-    fn from_hardware(hw: &Hardware) -> Self {
+impl InterfaceEntry for Machine {
+    fn of_hardware(hw: &Hardware) -> Self {
         Machine::from_hardware(hw)
+    }
+
+    fn parts(&self) -> (&str, &[Interface]) {
+        (&self.key, &self.interfaces)
     }
 }
 
@@ -59,6 +49,7 @@ impl FromHardware for Machine {
 mod tests {
     use super::*;
     use serde_json::json;
+    use tink_hardware_index::Entry;
 
     #[test]
     fn interfaces_and_claims_follow_the_hardware() {

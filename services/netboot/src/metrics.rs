@@ -1,10 +1,16 @@
 //! Prometheus metrics of the netboot service (prefix `netboot`).
+//!
+//! The Hardware index's own metrics are the shared [`IndexMetrics`], registered by netboot's
+//! main in its `netboot` sub-registry: `netboot_hegel_indexed_hardware`,
+//! `netboot_hegel_invalid_hardware` and `netboot_hegel_watch_errors`, the names they had when
+//! netboot borrowed Hegel's index, which dashboards and the netns test read.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+pub use tink_hardware_index::IndexMetrics;
 
 /// A DHCP message type (`discover`, `offer`, ...).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -148,53 +154,5 @@ impl Metrics {
         self.http_requests
             .get_or_create(&HttpLabels { method, status })
             .inc();
-    }
-}
-
-/// The Hardware index feed's metrics; clones share the same values.
-///
-/// Registered under the `hegel` prefix inside the registry given (netboot's main passes its
-/// `netboot` sub-registry): the names `netboot_hegel_indexed_hardware`,
-/// `netboot_hegel_invalid_hardware` and `netboot_hegel_watch_errors` they had when netboot
-/// borrowed Hegel's index, which dashboards and the netns test read.
-#[derive(Clone, Debug, Default)]
-pub struct IndexMetrics {
-    /// Hardware in the index.
-    pub indexed: Gauge,
-    /// Hardware objects that could not be decoded (not served).
-    pub invalid_hardware: Counter,
-    /// Errors of the watches (retried with back-off).
-    pub watch_errors: Counter,
-}
-
-impl IndexMetrics {
-    /// New metrics registered in `registry` under the `hegel` prefix.
-    pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        let r = registry.sub_registry_with_prefix("hegel");
-        r.register(
-            "indexed_hardware",
-            "Hardware in the index",
-            m.indexed.clone(),
-        );
-        r.register(
-            "invalid_hardware",
-            "Hardware objects that could not be decoded (not served)",
-            m.invalid_hardware.clone(),
-        );
-        r.register(
-            "watch_errors",
-            "Errors of the Hardware, OSIE and agent secret copy watches (retried with back-off)",
-            m.watch_errors.clone(),
-        );
-        m
-    }
-
-    /// The counters the shared index feed moves (the same values as these fields).
-    pub fn feed_metrics(&self) -> tink_hardware_index::FeedMetrics {
-        tink_hardware_index::FeedMetrics {
-            invalid_hardware: self.invalid_hardware.clone(),
-            watch_errors: self.watch_errors.clone(),
-        }
     }
 }

@@ -40,6 +40,13 @@ pub(super) fn object_name(what: &str, s: &str) -> Result<(), PageError> {
     }
 }
 
+/// The namespace and name of a `kind` object from a page's path (both as [`object_name`]
+/// checks them, the namespace first).
+pub(super) fn object_path(kind: &str, ns: &str, name: &str) -> Result<(), PageError> {
+    object_name("namespace", ns)?;
+    object_name(kind, name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

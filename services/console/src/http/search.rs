@@ -1,7 +1,6 @@
 //! The search page (`/search?q=`): names, MACs and IPs of Hardware, names of Workflows and
 //! Templates, in the namespaces the user may list each in. [`hits`] is pure.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
@@ -57,6 +56,28 @@ fn hw_match(h: &Hardware, q: &str) -> Option<String> {
     None
 }
 
+/// The hits among `objects` (of `kind`, each with its page at `/{path}/{ns}/{name}`) in the
+/// `visible` namespaces whose name contains `text`.
+fn name_hits<'a, K: kube::Resource + 'a>(
+    kind: &'static str,
+    path: &'static str,
+    objects: &'a [Arc<K>],
+    visible: &'a Namespaces,
+    text: &'a str,
+) -> impl Iterator<Item = Hit> + 'a {
+    objects.iter().filter_map(move |o| {
+        let ns = o.meta().namespace.clone().unwrap_or_default();
+        let name = o.meta().name.clone().unwrap_or_default();
+        (visible.contains(&ns) && name.contains(text)).then(|| Hit {
+            kind,
+            href: format!("/{path}/{ns}/{name}"),
+            namespace: ns,
+            name,
+            matched: "name".into(),
+        })
+    })
+}
+
 /// What matches `text` (lower case) among the objects the user may see, sorted by kind,
 /// namespace and name.
 pub fn hits(
@@ -83,32 +104,20 @@ pub fn hits(
             });
         }
     }
-    for w in workflows {
-        let ns = w.metadata.namespace.clone().unwrap_or_default();
-        let name = w.metadata.name.clone().unwrap_or_default();
-        if visible.workflows.contains(&ns) && name.contains(text) {
-            hits.push(Hit {
-                kind: "Workflow",
-                href: format!("/workflows/{ns}/{name}"),
-                namespace: ns,
-                name,
-                matched: "name".into(),
-            });
-        }
-    }
-    for t in templates {
-        let ns = t.metadata.namespace.clone().unwrap_or_default();
-        let name = t.metadata.name.clone().unwrap_or_default();
-        if visible.templates.contains(&ns) && name.contains(text) {
-            hits.push(Hit {
-                kind: "Template",
-                href: format!("/templates/{ns}/{name}"),
-                namespace: ns,
-                name,
-                matched: "name".into(),
-            });
-        }
-    }
+    hits.extend(name_hits(
+        "Workflow",
+        "workflows",
+        workflows,
+        &visible.workflows,
+        text,
+    ));
+    hits.extend(name_hits(
+        "Template",
+        "templates",
+        templates,
+        &visible.templates,
+        text,
+    ));
     hits.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
     hits
 }
@@ -131,37 +140,19 @@ pub(super) async fn page(
         let mut hits = Vec::new();
         let mut truncated = false;
         if !text.is_empty() {
-            let g = crate::access::GROUP;
             let hardware = cache.hardware.all();
             let workflows = cache.workflows.state();
             let templates = cache.templates.state();
-            let see = |r: Result<Namespaces, PageError>| match r {
-                Ok(v) => Ok(v),
-                Err(PageError::Forbidden(_)) => Ok(Namespaces::Some(HashSet::new())),
-                Err(e) => Err(e),
-            };
             let visible = Visible {
-                hardware: see(st
-                    .visible(&s.user, g, "hardware", None, namespaces_of(hardware.iter()))
-                    .await)?,
-                workflows: see(st
-                    .visible(
-                        &s.user,
-                        g,
-                        "workflows",
-                        None,
-                        namespaces_of(workflows.iter()),
-                    )
-                    .await)?,
-                templates: see(st
-                    .visible(
-                        &s.user,
-                        g,
-                        "templates",
-                        None,
-                        namespaces_of(templates.iter()),
-                    )
-                    .await)?,
+                hardware: st
+                    .visible_or_none(&s.user, "hardware", None, namespaces_of(hardware.iter()))
+                    .await?,
+                workflows: st
+                    .visible_or_none(&s.user, "workflows", None, namespaces_of(workflows.iter()))
+                    .await?,
+                templates: st
+                    .visible_or_none(&s.user, "templates", None, namespaces_of(templates.iter()))
+                    .await?,
             };
             hits = self::hits(&text, &hardware, &workflows, &templates, &visible);
             truncated = paginate(&mut hits, MAX_HITS) > 0;
@@ -185,6 +176,7 @@ pub(super) async fn page(
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::collections::HashSet;
 
     fn object<K: serde::de::DeserializeOwned>(
         kind: &str,

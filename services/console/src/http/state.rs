@@ -10,6 +10,7 @@ use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
 use super::error::{PageError, PageResult};
+use super::session::Session;
 use crate::access::{Access, Permission, User};
 use crate::cache::Cache;
 use crate::live::{Live, Namespaces, Slots, StreamLimits};
@@ -89,6 +90,36 @@ impl AppState {
             Err(PageError::Unavailable(
                 "the console is still loading Hardware, Workflows, Templates and Events from the Kubernetes API; try again in a moment".into(),
             ))
+        }
+    }
+
+    /// Whether `s`'s user may `verb` the Tinkerbell `resource` `ns/name` (403 when not).
+    pub(super) async fn authorize_tink(
+        &self,
+        s: &Session,
+        verb: &'static str,
+        resource: &'static str,
+        ns: &str,
+        name: &str,
+    ) -> Result<(), PageError> {
+        let permission = Permission::tink(verb, resource, ns, name);
+        self.inner.access.authorize(&s.user, &permission).await?;
+        Ok(())
+    }
+
+    /// [`AppState::visible`] for a page that shows the objects it may and hides the rest: a 403
+    /// is no namespace, not an error.
+    pub(super) async fn visible_or_none(
+        &self,
+        user: &User,
+        resource: &'static str,
+        filter: Option<&str>,
+        known: impl IntoIterator<Item = String>,
+    ) -> Result<Namespaces, PageError> {
+        let group = crate::access::GROUP;
+        match self.visible(user, group, resource, filter, known).await {
+            Err(PageError::Forbidden(_)) => Ok(Namespaces::Some(HashSet::new())),
+            r => r,
         }
     }
 

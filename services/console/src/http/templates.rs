@@ -11,7 +11,7 @@ use serde::Deserialize;
 use tink_api::v1alpha2::{Template, Workflow};
 
 use super::error::{PageError, html};
-use super::query::{namespaces_of, nonempty, object_name};
+use super::query::{namespaces_of, nonempty, object_name, object_path};
 use super::session::Session;
 use super::state::AppState;
 use crate::access::Permission;
@@ -102,13 +102,11 @@ pub(super) async fn page(
 ) -> Response {
     let r = async {
         let s = session?;
-        object_name("namespace", &ns)?;
-        object_name("template", &name)?;
+        object_path("template", &ns, &name)?;
         st.synced()?;
-        let access = &st.inner.access;
-        access
-            .authorize(&s.user, &Permission::tink("get", "templates", &ns, &name))
+        st.authorize_tink(&s, "get", "templates", &ns, &name)
             .await?;
+        let access = &st.inner.access;
         let t =
             st.inner.cache.template(&ns, &name).ok_or_else(|| {
                 PageError::NotFound(format!("template {ns}/{name} does not exist"))

@@ -17,7 +17,7 @@ use tink_api::v1alpha2::{Workflow, WorkflowState};
 pub const MAX_ROWS: usize = 2000;
 
 use super::error::{BadQuery, PageError, encode, html, kube_error, redirect};
-use super::query::{namespaces_of, nonempty, object_name, paginate};
+use super::query::{namespaces_of, nonempty, object_name, object_path, paginate};
 use super::session::{Session, check_post, form};
 use super::state::AppState;
 use crate::access::Permission;
@@ -280,13 +280,10 @@ pub(super) async fn page(
 ) -> Response {
     let r = async {
         let s = session?;
-        object_name("namespace", &ns)?;
-        object_name("workflow", &name)?;
+        object_path("workflow", &ns, &name)?;
         st.synced()?;
+        st.authorize_tink(&s, "get", "workflows", &ns, &name).await?;
         let access = &st.inner.access;
-        access
-            .authorize(&s.user, &Permission::tink("get", "workflows", &ns, &name))
-            .await?;
         let seq = st.inner.live.seq();
         let (w, deleted) = st
             .inner
@@ -336,12 +333,10 @@ pub(super) async fn live_page(
 ) -> Response {
     let r = async {
         let s = session?;
-        object_name("namespace", &ns)?;
-        object_name("workflow", &name)?;
-        let access = &st.inner.access;
-        access
-            .authorize(&s.user, &Permission::tink("get", "workflows", &ns, &name))
+        object_path("workflow", &ns, &name)?;
+        st.authorize_tink(&s, "get", "workflows", &ns, &name)
             .await?;
+        let access = &st.inner.access;
         let events = access
             .may(&s.user, &Permission::events("list", &ns))
             .await?;
@@ -374,11 +369,8 @@ pub(super) async fn logs(
 ) -> Response {
     let r = async {
         let s = session?;
-        object_name("namespace", &ns)?;
-        object_name("workflow", &name)?;
-        st.inner
-            .access
-            .authorize(&s.user, &Permission::tink("get", "workflows", &ns, &name))
+        object_path("workflow", &ns, &name)?;
+        st.authorize_tink(&s, "get", "workflows", &ns, &name)
             .await?;
         let logs = st.inner.logs.as_ref().ok_or_else(|| {
             PageError::NotFound(
@@ -441,13 +433,9 @@ pub(super) async fn cancel(
 ) -> Response {
     let r = async {
         let s = session?;
-        object_name("namespace", &ns)?;
-        object_name("workflow", &name)?;
+        object_path("workflow", &ns, &name)?;
         check_post(&headers, Some(&s), &form(&body))?;
-        st.inner
-            .access
-            .authorize(&s.user, &Permission::tink("delete", "workflows", &ns, &name))
-            .await?;
+        st.authorize_tink(&s, "delete", "workflows", &ns, &name).await?;
         // Cancellation is deletion: the controller moves a Scheduled or Running workflow to
         // Cancelling, stops its agent, then Canceled. Sent with the user's own token.
         let api: Api<Workflow> = Api::namespaced(st.user_client(&s.token)?, &ns);
@@ -499,13 +487,10 @@ pub(super) async fn rerun(
 ) -> Response {
     let r = async {
         let s = session?;
-        object_name("namespace", &ns)?;
-        object_name("workflow", &name)?;
+        object_path("workflow", &ns, &name)?;
         check_post(&headers, Some(&s), &form(&body))?;
+        st.authorize_tink(&s, "get", "workflows", &ns, &name).await?;
         let access = &st.inner.access;
-        access
-            .authorize(&s.user, &Permission::tink("get", "workflows", &ns, &name))
-            .await?;
         access
             .authorize(&s.user, &Permission::tink("create", "workflows", &ns, ""))
             .await?;
