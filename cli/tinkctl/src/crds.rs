@@ -147,7 +147,10 @@ mod tests {
             names,
             [
                 "hardware.tinkerbell.org.yaml",
+                "jobs.bmc.tinkerbell.org.yaml",
+                "machines.bmc.tinkerbell.org.yaml",
                 "osies.tinkerbell.org.yaml",
+                "tasks.bmc.tinkerbell.org.yaml",
                 "templates.tinkerbell.org.yaml",
                 "tinkerbellclusters.infrastructure.cluster.x-k8s.io.yaml",
                 "tinkerbellmachines.infrastructure.cluster.x-k8s.io.yaml",
@@ -166,8 +169,9 @@ mod tests {
         let mut out = Vec::new();
         run(&w.args, &mut out).expect("run");
         let text = String::from_utf8(out).expect("utf8");
-        // tinkerbell.org's four and the Cluster API provider's three.
-        assert_eq!(text.matches("kind: CustomResourceDefinition").count(), 7);
-        assert_eq!(text.matches("\n---\n").count(), 6);
+        // tinkerbell.org's four, the Cluster API provider's three and Rufio's three
+        // (bmc.tinkerbell.org).
+        assert_eq!(text.matches("kind: CustomResourceDefinition").count(), 10);
+        assert_eq!(text.matches("\n---\n").count(), 9);
     }
 }
