@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use tink_bus::BusConfig;
+pub use tink_lease::LeaseConfig;
 
 /// The finalizer the controller puts on every Workflow it prepares, so a deleted Workflow stays
 /// until it reached an end state (seeds/004 "cancellation by deletion").
@@ -12,38 +13,6 @@ pub const FINALIZER: &str = "tinkerbell.org/workflow-controller";
 /// The name of the controller in Kubernetes Events (`reportingController`) and the field
 /// manager of its writes.
 pub const CONTROLLER_NAME: &str = "tink-controller";
-
-/// Leader election with a `coordination.k8s.io/v1` Lease.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaseConfig {
-    /// Namespace of the Lease.
-    pub namespace: String,
-    /// Name of the Lease.
-    pub name: String,
-    /// How long a leader's claim is valid without renewal; a standby takes over once it has
-    /// seen no renewal for this long. Default 10 s.
-    pub duration: Duration,
-    /// How often the leader renews. Default 2 s.
-    pub renew_period: Duration,
-    /// The leader steps down when it could not renew for this long (shorter than `duration`,
-    /// so it stops before anyone else may start). Default 7 s.
-    pub renew_deadline: Duration,
-    /// How often a standby looks at the Lease. Default 2 s.
-    pub retry_period: Duration,
-}
-
-impl Default for LeaseConfig {
-    fn default() -> Self {
-        Self {
-            namespace: "tink-system".into(),
-            name: "tink-controller".into(),
-            duration: Duration::from_secs(10),
-            renew_period: Duration::from_secs(2),
-            renew_deadline: Duration::from_secs(7),
-            retry_period: Duration::from_secs(2),
-        }
-    }
-}
 
 /// Everything one replica needs besides its Kubernetes client.
 #[derive(Clone, Debug)]

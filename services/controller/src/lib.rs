@@ -44,7 +44,8 @@ mod engine;
 mod error;
 mod events;
 mod keys;
-pub mod leader;
+/// The Lease elector (from `tink-lease`, shared with the BMC controller).
+pub use tink_lease as leader;
 mod ledger;
 pub mod limits;
 mod locks;
@@ -61,7 +62,7 @@ mod writes;
 use kube::Client;
 use tink_runtime::Health;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::warn;
 
 pub use config::{CONTROLLER_NAME, ControllerConfig, FINALIZER, LeaseConfig};
 pub use error::Error;
@@ -105,71 +106,29 @@ pub async fn run(
         config.lease.clone(),
         config.replica_id.clone(),
     );
-    let result = loop {
-        metrics.leader.set(0);
-        let standby_health = health.clone();
-        if !elector
-            .acquire(&shutdown, |ok| standby_health.set_ready(ok))
-            .await
-        {
-            break Ok(());
-        }
-        metrics.leader.set(1);
+    let standby_health = health.clone();
+    let leading = |on: bool| {
+        metrics.leader.set(i64::from(on));
         health.set_ready(false);
-        let term = shutdown.child_token();
-        let engine = engine::lead(
-            client.clone(),
-            config.clone(),
-            metrics.clone(),
-            health.clone(),
-            jetstream.clone(),
-            reconnects.subscribe(),
-            term.clone(),
-        );
-        let keeper = elector.keep(&term);
-        tokio::pin!(engine, keeper);
-        let outcome = tokio::select! {
-            r = &mut engine => { term.cancel(); Some(r) }
-            ended = &mut keeper => {
-                if ended == leader::Ended::Lost {
-                    warn!("leadership lost; stopping the term and standing by");
-                }
-                term.cancel();
-                None
-            }
-        };
-        let outcome = match outcome {
-            Some(r) => r,
-            // The term is cancelled; its drain is bounded so a replica that lost the Lease has
-            // stopped reconciling and pulling before a standby may take over (what is left of
-            // the Lease's duration after the renew deadline). Dropping the term aborts its tasks.
-            None => {
-                let budget = config
-                    .lease
-                    .duration
-                    .saturating_sub(config.lease.renew_deadline)
-                    .max(std::time::Duration::from_millis(100));
-                match tokio::time::timeout(budget, &mut engine).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        warn!(?budget, "the term did not drain in time; aborting it");
-                        Ok(())
-                    }
-                }
-            }
-        };
-        health.set_ready(false);
-        metrics.leader.set(0);
-        if shutdown.is_cancelled() {
-            elector.release().await;
-            break outcome;
-        }
-        if let Err(e) = outcome {
-            elector.release().await;
-            break Err(e);
-        }
-        info!("standing by");
     };
+    let result = leader::run_elected(
+        &elector,
+        &shutdown,
+        |ok| standby_health.set_ready(ok),
+        leading,
+        |term| {
+            engine::lead(
+                client.clone(),
+                config.clone(),
+                metrics.clone(),
+                health.clone(),
+                jetstream.clone(),
+                reconnects.subscribe(),
+                term,
+            )
+        },
+    )
+    .await;
     if let Err(e) = nats.flush().await {
         warn!(error = %e, "cannot flush NATS on shutdown");
     }

@@ -1,4 +1,4 @@
-//! Leader election with a `coordination.k8s.io/v1` Lease.
+//! The Lease elector.
 //!
 //! Written here rather than taken from a crate: `kube-lease-manager` (the maintained one that
 //! supports kube 5) relies on server-side-apply field-manager conflicts to make concurrent
@@ -22,7 +22,7 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::LeaseConfig;
+use crate::LeaseConfig;
 
 /// How leading ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +55,11 @@ impl Elector {
             identity: identity.into(),
             observed: Mutex::new(None),
         }
+    }
+
+    /// The Lease's settings.
+    pub fn config(&self) -> &LeaseConfig {
+        &self.config
     }
 
     fn duration_secs(&self) -> i32 {

@@ -1,0 +1,87 @@
+//! Configuration of one BMC controller replica (the binary maps flags and environment variables
+//! onto it; the library reads no environment).
+
+use std::time::Duration;
+
+use tink_bmc::Policy;
+use tink_lease::LeaseConfig;
+
+/// The name of the controller in Kubernetes Events (`reportingController`) and its Lease.
+pub const CONTROLLER_NAME: &str = "tink-bmc-controller";
+
+/// Everything one replica needs besides its Kubernetes client.
+#[derive(Clone, Debug)]
+pub struct BmcConfig {
+    /// Serve only this namespace's Machines, Jobs and Tasks (all namespaces when `None`).
+    pub namespace: Option<String>,
+    /// This replica's identity in the Lease and in Events.
+    pub replica_id: String,
+    /// Leader election: one replica acts at a time.
+    pub lease: LeaseConfig,
+    /// How often each Machine's power state is read (each period varies by ±20%, so a
+    /// thousand Machines created at once do not stay in step).
+    pub power_poll: Duration,
+    /// How long a power task waits for the BMC to report the target state after the action
+    /// was accepted.
+    pub power_wait: Duration,
+    /// How often a power task that waits for its target state reads it again.
+    pub power_recheck: Duration,
+    /// Timeouts and retries of each BMC call.
+    pub policy: Policy,
+    /// Calls at once to one BMC.
+    pub max_calls_per_bmc: usize,
+    /// Calls at once in all.
+    pub max_calls: usize,
+    /// PEM CA certificates trusted for BMC certificates (besides the system roots).
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+impl Default for BmcConfig {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            replica_id: CONTROLLER_NAME.into(),
+            lease: LeaseConfig {
+                name: CONTROLLER_NAME.into(),
+                ..LeaseConfig::default()
+            },
+            power_poll: Duration::from_secs(60),
+            power_wait: Duration::from_secs(120),
+            power_recheck: Duration::from_secs(1),
+            policy: Policy::default(),
+            max_calls_per_bmc: 2,
+            max_calls: 256,
+            ca_pem: None,
+        }
+    }
+}
+
+/// `period` varied by up to ±20%, differently on each call.
+pub(crate) fn jittered(period: Duration) -> Duration {
+    use std::hash::BuildHasher as _;
+    // A fresh RandomState is seeded differently each time: enough randomness to spread polls.
+    let r = std::collections::hash_map::RandomState::new().hash_one(std::time::Instant::now());
+    let fraction = (r % 4001) as f64 / 10_000.0; // 0.0 ..= 0.4
+    period.mul_f64(0.8 + fraction)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_twenty_percent_and_varies() {
+        let p = Duration::from_secs(60);
+        let all: Vec<Duration> = (0..200).map(|_| jittered(p)).collect();
+        assert!(
+            all.iter()
+                .all(|d| *d >= p.mul_f64(0.8) && *d <= p.mul_f64(1.2))
+        );
+        let distinct: std::collections::BTreeSet<_> = all.iter().collect();
+        assert!(
+            distinct.len() > 50,
+            "only {} distinct periods",
+            distinct.len()
+        );
+    }
+}
