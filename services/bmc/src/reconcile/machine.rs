@@ -79,10 +79,17 @@ pub(crate) async fn record(
         && power != PowerState::Unknown
     {
         let from = before.power.unwrap_or_default();
+        // One reason per target state: Events of one reason about one object within minutes
+        // are counted as a series of the first, whose note stays.
+        let reason = if power == PowerState::On {
+            "PoweredOn"
+        } else {
+            "PoweredOff"
+        };
         ctx.event(
             &reference,
             false,
-            "PowerStateChanged",
+            reason,
             &format!("power state {from} -> {power}"),
         )
         .await;
