@@ -441,8 +441,8 @@ async fn run_plan(
 
 /// What one of the watches saw.
 enum Seen {
-    Job(Option<Job>),
-    Task(usize, Option<Task>),
+    Job(Option<Box<Job>>),
+    Task(usize, Option<Box<Task>>),
 }
 
 /// Follows Job `name` and its Tasks, printing `progress`'s lines, until it ended or `timeout`.
@@ -459,14 +459,14 @@ async fn follow(
     let mut streams: Vec<BoxStream<'static, Result<Seen, watcher::Error>>> = vec![
         watcher::watch_object(jobs.clone(), name)
             .default_backoff()
-            .map(|e| e.map(Seen::Job))
+            .map(|e| e.map(|j| Seen::Job(j.map(Box::new))))
             .boxed(),
     ];
     for index in 0..count {
         streams.push(
             watcher::watch_object(tasks.clone(), &task_name(name, index))
                 .default_backoff()
-                .map(move |e| e.map(|t| Seen::Task(index, t)))
+                .map(move |e| e.map(|t| Seen::Task(index, t.map(Box::new))))
                 .boxed(),
         );
     }
