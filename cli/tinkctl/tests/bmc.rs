@@ -6,6 +6,11 @@
 //! No BMC controller runs here: where a Job is followed, the test itself writes the Job's and
 //! the Tasks' status (and creates the Tasks, named and owned as tink-bmc-controller does),
 //! standing in for the controller. An end-to-end test with the real controller is separate.
+//! One run goes through an auditing proxy, so the RBAC verbs docs/bmc.md lists are checked.
+
+// Only the auditing proxy of the shared test code is used here.
+#[allow(dead_code)]
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -394,7 +399,12 @@ async fn power_status_prints_the_machines_power_state_once_its_job_completed() {
     let jobs: Api<Job> = Api::namespaced(env.client.clone(), "lab");
     let tasks: Api<Task> = Api::namespaced(env.client.clone(), "lab");
     let machines: Api<Machine> = Api::namespaced(env.client.clone(), "lab");
-    let mut f = Follow::spawn(&env.kubeconfig, &["power", "status", "m1", "-n", "lab"]);
+    // tinkctl talks through the auditing proxy; the test's own calls go straight to kube-lite.
+    let audit = common::Audit::default();
+    let proxy = common::start_proxy(env.kubeconfig.clone(), audit.clone()).await;
+    let proxied = env.kubeconfig.with_file_name("kubeconfig-proxied");
+    std::fs::write(&proxied, kube_lite::kubeconfig_yaml(&proxy)).expect("kubeconfig");
+    let mut f = Follow::spawn(&proxied, &["power", "status", "m1", "-n", "lab"]);
     let name = f.line().await;
     let job = jobs.get(&name).await.expect("job");
     // All at once, as a fast controller would: the follower may first see the Job Completed,
@@ -432,6 +442,32 @@ async fn power_status_prints_the_machines_power_state_once_its_job_completed() {
         ],
         "{rest:?}"
     );
+    // The verbs docs/bmc.md says a user of tinkctl bmc needs, and no others.
+    let calls: std::collections::BTreeSet<(String, String, String, String)> = audit
+        .calls()
+        .into_iter()
+        .map(|c| (c.group, c.resource, c.verb, c.namespace))
+        .collect();
+    let want: std::collections::BTreeSet<(String, String, String, String)> = [
+        ("machines", "get"),
+        ("jobs", "create"),
+        ("jobs", "list"),
+        ("jobs", "watch"),
+        ("tasks", "get"),
+        ("tasks", "list"),
+        ("tasks", "watch"),
+    ]
+    .into_iter()
+    .map(|(r, v)| {
+        (
+            "bmc.tinkerbell.org".into(),
+            r.into(),
+            v.into(),
+            "lab".into(),
+        )
+    })
+    .collect();
+    assert_eq!(calls, want);
 }
 
 #[tokio::test]
