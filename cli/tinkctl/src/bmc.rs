@@ -503,6 +503,9 @@ async fn follow(
                     }
                 }
                 Some(Ok(Seen::Task(_, None))) => {}
+                Some(Err(e)) if refused(&e) => bail!(
+                    "not allowed to follow job {name} (needs list and watch on jobs and tasks, get on tasks): {e}"
+                ),
                 Some(Err(e)) => eprintln!("warning: watching job {name}: {e} (retrying)"),
                 None => bail!("the watches of job {name} ended"),
             },
@@ -520,6 +523,18 @@ async fn follow(
             }
         }
     }
+}
+
+/// Whether a watch failed on authentication or authorization: retrying would not help.
+fn refused(e: &watcher::Error) -> bool {
+    let status = match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s,
+        watcher::Error::WatchError(s) => s,
+        _ => return false,
+    };
+    matches!(status.code, 401 | 403)
 }
 
 #[cfg(test)]
@@ -710,6 +725,23 @@ mod tests {
         assert!(
             matches!(p.job(&job_with(&[(JobConditionType::Failed, "")])).1, Some(Outcome::Failed(m)) if m.contains("no message"))
         );
+    }
+
+    #[test]
+    fn only_authn_and_authz_failures_stop_the_watch() {
+        use kube::core::Status;
+        let api =
+            |code| kube::Error::Api(Status::failure("no", "Forbidden").with_code(code).boxed());
+        assert!(refused(&watcher::Error::InitialListFailed(api(403))));
+        assert!(refused(&watcher::Error::WatchStartFailed(api(401))));
+        assert!(refused(&watcher::Error::WatchError(
+            Status::failure("no", "Forbidden").with_code(403).boxed()
+        )));
+        assert!(!refused(&watcher::Error::InitialListFailed(api(500))));
+        assert!(!refused(&watcher::Error::WatchError(
+            Status::failure("gone", "Expired").with_code(410).boxed()
+        )));
+        assert!(!refused(&watcher::Error::NoResourceVersion));
     }
 
     #[test]

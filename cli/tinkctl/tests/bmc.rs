@@ -524,3 +524,23 @@ async fn a_job_nobody_runs_times_out_non_zero_and_says_so() {
     let jobs: Api<Job> = Api::namespaced(env.client.clone(), "default");
     jobs.get(&name).await.expect("the Job is left in place");
 }
+
+#[tokio::test]
+async fn a_job_deleted_while_followed_ends_non_zero() {
+    let env = env().await;
+    let jobs: Api<Job> = Api::namespaced(env.client.clone(), "default");
+    let mut f = Follow::spawn(&env.kubeconfig, &["power", "off", "m1"]);
+    let name = f.line().await;
+    job_status(&jobs, &name, &[("Running", "True", "")]).await;
+    assert_eq!(f.line().await, format!("job {name} running"));
+    jobs.delete(&name, &Default::default())
+        .await
+        .expect("delete job");
+    let (status, rest, stderr) = f.end().await;
+    assert!(!status.success(), "{status:?}");
+    assert!(rest.is_empty(), "{rest:?}");
+    assert!(
+        stderr.contains(&format!("job {name} was deleted before it finished")),
+        "{stderr}"
+    );
+}
