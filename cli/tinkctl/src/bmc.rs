@@ -362,7 +362,7 @@ impl Progress {
 
 /// Runs a `bmc` subcommand.
 pub fn run(cmd: BmcCommand) -> anyhow::Result<()> {
-    let (machine, plan, follow, status) = match cmd {
+    let (machine, plan, follow, print_power) = match cmd {
         BmcCommand::Power(a) => {
             let action = a.action.action();
             (
@@ -380,7 +380,7 @@ pub fn run(cmd: BmcCommand) -> anyhow::Result<()> {
         ),
     };
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(run_plan(&machine, &plan, &follow, status))
+    rt.block_on(run_plan(&machine, &plan, &follow, print_power))
 }
 
 async fn run_plan(
