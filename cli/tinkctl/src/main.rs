@@ -3,6 +3,7 @@
 
 mod agent;
 mod apply;
+mod bmc;
 mod completions;
 mod crds;
 mod demo;
@@ -47,6 +48,10 @@ enum Command {
     /// Agent commands (`agent reset` lets a re-installed machine's agent in).
     #[command(subcommand)]
     Agent(agent::AgentCommand),
+    /// BMC commands: power and one-time boot of a Machine through a bmc.tinkerbell.org Job,
+    /// followed to its end.
+    #[command(subcommand)]
+    Bmc(bmc::BmcCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -59,5 +64,6 @@ fn main() -> anyhow::Result<()> {
         Command::Completions(args) => completions::run(&args, &mut std::io::stdout().lock()),
         Command::Migrate(args) => migrate::run(&args),
         Command::Agent(cmd) => agent::run(cmd),
+        Command::Bmc(cmd) => bmc::run(cmd),
     }
 }
