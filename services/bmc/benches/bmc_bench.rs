@@ -78,7 +78,10 @@ async fn start_emulator(systems: &[String]) -> Emulator {
     let htpasswd = dir.path().join("htpasswd");
     std::fs::write(
         &htpasswd,
-        format!("{BMC_USER}:{}\n", String::from_utf8_lossy(&hash.stdout).trim()),
+        format!(
+            "{BMC_USER}:{}\n",
+            String::from_utf8_lossy(&hash.stdout).trim()
+        ),
     )
     .expect("htpasswd");
     let fake: Vec<String> = systems
@@ -107,7 +110,14 @@ async fn start_emulator(systems: &[String]) -> Emulator {
     let child = Command::new(&bin)
         .arg("--config")
         .arg(&conf)
-        .args(["--fake", "-i", "0.0.0.0", "-p", &port.to_string(), "--ssl-certificate"])
+        .args([
+            "--fake",
+            "-i",
+            "0.0.0.0",
+            "-p",
+            &port.to_string(),
+            "--ssl-certificate",
+        ])
         .arg(&cert)
         .arg("--ssl-key")
         .arg(&key)
@@ -119,8 +129,14 @@ async fn start_emulator(systems: &[String]) -> Emulator {
         .spawn()
         .expect("start sushy-emulator");
     let start = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(start.elapsed() < Duration::from_secs(60), "sushy did not start");
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "sushy did not start"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Emulator {
@@ -162,7 +178,9 @@ async fn setup(client: &Client) {
         let text = std::fs::read_to_string(dir.join(format!("{kind}.bmc.tinkerbell.org.yaml")))
             .expect("CRD");
         let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("CRD YAML");
-        crds.create(&PostParams::default(), &crd).await.expect("CRD");
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("CRD");
     }
     let mut n = Namespace::default();
     n.metadata.name = Some(NS.into());
@@ -219,11 +237,17 @@ async fn main() {
     let created = Instant::now();
     for i in 0..n {
         let host = format!("{}:{}", address(i), emulators[i % e].port);
-        let mut m = Machine::new(&format!("m{i}"), MachineSpec {
-            connection: connection(host, &format!("sys-{i}")),
-        });
+        let mut m = Machine::new(
+            &format!("m{i}"),
+            MachineSpec {
+                connection: connection(host, &format!("sys-{i}")),
+            },
+        );
         m.metadata.namespace = Some(NS.into());
-        machines.create(&PostParams::default(), &m).await.expect("machine");
+        machines
+            .create(&PostParams::default(), &m)
+            .await
+            .expect("machine");
     }
     eprintln!("created {n} Machines in {:?}", created.elapsed());
 
@@ -269,7 +293,9 @@ async fn main() {
             .filter(|m| {
                 m.status.as_ref().is_some_and(|s| {
                     s.power == Some(PowerState::Off)
-                        && s.conditions.iter().any(|c| c.status == ConditionStatus::True)
+                        && s.conditions
+                            .iter()
+                            .any(|c| c.status == ConditionStatus::True)
                 })
             })
             .count();
@@ -316,16 +342,21 @@ async fn main() {
     let mut job_times = Vec::new();
     for j in 0..args.jobs {
         let name = format!("status-{j}");
-        let mut job = Job::new(&name, JobSpec {
-            machine_ref: MachineRef {
-                name: format!("m{}", j % n),
-                namespace: NS.into(),
+        let mut job = Job::new(
+            &name,
+            JobSpec {
+                machine_ref: MachineRef {
+                    name: format!("m{}", j % n),
+                    namespace: NS.into(),
+                },
+                tasks: vec![Action::power(PowerAction::Status)],
             },
-            tasks: vec![Action::power(PowerAction::Status)],
-        });
+        );
         job.metadata.namespace = Some(NS.into());
         let t = Instant::now();
-        jobs.create(&PostParams::default(), &job).await.expect("job");
+        jobs.create(&PostParams::default(), &job)
+            .await
+            .expect("job");
         loop {
             let got = jobs.get(&name).await.expect("get job");
             if got.status.as_ref().is_some_and(|s| {
@@ -348,15 +379,33 @@ async fn main() {
     let peak = peak.await.unwrap_or(0);
 
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("## BMC controller: {n} Machines, {e} sushy-emulator processes (fake driver, TLS, basic auth)");
+    println!(
+        "## BMC controller: {n} Machines, {e} sushy-emulator processes (fake driver, TLS, basic auth)"
+    );
     println!();
     println!("| figure | value |");
     println!("|---|---|");
-    println!("| every Machine's power state known after | {:.2} s |", all_known.as_secs_f64());
+    println!(
+        "| every Machine's power state known after | {:.2} s |",
+        all_known.as_secs_f64()
+    );
     println!("| power state reads (errors) | {calls} ({errors}) |");
-    println!("| peak BMC calls in flight (bound: {} overall, 2 per BMC) | {peak} |", args.max_calls);
-    println!("| emulator's own answer, median / p90 ({} calls) | {} / {} |", own.len(), ms(percentile(&own, 0.5)), ms(percentile(&own, 0.9)));
-    println!("| Job create -> Completed, median / p90 ({} Jobs) | {} / {} |", job_times.len(), ms(percentile(&job_times, 0.5)), ms(percentile(&job_times, 0.9)));
+    println!(
+        "| peak BMC calls in flight (bound: {} overall, 2 per BMC) | {peak} |",
+        args.max_calls
+    );
+    println!(
+        "| emulator's own answer, median / p90 ({} calls) | {} / {} |",
+        own.len(),
+        ms(percentile(&own, 0.5)),
+        ms(percentile(&own, 0.9))
+    );
+    println!(
+        "| Job create -> Completed, median / p90 ({} Jobs) | {} / {} |",
+        job_times.len(),
+        ms(percentile(&job_times, 0.5)),
+        ms(percentile(&job_times, 0.9))
+    );
     println!(
         "| added by the controller (median Job - median own answer) | {} |",
         ms(percentile(&job_times, 0.5).saturating_sub(percentile(&own, 0.5)))

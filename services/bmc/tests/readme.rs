@@ -6,8 +6,8 @@ mod common;
 
 use common::Stack;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::PostParams;
 use kube::Api;
+use kube::api::PostParams;
 use serde::Deserialize as _;
 use tink_api::bmc::{Job, Machine, PowerAction};
 
@@ -37,7 +37,9 @@ async fn the_readme_machine_and_job_apply_as_written() {
     let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
     assert_eq!(kinds, ["Secret", "Machine", "Job"]);
     let stack = Stack::start().await;
-    let ns = docs[1]["metadata"]["namespace"].as_str().expect("namespace");
+    let ns = docs[1]["metadata"]["namespace"]
+        .as_str()
+        .expect("namespace");
     let mut n = Namespace::default();
     n.metadata.name = Some(ns.into());
     Api::<Namespace>::all(stack.client.clone())
@@ -57,8 +59,14 @@ async fn the_readme_machine_and_job_apply_as_written() {
         .await
         .expect("Machine accepted by the CRD");
     let job: Job = serde_json::from_value(docs[2].clone()).expect("Job");
-    assert_eq!(job.spec.machine_ref.name, machine.metadata.name.clone().expect("name"));
-    assert_eq!(job.spec.tasks.last().and_then(|t| t.power_action), Some(PowerAction::Cycle));
+    assert_eq!(
+        job.spec.machine_ref.name,
+        machine.metadata.name.clone().expect("name")
+    );
+    assert_eq!(
+        job.spec.tasks.last().and_then(|t| t.power_action),
+        Some(PowerAction::Cycle)
+    );
     Api::<Job>::namespaced(stack.client.clone(), ns)
         .create(&pp, &job)
         .await
