@@ -17,6 +17,10 @@
 //! reset) only when the request provably never left (the connection failed). A provider
 //! never repeats a power action without reading the state first where the protocol allows.
 //!
+//! Every connection goes only to addresses inside [`Policy::allowed_networks`] (see [`net`]):
+//! a Machine's host is chosen by whoever may edit the Machine, and this is what keeps it from
+//! pointing the controller's requests at any address the controller can reach.
+//!
 //! [`credentials`] reads credentials from Kubernetes Secrets and refuses a Secret outside the
 //! Machine's namespace or of another type than `kubernetes.io/basic-auth`.
 //!
@@ -30,6 +34,7 @@ mod error;
 mod http;
 pub mod ipmi;
 mod limit;
+pub mod net;
 pub mod redfish;
 pub mod rpc;
 mod secret;

@@ -105,6 +105,7 @@ impl Redfish {
                 host: host.host,
                 port: host.port,
                 tls,
+                allowed: policy.allowed_networks.clone().into(),
             },
             label,
             credentials: config.credentials,

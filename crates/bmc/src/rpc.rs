@@ -169,6 +169,7 @@ impl Rpc {
                 host: target.host,
                 port: target.port,
                 tls,
+                allowed: policy.allowed_networks.clone().into(),
             },
             path,
             url,

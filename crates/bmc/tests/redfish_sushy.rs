@@ -18,6 +18,7 @@ fn policy() -> Policy {
         attempts: 3,
         backoff: Duration::from_millis(100),
         max_backoff: Duration::from_millis(400),
+        ..Policy::default()
     }
 }
 
@@ -144,6 +145,93 @@ async fn wrong_credentials_and_untrusted_certificates_are_clear_errors() {
     );
 }
 
+/// A Redfish client for `host` (plain http unless the host says https) allowed into `nets`.
+fn allowed_client(host: &str, nets: &str, tls: TlsConfig) -> Redfish {
+    Redfish::new(
+        RedfishConfig {
+            host: host.into(),
+            port: None,
+            credentials: Credentials::new(BMC_USER, BMC_PASSWORD),
+            tls,
+            use_basic_auth: true,
+            system_name: String::new(),
+        },
+        Policy {
+            allowed_networks: tink_bmc::net::parse_networks(nets).expect("networks"),
+            ..policy()
+        },
+        Limits::default(),
+    )
+    .expect("client")
+}
+
+#[tokio::test]
+async fn only_hosts_inside_the_allowed_networks_are_reached() {
+    let server = fixture::serve(dropping_bmc).await;
+    let port = server.addr.port();
+    for host in [
+        format!("http://127.0.0.1:{port}"),
+        format!("http://localhost:{port}"),
+    ] {
+        let name = if host.contains("localhost") {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        };
+        // Outside 10.0.0.0/8: refused at once, nothing sent, not retried.
+        let before = server.requests().len();
+        let start = Instant::now();
+        let e = allowed_client(&host, "10.0.0.0/8", TlsConfig::default())
+            .power_state()
+            .await
+            .expect_err("not allowed");
+        let ErrorKind::NotAllowed(m) = &e.kind else {
+            panic!("{e}")
+        };
+        assert!(
+            m.contains(name) && m.contains("127.0.0.1") && m.contains("10.0.0.0/8"),
+            "{m}"
+        );
+        assert!(e.to_string().contains("not allowed"), "{e}");
+        assert!(
+            start.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(server.requests().len(), before, "nothing sent");
+        // Inside 127.0.0.0/8 (a name checked by the addresses it resolves to): reached.
+        let ok = allowed_client(&host, "10.0.0.0/8, 127.0.0.0/8", TlsConfig::default());
+        assert_eq!(ok.power_state().await.expect(&host), PowerState::On);
+        assert!(server.requests().len() > before);
+        let ok_v6_only = allowed_client(&host, "::1/128", TlsConfig::default());
+        let e = ok_v6_only
+            .power_state()
+            .await
+            .expect_err("127.0.0.1 is not ::1");
+        assert!(matches!(e.kind, ErrorKind::NotAllowed(_)), "{e}");
+    }
+}
+
+#[tokio::test]
+async fn the_checked_address_is_connected_and_tls_still_checks_the_name() {
+    let sushy = Sushy::start().await.expect("sushy-emulator");
+    // sushy's certificate is for IP 127.0.0.1: allowed and verified.
+    let bmc = allowed_client(&sushy.host(), "127.0.0.0/8", trusting(&sushy));
+    assert_eq!(bmc.power_state().await.expect("allowed"), PowerState::Off);
+    // `localhost` resolves into the allowed network and is connected to 127.0.0.1, but the
+    // certificate is verified against the name asked for, which it does not carry.
+    let by_name = allowed_client(
+        &format!("localhost:{}", sushy.port()),
+        "127.0.0.0/8",
+        trusting(&sushy),
+    );
+    let e = by_name
+        .power_state()
+        .await
+        .expect_err("no certificate for localhost");
+    assert!(matches!(e.kind, ErrorKind::Tls(_)), "{e}");
+}
+
 #[tokio::test]
 async fn virtual_media_insert_and_eject() {
     let sushy = Sushy::start().await.expect("sushy-emulator");
@@ -202,6 +290,7 @@ async fn a_bmc_that_hangs_mid_response_times_out() {
             attempts: 2,
             backoff: Duration::from_millis(50),
             max_backoff: Duration::from_millis(50),
+            ..Policy::default()
         },
         Limits::default(),
     )

@@ -68,6 +68,11 @@ fn consumer(req: &fixture::Request) -> fixture::Reply {
 }
 
 fn client(url: &str, secrets: &[(&str, &str)]) -> Rpc {
+    client_in(url, secrets, "")
+}
+
+/// A client allowed into `nets` (comma-separated; any network when empty).
+fn client_in(url: &str, secrets: &[(&str, &str)], nets: &str) -> Rpc {
     let mut map: BTreeMap<String, Vec<Secret>> = BTreeMap::new();
     for (algo, s) in secrets {
         map.entry((*algo).into()).or_default().push(Secret::new(*s));
@@ -87,6 +92,7 @@ fn client(url: &str, secrets: &[(&str, &str)]) -> Rpc {
             attempts: 2,
             backoff: Duration::from_millis(50),
             max_backoff: Duration::from_millis(50),
+            allowed_networks: tink_bmc::net::parse_networks(nets).expect("networks"),
         },
         Limits::default(),
     )
@@ -138,4 +144,36 @@ async fn signed_requests_in_bmclibs_format() {
     let e = wrong.power_state().await.expect_err("bad signature");
     assert!(matches!(e.kind, ErrorKind::Unauthorized(_)), "{e}");
     assert!(!format!("{e} {e:?} {wrong:?}").contains("guessed"));
+}
+
+#[tokio::test]
+async fn the_consumer_url_host_is_checked_against_the_allowed_networks() {
+    let server = fixture::serve(consumer).await;
+    let keys = [
+        ("sha256", KEY_A),
+        ("sha256", KEY_B),
+        ("sha512", KEY_A),
+        ("sha512", KEY_B),
+    ];
+    for url in [
+        format!("http://{}/rpc", server.addr),
+        format!("http://localhost:{}/rpc", server.addr.port()),
+    ] {
+        let e = client_in(&url, &keys, "10.0.0.0/8")
+            .power_state()
+            .await
+            .expect_err("outside 10.0.0.0/8");
+        let ErrorKind::NotAllowed(m) = &e.kind else {
+            panic!("{e}")
+        };
+        assert!(m.contains("127.0.0.1") && m.contains("10.0.0.0/8"), "{m}");
+        assert!(server.requests().is_empty(), "nothing sent");
+    }
+    let ok = client_in(
+        &format!("http://localhost:{}/rpc", server.addr.port()),
+        &keys,
+        "127.0.0.0/8",
+    );
+    assert_eq!(ok.power_state().await.expect("allowed"), PowerState::On);
+    assert_eq!(server.requests().len(), 1);
 }
