@@ -123,4 +123,9 @@ pub trait Bmc: Send + Sync {
 
     /// Ejects the virtual CD's media (nothing when it is empty).
     async fn eject_media(&self) -> Result<(), Error>;
+
+    /// Ends what the provider holds open on the BMC (a Redfish session); a later call opens
+    /// it again. Providers that hold nothing do nothing. Dropping a provider inside a Tokio
+    /// runtime does the same in the background; awaiting this makes sure it is done.
+    async fn close(&self) {}
 }
