@@ -240,22 +240,29 @@ impl Bmc for Ipmitool {
             e.op = op.clone();
             e
         })?;
-        let (verb, reply) = match (change, state) {
+        let send = match (change, state) {
             (PowerChange::On, PowerState::On)
             | (PowerChange::Off | PowerChange::Soft, PowerState::Off) => {
                 return Ok(());
             }
-            (PowerChange::On | PowerChange::Cycle | PowerChange::Reset, PowerState::Off) => {
-                ("on", "Up/On")
-            }
-            (PowerChange::On, _) => ("on", "Up/On"),
-            (PowerChange::Off, _) => ("off", "Down/Off"),
-            (PowerChange::Soft, _) => ("soft", "Soft"),
-            (PowerChange::Cycle, _) => ("cycle", "Cycle"),
-            (PowerChange::Reset, _) => ("reset", "Reset"),
+            // an off machine is powered on, not cycled or reset
+            (PowerChange::Cycle | PowerChange::Reset, PowerState::Off) => PowerChange::On,
+            (c, _) => c,
+        };
+        // `chassis power <on|off|soft|cycle|reset>` and the words ipmitool answers with
+        let reply = match send {
+            PowerChange::On => "Up/On",
+            PowerChange::Off => "Down/Off",
+            PowerChange::Soft => "Soft",
+            PowerChange::Cycle => "Cycle",
+            PowerChange::Reset => "Reset",
         };
         let out = self
-            .run(&op, &["chassis", "power", verb], change.is_idempotent())
+            .run(
+                &op,
+                &["chassis", "power", send.as_str()],
+                change.is_idempotent(),
+            )
             .await?;
         if !out.contains(&format!("Chassis Power Control: {reply}")) {
             return Err(self.fail(&op, ErrorKind::Protocol(shorten(&out, 200))));
