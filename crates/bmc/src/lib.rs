@@ -31,6 +31,7 @@
 mod connect;
 pub mod credentials;
 mod error;
+mod golayout;
 mod http;
 pub mod ipmi;
 mod limit;
