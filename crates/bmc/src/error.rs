@@ -23,6 +23,10 @@ pub enum ErrorKind {
     /// reached the BMC.
     #[error("cannot connect: {0}")]
     Connect(String),
+    /// The host resolves only to addresses outside the allowed networks
+    /// ([`crate::Policy::allowed_networks`]): nothing was sent. Not transient.
+    #[error("not allowed: {0}")]
+    NotAllowed(String),
     /// The BMC did not answer in time (including one that accepted the connection and then
     /// said nothing).
     #[error("no answer within {0:?}")]

@@ -1,6 +1,10 @@
 //! A small HTTP/1.1 client over hyper and rustls: one connection per request, a deadline over
 //! the whole exchange (connect, TLS, request, response body), a bounded response body.
 //!
+//! The host is resolved for each connection and only its addresses inside the allowed
+//! networks are connected to (see [`crate::net`]); TLS still verifies the certificate against
+//! the host name.
+//!
 //! One connection per request keeps the failure modes simple (no pooled connection half-closed
 //! by a BMC that rebooted); BMC calls are rare next to what a pool would save.
 
@@ -11,6 +15,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
+use ipnet::IpNet;
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -22,6 +27,7 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, UnixTime};
 use tokio_rustls::rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use crate::error::{ErrorKind, shorten};
+use crate::net::resolve_allowed;
 
 /// The largest response body read (bmclib's RPC limit; Redfish documents are far smaller).
 pub(crate) const MAX_BODY: usize = 512 * 1024;
@@ -34,6 +40,8 @@ pub(crate) struct Endpoint {
     pub tls: Option<Arc<ClientConfig>>,
     /// `Host` header value.
     pub authority: String,
+    /// The networks `host` may resolve into (any when empty).
+    pub allowed: Arc<[IpNet]>,
 }
 
 /// An answer.
@@ -74,10 +82,7 @@ impl Endpoint {
         headers: &[(&str, String)],
         body: Option<Vec<u8>>,
     ) -> Result<Response, ErrorKind> {
-        let tcp = TcpStream::connect((self.host.as_str(), self.port))
-            .await
-            .map_err(|e| ErrorKind::Connect(format!("{}:{}: {e}", self.host, self.port)))?;
-        let _ = tcp.set_nodelay(true);
+        let tcp = self.connect().await?;
         let mut builder = Request::builder()
             .method(method)
             .uri(path)
@@ -101,6 +106,29 @@ impl Endpoint {
             }
             None => round_trip(TokioIo::new(tcp), request).await,
         }
+    }
+}
+
+impl Endpoint {
+    /// A connection to one of the host's allowed addresses, tried in the resolver's order.
+    async fn connect(&self) -> Result<TcpStream, ErrorKind> {
+        let addrs = resolve_allowed(&self.host, self.port, &self.allowed).await?;
+        let mut last = None;
+        for addr in &addrs {
+            match TcpStream::connect(addr).await {
+                Ok(tcp) => {
+                    let _ = tcp.set_nodelay(true);
+                    return Ok(tcp);
+                }
+                Err(e) => last = Some(format!("{addr}: {e}")),
+            }
+        }
+        Err(ErrorKind::Connect(format!(
+            "{}:{}: {}",
+            self.host,
+            self.port,
+            last.unwrap_or_else(|| "no address".into())
+        )))
     }
 }
 

@@ -6,6 +6,9 @@
 //! [`Policy::timeout`] and killed when it runs over. ipmitool runs with `-v` so a refused
 //! session ("RAKP 2 HMAC is invalid", "unauthorized name") can be told from a BMC that never
 //! answered.
+//!
+//! The host is resolved here, before each run, and ipmitool is given the IP address that was
+//! checked against [`Policy::allowed_networks`] (never the name, which it would resolve again).
 
 use std::process::Stdio;
 
@@ -14,6 +17,7 @@ use tokio::process::Command;
 
 use crate::error::{Error, ErrorKind, shorten};
 use crate::limit::{Limits, Policy, err};
+use crate::net::resolve_allowed;
 use crate::{Bmc, Credentials, PowerChange};
 
 const NAME: &str = "ipmitool";
@@ -93,6 +97,7 @@ impl Ipmitool {
     /// One ipmitool run per cipher suite until one gets a session; the output on success.
     async fn run_once(&self, op: &str, args: &[&str]) -> Result<String, ErrorKind> {
         let _permit = self.limits.acquire(&self.label).await;
+        let ip = self.checked_ip().await?;
         let ciphers: Vec<&str> = if self.config.cipher_suite.is_empty() {
             vec!["3", "17"]
         } else {
@@ -109,27 +114,19 @@ impl Ipmitool {
         let mut last = ErrorKind::Local("no cipher suite tried".into());
         for cipher in ciphers {
             let mut cmd = Command::new(&bin);
-            cmd.args([
-                "-v",
-                "-I",
-                "lanplus",
-                "-H",
-                self.config.host.trim(),
-                "-p",
-                &port,
-            ])
-            .args(["-U", &self.config.credentials.username, "-E"])
-            .args(["-N", &per_try, "-R", "1", "-C", cipher])
-            .args(args)
-            .env_clear()
-            .env(
-                "IPMITOOL_PASSWORD",
-                self.config.credentials.password.expose(),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+            cmd.args(["-v", "-I", "lanplus", "-H", &ip, "-p", &port])
+                .args(["-U", &self.config.credentials.username, "-E"])
+                .args(["-N", &per_try, "-R", "1", "-C", cipher])
+                .args(args)
+                .env_clear()
+                .env(
+                    "IPMITOOL_PASSWORD",
+                    self.config.credentials.password.expose(),
+                )
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
             let child = cmd
                 .spawn()
                 .map_err(|e| ErrorKind::Local(format!("cannot run {}: {e}", bin.display())))?;
@@ -160,6 +157,24 @@ impl Ipmitool {
             }
         }
         Err(last)
+    }
+
+    /// The first of the host's addresses inside the allowed networks, as an IP literal.
+    async fn checked_ip(&self) -> Result<String, ErrorKind> {
+        let host = self.config.host.trim();
+        // `[fd00::5]` as in a URL: the address inside
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        let lookup = resolve_allowed(host, self.port, &self.policy.allowed_networks);
+        let addrs = tokio::time::timeout(self.policy.timeout, lookup)
+            .await
+            .map_err(|_| ErrorKind::Timeout(self.policy.timeout))??;
+        match addrs.first() {
+            Some(a) => Ok(a.ip().to_string()),
+            None => Err(ErrorKind::Connect(format!("{host} has no address"))),
+        }
     }
 
     async fn run(&self, op: &str, args: &[&str], idempotent: bool) -> Result<String, Error> {
@@ -225,22 +240,29 @@ impl Bmc for Ipmitool {
             e.op = op.clone();
             e
         })?;
-        let (verb, reply) = match (change, state) {
+        let send = match (change, state) {
             (PowerChange::On, PowerState::On)
             | (PowerChange::Off | PowerChange::Soft, PowerState::Off) => {
                 return Ok(());
             }
-            (PowerChange::On | PowerChange::Cycle | PowerChange::Reset, PowerState::Off) => {
-                ("on", "Up/On")
-            }
-            (PowerChange::On, _) => ("on", "Up/On"),
-            (PowerChange::Off, _) => ("off", "Down/Off"),
-            (PowerChange::Soft, _) => ("soft", "Soft"),
-            (PowerChange::Cycle, _) => ("cycle", "Cycle"),
-            (PowerChange::Reset, _) => ("reset", "Reset"),
+            // an off machine is powered on, not cycled or reset
+            (PowerChange::Cycle | PowerChange::Reset, PowerState::Off) => PowerChange::On,
+            (c, _) => c,
+        };
+        // `chassis power <on|off|soft|cycle|reset>` and the words ipmitool answers with
+        let reply = match send {
+            PowerChange::On => "Up/On",
+            PowerChange::Off => "Down/Off",
+            PowerChange::Soft => "Soft",
+            PowerChange::Cycle => "Cycle",
+            PowerChange::Reset => "Reset",
         };
         let out = self
-            .run(&op, &["chassis", "power", verb], change.is_idempotent())
+            .run(
+                &op,
+                &["chassis", "power", send.as_str()],
+                change.is_idempotent(),
+            )
             .await?;
         if !out.contains(&format!("Chassis Power Control: {reply}")) {
             return Err(self.fail(&op, ErrorKind::Protocol(shorten(&out, 200))));
@@ -315,6 +337,80 @@ mod tests {
             classify("Set Chassis Power Control to Up/On failed: Invalid data field in request"),
             ErrorKind::Protocol(m) if m.contains("Invalid data field")
         ));
+    }
+
+    fn config(host: &str, ipmitool: Option<std::path::PathBuf>) -> IpmiConfig {
+        IpmiConfig {
+            host: host.into(),
+            port: None,
+            credentials: Credentials::new("admin", "s3cret-pw"),
+            cipher_suite: String::new(),
+            ipmitool,
+        }
+    }
+
+    fn allowing(nets: &str) -> Policy {
+        Policy {
+            attempts: 1,
+            allowed_networks: crate::net::parse_networks(nets).expect("networks"),
+            ..Policy::default()
+        }
+    }
+
+    /// A stand-in ipmitool that prints its arguments and fails, so the command line shows in
+    /// the error.
+    fn echo_ipmitool() -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!(
+            "tink-bmc-ipmi-{}-{}",
+            std::process::id(),
+            jiff::Timestamp::now().as_nanosecond()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("ipmitool");
+        std::fs::write(&path, "#!/bin/sh\necho \"ARGS: $*\"\nexit 1\n").expect("script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    }
+
+    #[tokio::test]
+    async fn a_host_outside_the_allowed_networks_is_refused_before_ipmitool_runs() {
+        // A binary that does not exist: had it been started, the error would say so.
+        let missing = Some(std::path::PathBuf::from("/nonexistent/ipmitool"));
+        for host in ["127.0.0.1", "localhost"] {
+            let bmc = Ipmitool::new(
+                config(host, missing.clone()),
+                allowing("10.0.0.0/8"),
+                Limits::default(),
+            )
+            .expect("config");
+            let e = bmc.power_state().await.expect_err("refused");
+            let ErrorKind::NotAllowed(m) = &e.kind else {
+                panic!("{e}")
+            };
+            assert!(
+                m.contains(host) && m.contains("127.0.0.1") && m.contains("10.0.0.0/8"),
+                "{m}"
+            );
+        }
+        // Allowed: ipmitool runs, with the checked address (not the name) after -H.
+        let script = echo_ipmitool();
+        let bmc = Ipmitool::new(
+            config("localhost", Some(script.clone())),
+            allowing("127.0.0.0/8"),
+            Limits::default(),
+        )
+        .expect("config");
+        let e = bmc.power_state().await.expect_err("the script fails");
+        let text = e.to_string();
+        assert!(
+            text.contains("ARGS: -v -I lanplus -H 127.0.0.1 -p 623 -U admin -E"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret-pw"), "{text}");
+        if let Some(dir) = script.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 
     #[test]

@@ -17,6 +17,10 @@
 //! reset) only when the request provably never left (the connection failed). A provider
 //! never repeats a power action without reading the state first where the protocol allows.
 //!
+//! Every connection goes only to addresses inside [`Policy::allowed_networks`] (see [`net`]):
+//! a Machine's host is chosen by whoever may edit the Machine, and this is what keeps it from
+//! pointing the controller's requests at any address the controller can reach.
+//!
 //! [`credentials`] reads credentials from Kubernetes Secrets and refuses a Secret outside the
 //! Machine's namespace or of another type than `kubernetes.io/basic-auth`.
 //!
@@ -27,9 +31,11 @@
 mod connect;
 pub mod credentials;
 mod error;
+mod golayout;
 mod http;
 pub mod ipmi;
 mod limit;
+pub mod net;
 pub mod redfish;
 pub mod rpc;
 mod secret;
@@ -43,7 +49,9 @@ pub use target::{ProviderKind, RedfishHost, TlsConfig, provider_order};
 
 use tink_api::bmc::{BootDevice, PowerAction, PowerState};
 
-/// A power change: [`PowerAction`] without `status`.
+/// A power change: [`PowerAction`] without `status`, with what a provider needs to know
+/// about it ([`PowerChange::target_state`], [`PowerChange::is_idempotent`]). The one mapping
+/// between the two is [`PowerChange::action`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PowerChange {
     /// Power on (nothing when already on).
@@ -59,16 +67,23 @@ pub enum PowerChange {
 }
 
 impl PowerChange {
+    /// Every change.
+    pub const ALL: [Self; 5] = [Self::On, Self::Off, Self::Soft, Self::Cycle, Self::Reset];
+
+    /// The power action that asks for this change.
+    pub fn action(self) -> PowerAction {
+        match self {
+            Self::On => PowerAction::On,
+            Self::Off => PowerAction::Off,
+            Self::Soft => PowerAction::Soft,
+            Self::Cycle => PowerAction::Cycle,
+            Self::Reset => PowerAction::Reset,
+        }
+    }
+
     /// The change a power action asks for; `None` for `status`.
     pub fn from_action(a: PowerAction) -> Option<Self> {
-        match a {
-            PowerAction::On => Some(Self::On),
-            PowerAction::Off => Some(Self::Off),
-            PowerAction::Soft => Some(Self::Soft),
-            PowerAction::Cycle => Some(Self::Cycle),
-            PowerAction::Reset => Some(Self::Reset),
-            PowerAction::Status => None,
-        }
+        Self::ALL.into_iter().find(|c| c.action() == a)
     }
 
     /// The power state the machine reaches once the change is applied.
@@ -85,15 +100,30 @@ impl PowerChange {
         matches!(self, Self::On | Self::Off | Self::Soft)
     }
 
-    /// The lower-case name (`on`, `off`, ...).
+    /// The lower-case name (`on`, `off`, ...), as in the API.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::On => "on",
-            Self::Off => "off",
-            Self::Soft => "soft",
-            Self::Cycle => "cycle",
-            Self::Reset => "reset",
-        }
+        self.action().as_str()
+    }
+}
+
+impl From<PowerChange> for PowerAction {
+    fn from(c: PowerChange) -> Self {
+        c.action()
+    }
+}
+
+impl TryFrom<PowerAction> for PowerChange {
+    type Error = PowerAction;
+
+    /// The change `a` asks for; `status` (which changes nothing) is the error.
+    fn try_from(a: PowerAction) -> Result<Self, PowerAction> {
+        Self::from_action(a).ok_or(a)
+    }
+}
+
+impl std::fmt::Display for PowerChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -118,4 +148,28 @@ pub trait Bmc: Send + Sync {
 
     /// Ejects the virtual CD's media (nothing when it is empty).
     async fn eject_media(&self) -> Result<(), Error>;
+
+    /// Ends what the provider holds open on the BMC (a Redfish session); a later call opens
+    /// it again. Providers that hold nothing do nothing. Dropping a provider inside a Tokio
+    /// runtime does the same in the background; awaiting this makes sure it is done.
+    async fn close(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn power_changes_are_the_actions_but_status() {
+        for c in PowerChange::ALL {
+            assert_eq!(PowerChange::from_action(c.action()), Some(c));
+            assert_eq!(PowerChange::try_from(PowerAction::from(c)), Ok(c));
+            assert_eq!(c.to_string(), c.action().as_str());
+        }
+        assert_eq!(PowerChange::from_action(PowerAction::Status), None);
+        assert_eq!(
+            PowerChange::try_from(PowerAction::Status),
+            Err(PowerAction::Status)
+        );
+    }
 }

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ipnet::IpNet;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{Error, ErrorKind};
@@ -20,16 +21,21 @@ pub struct Policy {
     pub backoff: Duration,
     /// The longest wait between attempts.
     pub max_backoff: Duration,
+    /// The networks a provider may connect to (BMCs, RPC consumers); any when empty. A host
+    /// is resolved when a connection is made and only its addresses inside these networks are
+    /// used: a host with none is refused with [`ErrorKind::NotAllowed`].
+    pub allowed_networks: Vec<IpNet>,
 }
 
 impl Default for Policy {
-    /// 10 s per attempt, 3 attempts, 500 ms back-off doubling to at most 5 s.
+    /// 10 s per attempt, 3 attempts, 500 ms back-off doubling to at most 5 s; any network.
     fn default() -> Self {
         Self {
             timeout: Duration::from_secs(10),
             attempts: 3,
             backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(5),
+            allowed_networks: Vec::new(),
         }
     }
 }

@@ -15,9 +15,16 @@
 //! and again once when the BMC answers 401 to an expired token. A BMC whose service root names
 //! no session service (sushy-tools is one), or that answers 404/405/501 to the login, is
 //! spoken to with basic auth.
+//!
+//! A session this provider opened is closed (`DELETE` of the session's `@odata.id`, or of the
+//! login answer's `Location`) by [`Bmc::close`], or in the background when the value is
+//! dropped inside a Tokio runtime: BMCs allow few sessions at once, and one left open holds a
+//! slot until the BMC's own timeout (often 30 minutes). A session that expired and was renewed
+//! is not deleted (the BMC already dropped it).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use base64::Engine;
 use http::{Method, StatusCode};
@@ -52,6 +59,59 @@ pub struct RedfishConfig {
     pub system_name: String,
 }
 
+/// A session the provider opened.
+struct Session {
+    /// `X-Auth-Token`.
+    token: String,
+    /// The session resource (a path on the BMC), when the BMC named it.
+    path: Option<String>,
+}
+
+/// The session resource's path from the login answer: the body's `@odata.id`, else the
+/// `Location` header (a path, or a URL whose path is taken: the DELETE goes to this BMC only).
+fn session_path(body: &[u8], location: Option<&str>) -> Option<String> {
+    let from_body = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v["@odata.id"].as_str().map(str::to_string));
+    let from_location = location.map(|l| match l.split_once("://") {
+        Some((_, rest)) => rest
+            .find('/')
+            .map_or_else(String::new, |i| rest[i..].to_string()),
+        None => l.to_string(),
+    });
+    from_body
+        .or(from_location)
+        .filter(|p| p.starts_with("/redfish/") && !p.contains(".."))
+}
+
+/// Deletes `session` (one attempt; failures are logged, the BMC expires it in the end).
+async fn logout(
+    endpoint: &Endpoint,
+    limits: &Limits,
+    label: &str,
+    timeout: Duration,
+    session: Session,
+) {
+    let Some(path) = session.path else {
+        tracing::debug!(host = %label, "the BMC named no session resource; left to expire");
+        return;
+    };
+    let _permit = limits.acquire(label).await;
+    let headers = [("x-auth-token", session.token)];
+    match endpoint
+        .send(Method::DELETE, &path, &headers, None, timeout)
+        .await
+    {
+        Ok(r) if r.status.is_success() || r.status == StatusCode::NOT_FOUND => {
+            tracing::debug!(host = %label, "Redfish session closed");
+        }
+        Ok(r) => {
+            tracing::debug!(host = %label, status = r.status.as_u16(), "closing the Redfish session failed");
+        }
+        Err(e) => tracing::debug!(host = %label, error = %e, "closing the Redfish session failed"),
+    }
+}
+
 /// A Redfish BMC.
 pub struct Redfish {
     endpoint: Endpoint,
@@ -59,7 +119,7 @@ pub struct Redfish {
     credentials: Credentials,
     use_basic_auth: bool,
     no_session_service: AtomicBool,
-    token: Mutex<Option<String>>,
+    session: Mutex<Option<Session>>,
     system_name: String,
     system: OnceCell<String>,
     policy: Policy,
@@ -105,12 +165,13 @@ impl Redfish {
                 host: host.host,
                 port: host.port,
                 tls,
+                allowed: policy.allowed_networks.clone().into(),
             },
             label,
             credentials: config.credentials,
             use_basic_auth: config.use_basic_auth,
             no_session_service: AtomicBool::new(false),
-            token: Mutex::new(None),
+            session: Mutex::new(None),
             system_name: config.system_name,
             system: OnceCell::new(),
             policy,
@@ -157,7 +218,7 @@ impl Redfish {
     }
 
     /// Opens a session; `Ok(None)` when the BMC has no session service.
-    async fn login(&self) -> Result<Option<String>, ErrorKind> {
+    async fn login(&self) -> Result<Option<Session>, ErrorKind> {
         let Some(sessions) = self.sessions_path().await? else {
             return Ok(None);
         };
@@ -177,7 +238,13 @@ impl Redfish {
             .await?;
         match r.status {
             s if s.is_success() => match r.headers.get("x-auth-token").map(|v| v.to_str()) {
-                Some(Ok(t)) if !t.is_empty() => Ok(Some(t.to_string())),
+                Some(Ok(t)) if !t.is_empty() => Ok(Some(Session {
+                    token: t.to_string(),
+                    path: session_path(
+                        &r.body,
+                        r.headers.get("location").and_then(|v| v.to_str().ok()),
+                    ),
+                })),
                 _ => Err(ErrorKind::Protocol(
                     "session created without an X-Auth-Token header".into(),
                 )),
@@ -200,14 +267,15 @@ impl Redfish {
         if self.uses_basic() {
             return Ok(("authorization", self.basic()));
         }
-        let mut token = self.token.lock().await;
-        if let Some(t) = token.as_ref() {
-            return Ok(("x-auth-token", t.clone()));
+        let mut session = self.session.lock().await;
+        if let Some(s) = session.as_ref() {
+            return Ok(("x-auth-token", s.token.clone()));
         }
         match self.login().await? {
-            Some(t) => {
-                *token = Some(t.clone());
-                Ok(("x-auth-token", t))
+            Some(s) => {
+                let token = s.token.clone();
+                *session = Some(s);
+                Ok(("x-auth-token", token))
             }
             None => {
                 tracing::debug!(host = %self.label, "no Redfish session service; using basic auth");
@@ -243,7 +311,7 @@ impl Redfish {
                 .await?;
             if r.status == StatusCode::UNAUTHORIZED && !self.uses_basic() && !renewed {
                 // an expired session: open a new one, once
-                *self.token.lock().await = None;
+                *self.session.lock().await = None;
                 renewed = true;
                 continue;
             }
@@ -416,10 +484,42 @@ fn links(v: &Value) -> Vec<String> {
         .collect()
 }
 
+impl Drop for Redfish {
+    /// Closes an open session in the background (see the module docs).
+    fn drop(&mut self) {
+        let Some(session) = self.session.get_mut().take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::debug!(host = %self.label, "dropped outside a runtime; the Redfish session is left to expire");
+            return;
+        };
+        let endpoint = self.endpoint.clone();
+        let limits = self.limits.clone();
+        let label = self.label.clone();
+        let timeout = self.policy.timeout;
+        runtime.spawn(async move { logout(&endpoint, &limits, &label, timeout, session).await });
+    }
+}
+
 #[async_trait::async_trait]
 impl Bmc for Redfish {
     fn provider(&self) -> &'static str {
         NAME
+    }
+
+    async fn close(&self) {
+        let session = self.session.lock().await.take();
+        if let Some(session) = session {
+            logout(
+                &self.endpoint,
+                &self.limits,
+                &self.label,
+                self.policy.timeout,
+                session,
+            )
+            .await;
+        }
     }
 
     async fn power_state(&self) -> Result<PowerState, Error> {
@@ -543,5 +643,41 @@ impl Bmc for Redfish {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_resource_is_read_from_the_login_answer() {
+        let s = "/redfish/v1/SessionService/Sessions/7";
+        let body = format!(r#"{{"@odata.id": "{s}", "Id": "7"}}"#);
+        assert_eq!(session_path(body.as_bytes(), None).as_deref(), Some(s));
+        // the body wins over Location
+        assert_eq!(
+            session_path(
+                body.as_bytes(),
+                Some("/redfish/v1/SessionService/Sessions/8")
+            )
+            .as_deref(),
+            Some(s)
+        );
+        assert_eq!(session_path(b"", Some(s)).as_deref(), Some(s));
+        // an absolute Location: only its path, sent to this BMC
+        assert_eq!(
+            session_path(b"{}", Some(&format!("https://elsewhere.example:8443{s}"))).as_deref(),
+            Some(s)
+        );
+        for bad in [
+            "https://elsewhere.example",
+            "/other/path",
+            "/redfish/v1/../../etc",
+            "",
+        ] {
+            assert_eq!(session_path(b"{}", Some(bad)), None, "{bad}");
+        }
+        assert_eq!(session_path(b"{}", None), None);
     }
 }

@@ -7,10 +7,36 @@
 //! "error": {"code", "message"}}` with status 200; a non-zero error code is a failure.
 //!
 //! Signing (HMAC, <https://webhooks.fyi/security/hmac>): the body followed by the values of
-//! the included headers (by default the timestamp header, `X-Rufio-Timestamp`, RFC 3339) is
-//! signed with every secret of each algorithm; the signatures go comma-separated in
+//! the included headers (by default the timestamp header, `X-Rufio-Timestamp`) is signed
+//! with every secret of each algorithm; the signatures go comma-separated in
 //! `X-Rufio-Signature-256` / `-512`, each prefixed `sha256=` / `sha512=`, so a consumer can
 //! rotate keys.
+//!
+//! # The timestamp header
+//!
+//! The time of each request, in UTC, formatted with the Machine's
+//! `providerOptions.rpc.request.timestampFormat`: a Go time layout, as bmclib passes it to
+//! Go's `time.Format`. Without one it is RFC 3339 (`2006-01-02T15:04:05Z07:00`, bmclib's
+//! default), e.g. `2024-03-05T07:08:09Z`. Any Go layout is read as Go reads it (`2006` year,
+//! `01`/`1`/`Jan`/`January` month, `02`/`2`/`_2` day, `002` day of the year, `Mon`/`Monday`,
+//! `15`/`03`/`3` hour, `04`/`4` minute, `05`/`5` second, `PM`/`pm`, `.000`/`.999` fractions,
+//! `MST` as `UTC`, `-07:00`/`-0700`/`-07` as `+00:00`/`+0000`/`+00`, `Z07:00` and friends as
+//! `Z`; everything else literal), so these layouts of Go's `time` package all work:
+//!
+//! | Go constant | layout | example |
+//! |---|---|---|
+//! | `RFC3339` (default) | `2006-01-02T15:04:05Z07:00` | `2024-03-05T07:08:09Z` |
+//! | `RFC3339Nano` | `2006-01-02T15:04:05.999999999Z07:00` | `2024-03-05T07:08:09.12Z` |
+//! | `RFC1123` | `Mon, 02 Jan 2006 15:04:05 MST` | `Tue, 05 Mar 2024 07:08:09 UTC` |
+//! | `RFC1123Z` | `Mon, 02 Jan 2006 15:04:05 -0700` | `Tue, 05 Mar 2024 07:08:09 +0000` |
+//! | `RFC822`, `RFC822Z`, `RFC850` | `02 Jan 06 15:04 MST`, ... | `05 Mar 24 07:08 UTC` |
+//! | `ANSIC`, `UnixDate`, `RubyDate` | `Mon Jan _2 15:04:05 2006`, ... | `Tue Mar  5 07:08:09 2024` |
+//! | `DateTime`, `DateOnly`, `TimeOnly` | `2006-01-02 15:04:05`, ... | `2024-03-05 07:08:09` |
+//! | `Kitchen`, `Stamp`, `StampMilli`, ... | `3:04PM`, `Jan _2 15:04:05.000`, ... | `7:08AM` |
+//!
+//! Refused when the Machine is read (a clear configuration error, nothing sent): a constant's
+//! name instead of its layout (`RFC3339`; Go would print it as digits), a layout with no time
+//! element (the header would never change), and one whose output is not a valid header value.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +48,7 @@ use serde_json::{Value, json};
 use tink_api::bmc::{BootDevice, PowerState, RpcOptions};
 
 use crate::error::{Error, ErrorKind, shorten};
+use crate::golayout::{GoLayout, RFC3339};
 use crate::http::{Endpoint, tls_config};
 use crate::limit::{Limits, Policy, err};
 use crate::target::{RedfishHost, TlsConfig};
@@ -58,6 +85,7 @@ pub struct Rpc {
     content_type: String,
     static_headers: Vec<(String, String)>,
     timestamp_header: String,
+    timestamp_format: GoLayout,
     signature_header: String,
     append_algo: bool,
     prefix_sig: bool,
@@ -111,9 +139,12 @@ impl Rpc {
             None
         };
         let req = o.request.clone().unwrap_or_default();
-        if !req.timestamp_format.is_empty() && req.timestamp_format != "2006-01-02T15:04:05Z07:00" {
+        let timestamp_format = GoLayout::parse(&lower_or(req.timestamp_format.trim(), RFC3339))
+            .map_err(|e| cfg(ErrorKind::Config(format!("request.timestampFormat: {e}"))))?;
+        let sample = timestamp_format.format(jiff::Timestamp::now());
+        if http::HeaderValue::from_str(&sample).is_err() {
             return Err(cfg(ErrorKind::Config(format!(
-                "timestampFormat {:?}: only RFC 3339 (Go's time.RFC3339) is supported",
+                "request.timestampFormat {:?} gives {sample:?}, not a valid HTTP header value",
                 req.timestamp_format
             ))));
         }
@@ -169,6 +200,7 @@ impl Rpc {
                 host: target.host,
                 port: target.port,
                 tls,
+                allowed: policy.allowed_networks.clone().into(),
             },
             path,
             url,
@@ -181,6 +213,7 @@ impl Rpc {
                 .map(|(k, v)| (k.clone(), v.join(",")))
                 .collect(),
             timestamp_header,
+            timestamp_format,
             signature_header: lower_or(&sig.header_name, SIGNATURE_HEADER),
             append_algo: !sig.append_algo_to_header_disabled,
             prefix_sig: !o.hmac.as_ref().is_some_and(|h| h.prefix_sig_disabled),
@@ -245,9 +278,7 @@ impl Rpc {
         headers.push(("content-type".into(), self.content_type.clone()));
         headers.push((
             self.timestamp_header.clone(),
-            jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string(),
+            self.timestamp_format.format(jiff::Timestamp::now()),
         ));
         let sigs = self.sign(&body, &headers);
         headers.extend(sigs);

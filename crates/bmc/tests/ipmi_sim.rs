@@ -21,6 +21,7 @@ fn client(host: &str, port: u16, password: &str) -> Ipmitool {
             attempts: 2,
             backoff: Duration::from_millis(100),
             max_backoff: Duration::from_millis(200),
+            ..Policy::default()
         },
         Limits::default(),
     )

@@ -18,6 +18,7 @@ fn policy() -> Policy {
         attempts: 3,
         backoff: Duration::from_millis(100),
         max_backoff: Duration::from_millis(400),
+        ..Policy::default()
     }
 }
 
@@ -144,6 +145,93 @@ async fn wrong_credentials_and_untrusted_certificates_are_clear_errors() {
     );
 }
 
+/// A Redfish client for `host` (plain http unless the host says https) allowed into `nets`.
+fn allowed_client(host: &str, nets: &str, tls: TlsConfig) -> Redfish {
+    Redfish::new(
+        RedfishConfig {
+            host: host.into(),
+            port: None,
+            credentials: Credentials::new(BMC_USER, BMC_PASSWORD),
+            tls,
+            use_basic_auth: true,
+            system_name: String::new(),
+        },
+        Policy {
+            allowed_networks: tink_bmc::net::parse_networks(nets).expect("networks"),
+            ..policy()
+        },
+        Limits::default(),
+    )
+    .expect("client")
+}
+
+#[tokio::test]
+async fn only_hosts_inside_the_allowed_networks_are_reached() {
+    let server = fixture::serve(dropping_bmc).await;
+    let port = server.addr.port();
+    for host in [
+        format!("http://127.0.0.1:{port}"),
+        format!("http://localhost:{port}"),
+    ] {
+        let name = if host.contains("localhost") {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        };
+        // Outside 10.0.0.0/8: refused at once, nothing sent, not retried.
+        let before = server.requests().len();
+        let start = Instant::now();
+        let e = allowed_client(&host, "10.0.0.0/8", TlsConfig::default())
+            .power_state()
+            .await
+            .expect_err("not allowed");
+        let ErrorKind::NotAllowed(m) = &e.kind else {
+            panic!("{e}")
+        };
+        assert!(
+            m.contains(name) && m.contains("127.0.0.1") && m.contains("10.0.0.0/8"),
+            "{m}"
+        );
+        assert!(e.to_string().contains("not allowed"), "{e}");
+        assert!(
+            start.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(server.requests().len(), before, "nothing sent");
+        // Inside 127.0.0.0/8 (a name checked by the addresses it resolves to): reached.
+        let ok = allowed_client(&host, "10.0.0.0/8, 127.0.0.0/8", TlsConfig::default());
+        assert_eq!(ok.power_state().await.expect(&host), PowerState::On);
+        assert!(server.requests().len() > before);
+        let ok_v6_only = allowed_client(&host, "::1/128", TlsConfig::default());
+        let e = ok_v6_only
+            .power_state()
+            .await
+            .expect_err("127.0.0.1 is not ::1");
+        assert!(matches!(e.kind, ErrorKind::NotAllowed(_)), "{e}");
+    }
+}
+
+#[tokio::test]
+async fn the_checked_address_is_connected_and_tls_still_checks_the_name() {
+    let sushy = Sushy::start().await.expect("sushy-emulator");
+    // sushy's certificate is for IP 127.0.0.1: allowed and verified.
+    let bmc = allowed_client(&sushy.host(), "127.0.0.0/8", trusting(&sushy));
+    assert_eq!(bmc.power_state().await.expect("allowed"), PowerState::Off);
+    // `localhost` resolves into the allowed network and is connected to 127.0.0.1, but the
+    // certificate is verified against the name asked for, which it does not carry.
+    let by_name = allowed_client(
+        &format!("localhost:{}", sushy.port()),
+        "127.0.0.0/8",
+        trusting(&sushy),
+    );
+    let e = by_name
+        .power_state()
+        .await
+        .expect_err("no certificate for localhost");
+    assert!(matches!(e.kind, ErrorKind::Tls(_)), "{e}");
+}
+
 #[tokio::test]
 async fn virtual_media_insert_and_eject() {
     let sushy = Sushy::start().await.expect("sushy-emulator");
@@ -202,6 +290,7 @@ async fn a_bmc_that_hangs_mid_response_times_out() {
             attempts: 2,
             backoff: Duration::from_millis(50),
             max_backoff: Duration::from_millis(50),
+            ..Policy::default()
         },
         Limits::default(),
     )
@@ -363,4 +452,129 @@ async fn sessions_are_opened_once_and_renewed_when_expired() {
     .expect("client");
     let e = bad.power_state().await.expect_err("refused");
     assert!(matches!(e.kind, ErrorKind::Unauthorized(_)), "{e}");
+}
+
+/// A fixture BMC with a session service whose login answers only a `Location` (absolute, as
+/// many BMCs send it); sessions are `/redfish/v1/SessionService/Sessions/<n>`, token `t<n>`,
+/// and a DELETE with its own token removes one.
+fn session_bmc(
+    open: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) -> impl Fn(&fixture::Request) -> fixture::Reply + Send + Sync + 'static {
+    use serde_json::json;
+    let issued = std::sync::atomic::AtomicU32::new(0);
+    move |req| {
+        let token = req.header("x-auth-token").unwrap_or_default();
+        let mut open = open.lock().expect("lock");
+        let valid = open.contains(&token);
+        match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/redfish/v1") => fixture::Reply::json(
+                200,
+                json!({"Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}}}),
+            ),
+            ("POST", "/redfish/v1/SessionService/Sessions") => {
+                let n = issued.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                open.push(format!("t{n}"));
+                let host = req.header("host").unwrap_or_default();
+                fixture::Reply::json(201, json!({}))
+                    .with_header("X-Auth-Token", &format!("t{n}"))
+                    .with_header(
+                        "Location",
+                        &format!("http://{host}/redfish/v1/SessionService/Sessions/{n}"),
+                    )
+            }
+            ("DELETE", p) if valid && p.starts_with("/redfish/v1/SessionService/Sessions/") => {
+                // a session is deleted with its own token
+                let n = p.rsplit('/').next().unwrap_or_default();
+                if token != format!("t{n}") {
+                    return fixture::Reply::bytes(403, Vec::new());
+                }
+                open.retain(|t| *t != token);
+                fixture::Reply::bytes(204, Vec::new())
+            }
+            (_, _) if !valid => fixture::Reply::bytes(401, Vec::new()),
+            ("GET", "/redfish/v1/Systems") => fixture::Reply::json(
+                200,
+                json!({"Members": [{"@odata.id": "/redfish/v1/Systems/1"}]}),
+            ),
+            ("GET", "/redfish/v1/Systems/1") => {
+                fixture::Reply::json(200, json!({"PowerState": "On"}))
+            }
+            _ => fixture::Reply::bytes(404, Vec::new()),
+        }
+    }
+}
+
+/// Waits up to 5 s for `cond`.
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "not within 5 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn sessions_the_provider_opened_are_deleted_on_close_and_on_drop() {
+    let open: std::sync::Arc<std::sync::Mutex<Vec<String>>> = std::sync::Arc::default();
+    let server = fixture::serve(session_bmc(open.clone())).await;
+    let config = RedfishConfig {
+        host: format!("http://{}", server.addr),
+        port: None,
+        credentials: Credentials::new(BMC_USER, BMC_PASSWORD),
+        tls: TlsConfig::default(),
+        use_basic_auth: false,
+        system_name: String::new(),
+    };
+    let deletes = |server: &fixture::Server| -> Vec<(String, Option<String>)> {
+        server
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "DELETE")
+            .map(|r| (r.path.clone(), r.header("x-auth-token")))
+            .collect()
+    };
+    // close(): the session is deleted before it returns; a later call opens a new one.
+    let bmc = Redfish::new(config.clone(), policy(), Limits::default()).expect("client");
+    assert_eq!(bmc.power_state().await.expect("state"), PowerState::On);
+    assert_eq!(*open.lock().expect("lock"), ["t1"]);
+    bmc.close().await;
+    assert!(open.lock().expect("lock").is_empty(), "t1 deleted");
+    assert_eq!(
+        deletes(&server),
+        [(
+            "/redfish/v1/SessionService/Sessions/1".to_string(),
+            Some("t1".to_string())
+        )]
+    );
+    assert_eq!(
+        bmc.power_state().await.expect("a new session"),
+        PowerState::On
+    );
+    assert_eq!(*open.lock().expect("lock"), ["t2"]);
+    // drop: deleted in the background.
+    drop(bmc);
+    eventually("t2 deleted after drop", || {
+        open.lock().expect("lock").is_empty()
+    })
+    .await;
+    assert_eq!(deletes(&server).len(), 2);
+    // A provider that never opened a session deletes nothing; neither does basic auth.
+    drop(Redfish::new(config.clone(), policy(), Limits::default()).expect("client"));
+    let basic = Redfish::new(
+        RedfishConfig {
+            use_basic_auth: true,
+            ..config
+        },
+        policy(),
+        Limits::default(),
+    )
+    .expect("client");
+    let _ = basic.power_state().await;
+    basic.close().await;
+    drop(basic);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(deletes(&server).len(), 2, "{:?}", deletes(&server));
 }

@@ -68,6 +68,11 @@ fn consumer(req: &fixture::Request) -> fixture::Reply {
 }
 
 fn client(url: &str, secrets: &[(&str, &str)]) -> Rpc {
+    client_in(url, secrets, "")
+}
+
+/// A client allowed into `nets` (comma-separated; any network when empty).
+fn client_in(url: &str, secrets: &[(&str, &str)], nets: &str) -> Rpc {
     let mut map: BTreeMap<String, Vec<Secret>> = BTreeMap::new();
     for (algo, s) in secrets {
         map.entry((*algo).into()).or_default().push(Secret::new(*s));
@@ -87,6 +92,7 @@ fn client(url: &str, secrets: &[(&str, &str)]) -> Rpc {
             attempts: 2,
             backoff: Duration::from_millis(50),
             max_backoff: Duration::from_millis(50),
+            allowed_networks: tink_bmc::net::parse_networks(nets).expect("networks"),
         },
         Limits::default(),
     )
@@ -138,4 +144,142 @@ async fn signed_requests_in_bmclibs_format() {
     let e = wrong.power_state().await.expect_err("bad signature");
     assert!(matches!(e.kind, ErrorKind::Unauthorized(_)), "{e}");
     assert!(!format!("{e} {e:?} {wrong:?}").contains("guessed"));
+}
+
+#[tokio::test]
+async fn the_consumer_url_host_is_checked_against_the_allowed_networks() {
+    let server = fixture::serve(consumer).await;
+    let keys = [
+        ("sha256", KEY_A),
+        ("sha256", KEY_B),
+        ("sha512", KEY_A),
+        ("sha512", KEY_B),
+    ];
+    for url in [
+        format!("http://{}/rpc", server.addr),
+        format!("http://localhost:{}/rpc", server.addr.port()),
+    ] {
+        let e = client_in(&url, &keys, "10.0.0.0/8")
+            .power_state()
+            .await
+            .expect_err("outside 10.0.0.0/8");
+        let ErrorKind::NotAllowed(m) = &e.kind else {
+            panic!("{e}")
+        };
+        assert!(m.contains("127.0.0.1") && m.contains("10.0.0.0/8"), "{m}");
+        assert!(server.requests().is_empty(), "nothing sent");
+    }
+    let ok = client_in(
+        &format!("http://localhost:{}/rpc", server.addr.port()),
+        &keys,
+        "127.0.0.0/8",
+    );
+    assert_eq!(ok.power_state().await.expect("allowed"), PowerState::On);
+    assert_eq!(server.requests().len(), 1);
+}
+
+/// A client whose Machine sets `request.timestampFormat` to `format`.
+fn client_with_format(url: &str, format: &str) -> Result<Rpc, tink_bmc::Error> {
+    let mut secrets: BTreeMap<String, Vec<Secret>> = BTreeMap::new();
+    for (algo, key) in [
+        ("sha256", KEY_A),
+        ("sha256", KEY_B),
+        ("sha512", KEY_A),
+        ("sha512", KEY_B),
+    ] {
+        secrets
+            .entry(algo.into())
+            .or_default()
+            .push(Secret::new(key));
+    }
+    Rpc::new(
+        RpcConfig {
+            host: "10.0.0.9".into(),
+            options: RpcOptions {
+                consumer_url: url.into(),
+                request: Some(tink_api::bmc::RequestOpts {
+                    timestamp_format: format.into(),
+                    ..Default::default()
+                }),
+                ..RpcOptions::default()
+            },
+            secrets,
+            tls: TlsConfig::default(),
+        },
+        Policy {
+            timeout: Duration::from_secs(2),
+            attempts: 1,
+            ..Policy::default()
+        },
+        Limits::default(),
+    )
+}
+
+#[tokio::test]
+async fn the_timestamp_is_rfc3339_unless_the_machine_names_another_go_layout() {
+    let server = fixture::serve(consumer).await;
+    let url = format!("http://{}/rpc", server.addr);
+    let timestamps = || -> Vec<String> {
+        server
+            .requests()
+            .iter()
+            .filter_map(|r| r.header("X-Rufio-Timestamp"))
+            .collect()
+    };
+    // Default: RFC 3339, this very second (give or take), signed as sent.
+    let before = jiff::Timestamp::now();
+    client(
+        &url,
+        &[
+            ("sha256", KEY_A),
+            ("sha256", KEY_B),
+            ("sha512", KEY_A),
+            ("sha512", KEY_B),
+        ],
+    )
+    .power_state()
+    .await
+    .expect("signed with the RFC 3339 timestamp");
+    let sent: jiff::Timestamp = timestamps()[0].parse().expect("RFC 3339");
+    assert!(timestamps()[0].ends_with('Z'), "{:?}", timestamps());
+    let skew = sent.as_second() - before.as_second();
+    assert!((0..=2).contains(&skew), "{sent} vs {before}");
+    // Go's layout spelled out is the same.
+    client_with_format(&url, "2006-01-02T15:04:05Z07:00")
+        .expect("RFC 3339 layout")
+        .power_state()
+        .await
+        .expect("signed");
+    assert!(
+        timestamps()[1].parse::<jiff::Timestamp>().is_ok(),
+        "{:?}",
+        timestamps()
+    );
+    // Another Go layout (time.RFC1123Z): sent in that form, and signed with it.
+    client_with_format(&url, "Mon, 02 Jan 2006 15:04:05 -0700")
+        .expect("RFC 1123 layout")
+        .power_state()
+        .await
+        .expect("signed with the RFC 1123 timestamp");
+    let rfc1123 = &timestamps()[2];
+    let parsed = jiff::fmt::rfc2822::parse(rfc1123).expect("RFC 1123 is RFC 2822");
+    assert!(rfc1123.ends_with(" +0000"), "{rfc1123}");
+    assert!(
+        (parsed.timestamp().as_second() - before.as_second()).abs() <= 3,
+        "{rfc1123}"
+    );
+    // Layouts that cannot be meant are configuration errors, before anything is sent.
+    for (format, says) in [
+        ("RFC3339", "write its layout"),
+        ("unix", "no Go time element"),
+        (
+            "2006-01-02\r\nX-Injected: 1",
+            "not a valid HTTP header value",
+        ),
+    ] {
+        let e = client_with_format(&url, format).expect_err(format);
+        assert!(matches!(e.kind, ErrorKind::Config(_)), "{e}");
+        assert!(e.to_string().contains(says), "{format}: {e}");
+    }
+    assert_eq!(server.requests().len(), 3);
 }
