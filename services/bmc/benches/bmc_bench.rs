@@ -308,8 +308,9 @@ async fn main() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let calls = metrics.ops_of("power_state", "ok") + metrics.ops_of("power_state", "error");
-    let errors = metrics.ops_of("power_state", "error");
+    let calls =
+        metrics.ops_of("power_state", "", "ok") + metrics.ops_of("power_state", "", "error");
+    let errors = metrics.ops_of("power_state", "", "error");
 
     // The emulator's own response time: the same call without the controller (a new
     // connection, TLS and auth each time, as the controller makes them).

@@ -214,7 +214,7 @@ impl Ctx {
                 .set(i64::try_from(self.limits.in_flight()).unwrap_or(i64::MAX));
             let r = op(p.as_ref()).await;
             self.metrics
-                .op(name, r.is_ok(), start.elapsed().as_secs_f64());
+                .op(name, "", r.is_ok(), start.elapsed().as_secs_f64());
             match r {
                 Ok(v) => return Ok((i, v)),
                 Err(e) => errors.push(e.to_string()),

@@ -43,6 +43,11 @@ struct Args {
     /// BMC calls at once to one BMC.
     #[arg(long, env = "TINK_BMC_MAX_CALLS_PER_BMC", default_value_t = 2)]
     max_calls_per_bmc: usize,
+    /// The networks BMCs may be reached in, comma separated (`10.20.0.0/16,fd00:bmc::/48`):
+    /// every connection goes only to an address of the BMC's host inside one of them, checked
+    /// when it is made (a name that resolves elsewhere is refused). Empty: any network.
+    #[arg(long, env = "TINK_BMC_ALLOWED_NETWORKS", default_value = "")]
+    allowed_networks: String,
     /// PEM file of CA certificates trusted for BMC certificates, besides the system roots.
     #[arg(long, env = "TINK_BMC_CA_FILE")]
     bmc_ca_file: Option<PathBuf>,
@@ -85,6 +90,13 @@ async fn main() -> anyhow::Result<()> {
         retry_period: duration / 5,
     };
     config.policy.timeout = Duration::from_secs(args.call_timeout_seconds.max(1));
+    config.policy.allowed_networks = tink_bmc::net::parse_networks(&args.allowed_networks)
+        .map_err(|e| anyhow::anyhow!("--allowed-networks: {e}"))?;
+    if config.policy.allowed_networks.is_empty() {
+        tracing::warn!(
+            "--allowed-networks is empty: a Machine's editor can make this controller connect to any address it can reach (docs/bmc.md)"
+        );
+    }
 
     let client = kube::Client::try_default()
         .await

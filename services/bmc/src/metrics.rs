@@ -10,9 +10,10 @@ use prometheus_client::registry::Registry;
 /// Labels of a BMC operation.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OpLabels {
-    /// `power_state`, `power_on`, `power_cycle`, ..., `boot_once`, `insert_media`,
-    /// `eject_media`.
+    /// `power_state`, `set_power`, `boot_once`, `insert_media`, `eject_media`.
     pub op: &'static str,
+    /// For `set_power`: `on`, `off`, `soft`, `cycle`, `reset`; empty otherwise.
+    pub action: &'static str,
     /// `ok` or `error`.
     pub result: &'static str,
 }
@@ -109,9 +110,10 @@ impl Metrics {
         m
     }
 
-    pub(crate) fn op(&self, op: &'static str, ok: bool, seconds: f64) {
+    pub(crate) fn op(&self, op: &'static str, action: &'static str, ok: bool, seconds: f64) {
         let l = OpLabels {
             op,
+            action,
             result: if ok { "ok" } else { "error" },
         };
         self.ops.get_or_create(&l).inc();
@@ -127,8 +129,10 @@ impl Metrics {
             .inc();
     }
 
-    /// Operations `op` with `result` (`ok`, `error`) so far.
-    pub fn ops_of(&self, op: &'static str, result: &'static str) -> u64 {
-        self.ops.get_or_create(&OpLabels { op, result }).get()
+    /// Operations `op` (with `action`, for `set_power`) with `result` (`ok`, `error`) so far.
+    pub fn ops_of(&self, op: &'static str, action: &'static str, result: &'static str) -> u64 {
+        self.ops
+            .get_or_create(&OpLabels { op, action, result })
+            .get()
     }
 }

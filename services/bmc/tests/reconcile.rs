@@ -91,9 +91,9 @@ async fn redfish_power_state_is_polled_and_a_job_runs_its_tasks_in_order() {
         note.iter().any(|(_, n)| n.contains("already on")),
         "{note:?}"
     );
-    assert!(controller.metrics.ops_of("power_cycle", "ok") == 1);
+    assert!(controller.metrics.ops_of("set_power", "cycle", "ok") == 1);
     assert_eq!(
-        controller.metrics.ops_of("power_on", "ok"),
+        controller.metrics.ops_of("set_power", "on", "ok"),
         0,
         "no power on was sent"
     );
@@ -431,4 +431,23 @@ async fn a_controller_killed_mid_job_never_repeats_a_power_action() {
     let m: Machine = stack.machine_state("m1", PowerState::On).await;
     assert_eq!(m.name_any(), "m1");
     second.stop().await;
+}
+
+#[tokio::test]
+async fn a_machine_outside_the_allowed_networks_is_never_contacted() {
+    let sim = IpmiSim::start().await.expect("ipmi_sim");
+    let stack = Stack::start().await;
+    stack.basic_auth(NS, "bmc", BMC_USER, BMC_PASSWORD).await;
+    stack.machine("m1", ipmi(sim.port(), "bmc")).await;
+    let mut config = stack.config("r1");
+    config.policy.allowed_networks = tink_bmc::net::parse_networks("10.0.0.0/8").expect("nets");
+    let controller = stack.start_controller(config);
+    controller.wait_ready().await;
+    let m = stack.unreachable("m1").await;
+    assert!(m.contains("10.0.0.0/8") && m.contains("127.0.0.1"), "{m}");
+    stack.job("j", "m1", vec![Action::power(PowerAction::On)]).await;
+    let why = failure(&stack.finished_job(NS, "j").await).expect("failed");
+    assert!(why.contains("10.0.0.0/8"), "{why}");
+    assert!(sim.requests().is_empty(), "{:?}", sim.requests());
+    controller.stop().await;
 }

@@ -101,16 +101,6 @@ async fn refresh_machine(ctx: &Ctx, task: &Task, observed: &machine::Observation
     }
 }
 
-fn op_name(change: PowerChange) -> &'static str {
-    match change {
-        PowerChange::On => "power_on",
-        PowerChange::Off => "power_off",
-        PowerChange::Soft => "power_soft",
-        PowerChange::Cycle => "power_cycle",
-        PowerChange::Reset => "power_reset",
-    }
-}
-
 fn since(at: Timestamp) -> Duration {
     let ms = Timestamp::now().as_millisecond() - at.as_millisecond();
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
@@ -122,7 +112,8 @@ async fn send(ctx: &Ctx, task: &Task, bmc: &dyn Bmc, change: PowerChange) -> Res
     let started = std::time::Instant::now();
     let sent = bmc.set_power(change).await;
     ctx.metrics.op(
-        op_name(change),
+        "set_power",
+        change.as_str(),
         sent.is_ok(),
         started.elapsed().as_secs_f64(),
     );
