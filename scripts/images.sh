@@ -39,10 +39,10 @@ fi
 
 echo "== binaries ($profile)"
 flag=(); [ "$profile" = release ] && flag=(--release)
-cargo build -q "${flag[@]}" -p tink-controller -p tink-server -p tink-webhook -p hegel -p tink-netboot -p tink-agent -p tinkctl -p kube-lite -p tink-console
+cargo build -q "${flag[@]}" -p tink-controller -p tink-server -p tink-webhook -p hegel -p tink-netboot -p tink-agent -p tinkctl -p kube-lite -p tink-console -p tink-bmc-controller
 target="$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/$profile"
 rm -rf target/docker-bin && mkdir -p target/docker-bin
-for b in tink-controller tink-server tink-webhook hegel tink-netboot tink-agent tinkctl kube-lite tink-console; do
+for b in tink-controller tink-server tink-webhook hegel tink-netboot tink-agent tinkctl kube-lite tink-console tink-bmc-controller; do
   cp "$target/$b" target/docker-bin/
 done
 strip --strip-debug target/docker-bin/* 2>/dev/null || true
@@ -51,3 +51,6 @@ echo "== docker build --target prebuilt -t $image"
 docker build -q --target prebuilt --build-arg BIN_DIR=target/docker-bin -t "$image" . >/dev/null
 rm -rf target/docker-bin
 docker run --rm "$image" /usr/local/bin/tinkctl --version
+# The BMC controller and the ipmitool its IPMI provider runs.
+docker run --rm "$image" /usr/local/bin/tink-bmc-controller --version
+docker run --rm "$image" ipmitool -V

@@ -61,7 +61,17 @@ struct Gvk {
 }
 
 /// The kinds this webhook validates (the metric label of anything else is `unknown`).
-pub const KINDS: [&str; 4] = ["Hardware", "Template", "Workflow", "OSIE"];
+pub const KINDS: [&str; 7] = [
+    "Hardware", "Template", "Workflow", "OSIE", "Machine", "Job", "Task",
+];
+
+/// The API group of one of [`KINDS`]: the BMC kinds are Rufio's `bmc.tinkerbell.org`.
+pub fn group_of(kind: &str) -> &'static str {
+    match kind {
+        "Machine" | "Job" | "Task" => tink_api::bmc::GROUP,
+        _ => tink_api::GROUP,
+    }
+}
 
 fn status(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -115,7 +125,7 @@ fn answer(body: &[u8], index: &Index) -> (&'static str, &'static str, (StatusCod
     }
     let req = review.request;
     let kind: &'static str = match KINDS.iter().find(|k| **k == req.kind.kind) {
-        Some(k) if req.kind.group == tink_api::GROUP => k,
+        Some(k) if req.kind.group == group_of(k) => k,
         _ => {
             // Not ours (a misconfigured rule): allow, as the webhook has nothing to say.
             return (
@@ -190,9 +200,15 @@ fn answer(body: &[u8], index: &Index) -> (&'static str, &'static str, (StatusCod
         },
         "Template" => validate::template::validate(&request, &mut verdict),
         "Workflow" => validate::workflow::validate(&request, index, &mut verdict),
+        "Machine" => validate::bmc::validate_machine(&request, &mut verdict),
+        "Job" => validate::bmc::validate_job(&request, &mut verdict),
+        "Task" => validate::bmc::validate_task(&request, &mut verdict),
         _ => validate::osie::validate(&request, &mut verdict),
     }
-    conversion_warnings(&req, object, old, &mut verdict);
+    // bmc.tinkerbell.org has one version: nothing is converted.
+    if group_of(kind) == tink_api::GROUP {
+        conversion_warnings(&req, object, old, &mut verdict);
+    }
     if verdict.allowed() {
         return (
             kind,
@@ -263,7 +279,8 @@ fn denial(uid: &str, kind: &str, name: &str, verdict: &Verdict) -> Value {
             verdict.violations.len() - MAX_IN_MESSAGE
         ));
     }
-    let message = format!("{kind}.{} {name:?} is invalid: {list}", tink_api::GROUP);
+    let group = group_of(kind);
+    let message = format!("{kind}.{group} {name:?} is invalid: {list}");
     let causes: Vec<Value> = verdict
         .violations
         .iter()
@@ -271,7 +288,7 @@ fn denial(uid: &str, kind: &str, name: &str, verdict: &Verdict) -> Value {
         .collect();
     let mut response = json!({"uid": uid, "allowed": false, "status": {
         "status": "Failure", "code": 422, "reason": "Invalid", "message": message,
-        "details": {"name": name, "group": tink_api::GROUP, "kind": kind, "causes": causes},
+        "details": {"name": name, "group": group, "kind": kind, "causes": causes},
     }});
     if !verdict.warnings.is_empty() {
         response["warnings"] = json!(verdict.warnings);
@@ -457,6 +474,49 @@ mod tests {
         let (_, out) = call(&hw("a", "aa:bb:cc:dd:ee:01"), &index);
         assert_eq!(out["response"]["allowed"], false);
         assert_eq!(out["response"]["status"]["code"], 503);
+    }
+
+    #[test]
+    fn bmc_kinds_are_checked_and_named_by_their_group() {
+        let index = Index::default();
+        let machine = |group: &str, ns: &str| {
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+                "uid": "m-uid",
+                "kind": {"group": group, "version": "v1alpha1", "kind": "Machine"},
+                "resource": {"group": group, "version": "v1alpha1", "resource": "machines"},
+                "namespace": "team-a", "name": "m", "operation": "CREATE",
+                "object": {"apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Machine",
+                    "metadata": {"name": "m", "namespace": "team-a"},
+                    "spec": {"connection": {"host": "10.0.0.5",
+                        "authSecretRef": {"name": "auth", "namespace": ns}}}},
+            }})
+        };
+        let metrics = Metrics::default();
+        let run = |review: &Value| handle(review.to_string().as_bytes(), &index, &metrics).1;
+        assert_eq!(
+            run(&machine("bmc.tinkerbell.org", "team-a"))["response"]["allowed"],
+            true
+        );
+        let out = run(&machine("bmc.tinkerbell.org", "kube-system"));
+        let r = &out["response"];
+        assert_eq!(r["allowed"], false, "{out}");
+        assert_eq!(r["status"]["code"], 422);
+        let msg = r["status"]["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.starts_with("Machine.bmc.tinkerbell.org \"m\" is invalid: spec.connection.authSecretRef.namespace: Secret kube-system/auth is not in the Machine's namespace team-a"),
+            "{msg}"
+        );
+        assert_eq!(r["status"]["details"]["group"], "bmc.tinkerbell.org");
+        assert_eq!(
+            r["status"]["details"]["causes"][0]["reason"],
+            "FieldValueForbidden"
+        );
+        assert_eq!(metrics.admissions_of("Machine", "denied"), 1);
+        assert_eq!(metrics.admissions_of("Machine", "allowed"), 1);
+        // A Machine of another group is not ours: allowed, unchecked.
+        let out = run(&machine("cluster.x-k8s.io", "kube-system"));
+        assert_eq!(out["response"]["allowed"], true, "{out}");
+        assert_eq!(metrics.admissions_of("unknown", "allowed"), 1);
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //!   IP uniqueness across all Hardware (an in-memory [`Index`] fed by watches, one hash lookup
 //!   per MAC), Go template syntax with line and column, image references, volumes,
 //!   environment names, Workflow spec immutability after `Pending`, warnings for unresolved
-//!   references, OSIE http(s) URLs.
+//!   references, OSIE http(s) URLs; and for Rufio's `bmc.tinkerbell.org` Machine, Job and
+//!   Task: BMC hosts the provider can read, Secrets and Machines only of the object's own
+//!   namespace, http(s) RPC URLs ([`validate::bmc`]).
 //! - `POST /convert` ([`conversion`]): ConversionReview v1 through crates/api's conversion.
 //! - TLS ([`tls`]): the certificate and key files are reloaded when they change;
 //!   [`dev_certificates`] makes a CA and serving certificate for the development stack.

@@ -10,7 +10,8 @@ use prometheus_client::registry::Registry;
 /// Labels of an admission.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdmissionLabels {
-    /// `Hardware`, `Template`, `Workflow`, `OSIE`, or `unknown` (malformed or another kind).
+    /// `Hardware`, `Template`, `Workflow`, `OSIE`, `Machine`, `Job`, `Task`, or `unknown`
+    /// (malformed or another kind).
     pub kind: String,
     /// `allowed`, `denied` or `error` (malformed review, index not synced).
     pub verdict: String,

@@ -6,6 +6,7 @@
 //! may convert them first): v1alpha1 and v1alpha2 are both checked, and field paths are those
 //! of the version the object is in.
 
+pub mod bmc;
 pub mod formats;
 pub mod hardware;
 pub mod osie;

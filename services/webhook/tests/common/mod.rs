@@ -1,6 +1,7 @@
-//! A kube-lite API server with the tinkerbell CRDs and the webhook configuration from deploy/,
-//! calling an in-process webhook over HTTPS (the Services `tink-system/tink-webhook` and
-//! `tink-system/tink-webhook-conversion` mapped to it, the dev CA as `caBundle`), plus kubectl.
+//! A kube-lite API server with the tinkerbell and bmc.tinkerbell.org CRDs and the webhook
+//! configuration from deploy/, calling an in-process webhook over HTTPS (the Services
+//! `tink-system/tink-webhook` and `tink-system/tink-webhook-conversion` mapped to it, the dev
+//! CA as `caBundle`), plus kubectl.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -48,7 +49,7 @@ pub fn deploy_manifests() -> Vec<Value> {
     copy_dir(&root.join("webhook"), &deploy.join("webhook"));
     std::fs::write(
         deploy.join("kustomization.yaml"),
-        "resources:\n- crds/hardware.tinkerbell.org.yaml\n- crds/osies.tinkerbell.org.yaml\n- crds/templates.tinkerbell.org.yaml\n- crds/workflows.tinkerbell.org.yaml\n- webhook\ncomponents:\n- webhook/crd-conversion\n",
+        "resources:\n- crds/hardware.tinkerbell.org.yaml\n- crds/osies.tinkerbell.org.yaml\n- crds/templates.tinkerbell.org.yaml\n- crds/workflows.tinkerbell.org.yaml\n- crds/machines.bmc.tinkerbell.org.yaml\n- crds/jobs.bmc.tinkerbell.org.yaml\n- crds/tasks.bmc.tinkerbell.org.yaml\n- webhook\ncomponents:\n- webhook/crd-conversion\n",
     )
     .expect("kustomization");
     let out = std::process::Command::new("kubectl")
@@ -270,16 +271,17 @@ impl Env {
     }
 
     pub fn api(&self, kind: &str, version: &str) -> Api<DynamicObject> {
-        let plural = match kind {
-            "Hardware" => "hardware",
-            "Template" => "templates",
-            "Workflow" => "workflows",
-            _ => "osies",
+        let (group, plural) = match kind {
+            "Hardware" => ("tinkerbell.org", "hardware"),
+            "Template" => ("tinkerbell.org", "templates"),
+            "Workflow" => ("tinkerbell.org", "workflows"),
+            "Machine" => ("bmc.tinkerbell.org", "machines"),
+            "Job" => ("bmc.tinkerbell.org", "jobs"),
+            "Task" => ("bmc.tinkerbell.org", "tasks"),
+            _ => ("tinkerbell.org", "osies"),
         };
-        let ar = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("tinkerbell.org", version, kind),
-            plural,
-        );
+        let ar =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
         Api::namespaced_with(self.client.clone(), &self.ns, &ar)
     }
 
