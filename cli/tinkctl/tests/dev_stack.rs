@@ -26,10 +26,11 @@ use kube::api::{Api, DeleteParams};
 use tink_api::v1alpha2::{ActionState, Workflow, WorkflowState};
 
 const NS: &str = "tink-demo";
-const BINARIES: [&str; 7] = [
+const BINARIES: [&str; 8] = [
     "kube-lite",
     "tink-webhook",
     "tink-controller",
+    "tink-bmc-controller",
     "tink-server",
     "hegel",
     "tink-console",
@@ -652,8 +653,83 @@ spec:
     }
     assert!(read > 0, "no logs were read");
 
+    // The BMC controller: a Machine on sushy-tools' Redfish emulator (the dev controller has no
+    // CA for it: insecureTLS), a Job powering it on; and the webhook refusing a Machine that
+    // names another namespace's Secret. Its API calls are audited below with the others'.
+    let sushy = tink_testkit::bmc::Sushy::start()
+        .await
+        .expect("sushy-emulator");
+    kubectl_apply(
+        &stack,
+        &format!(
+            r#"apiVersion: v1
+kind: Secret
+metadata: {{name: bmc-1-auth, namespace: {NS}}}
+type: kubernetes.io/basic-auth
+stringData: {{username: {user}, password: {password}}}
+---
+apiVersion: bmc.tinkerbell.org/v1alpha1
+kind: Machine
+metadata: {{name: bmc-1, namespace: {NS}}}
+spec:
+  connection:
+    host: {host}
+    authSecretRef: {{name: bmc-1-auth, namespace: {NS}}}
+    insecureTLS: true
+    providerOptions: {{preferredOrder: [gofish]}}
+"#,
+            user = tink_testkit::bmc::BMC_USER,
+            password = tink_testkit::bmc::BMC_PASSWORD,
+            host = sushy.host(),
+        ),
+    );
+    let power_on = run(Command::new(tinkctl())
+        .args([
+            "bmc",
+            "power",
+            "on",
+            "bmc-1",
+            "-n",
+            NS,
+            "--timeout",
+            "90s",
+            "--kubeconfig",
+        ])
+        .arg(stack.kubeconfig()));
+    assert!(
+        power_on.status.success(),
+        "tinkctl bmc power on through the dev stack"
+    );
+    let refused_file = stack.dir.path().join("refused.yaml");
+    std::fs::write(
+        &refused_file,
+        format!(
+            "apiVersion: bmc.tinkerbell.org/v1alpha1\nkind: Machine\nmetadata: {{name: bmc-2, namespace: {NS}}}\nspec:\n  connection:\n    host: 10.0.0.9\n    authSecretRef: {{name: someone-elses, namespace: kube-system}}\n"
+        ),
+    )
+    .expect("write");
+    let refused = run(Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(stack.kubeconfig())
+        .args(["apply", "-f"])
+        .arg(&refused_file));
+    assert!(
+        !refused.status.success(),
+        "the webhook refuses another namespace's Secret"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("authSecretRef"),
+        "the refusal names the field"
+    );
+
     // RBAC: every call each service made is allowed by its Role in deploy/.
     let calls = audit.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.user == "tink-bmc-controller" && c.resource == "tasks" && c.verb == "patch"),
+        "the BMC controller's calls were audited"
+    );
     let controller: Vec<_> = calls
         .iter()
         .filter(|c| c.user == "tink-controller")

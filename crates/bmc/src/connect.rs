@@ -9,7 +9,7 @@ use crate::ipmi::{IpmiConfig, Ipmitool};
 use crate::limit::{Limits, Policy, err};
 use crate::redfish::{Redfish, RedfishConfig};
 use crate::rpc::{Rpc, RpcConfig};
-use crate::target::{ProviderKind, TlsConfig, provider_order};
+use crate::target::{ProviderKind, RedfishHost, TlsConfig, provider_order};
 use crate::{Bmc, Credentials, Secret};
 
 /// What a Machine's connection names, read from its Secrets by the caller.
@@ -21,6 +21,17 @@ pub struct Resolved {
     pub hmac: BTreeMap<String, Vec<Secret>>,
     /// A PEM CA to verify the BMC's certificate with (the system roots when `None`).
     pub ca_pem: Option<Vec<u8>>,
+}
+
+/// The host IPMI reaches for a connection's `host`: a host written for Redfish
+/// (`https://10.0.0.5`, `https://[fd00::5]:8443/`) means its address; anything else as written.
+fn ipmi_host(host: &str) -> String {
+    if host.contains("://")
+        && let Ok(h) = RedfishHost::parse(host, None)
+    {
+        return h.host;
+    }
+    host.to_string()
 }
 
 /// The providers for `connection`, in [`provider_order`]. Redfish and IPMI need credentials;
@@ -68,7 +79,7 @@ pub fn providers(
                 let o = options.and_then(|o| o.ipmitool.clone()).unwrap_or_default();
                 out.push(Box::new(Ipmitool::new(
                     IpmiConfig {
-                        host: connection.host.clone(),
+                        host: ipmi_host(&connection.host),
                         port: o.port,
                         credentials: need_credentials("ipmitool")?,
                         cipher_suite: o.cipher_suite,
@@ -145,6 +156,16 @@ mod tests {
             names(&conn, Resolved::default()).expect("rpc needs no credentials"),
             ["rpc"]
         );
+        // A host written for Redfish (bmclib: a scheme means Redfish's URL) still leaves IPMI
+        // its address, so the default order works for it.
+        conn.host = "https://10.0.0.5".into();
+        conn.provider_options = None;
+        assert_eq!(
+            names(&conn, creds.clone()).expect("a scheme is no error for ipmitool"),
+            ["ipmitool", "redfish"]
+        );
+        assert_eq!(ipmi_host("https://[fd00::5]:8443/redfish"), "fd00::5");
+        assert_eq!(ipmi_host("10.0.0.5"), "10.0.0.5");
         conn.host = "https://".into();
         conn.provider_options = None;
         assert!(names(&conn, creds).is_err(), "a host with no name");

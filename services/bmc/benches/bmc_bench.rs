@@ -303,8 +303,9 @@ async fn main() {
             break started.elapsed();
         }
         assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "only {known} of {n} Machines have a power state after 10 minutes"
+            started.elapsed() < Duration::from_secs(300),
+            "only {known} of {n} Machines have a power state after 5 minutes; the first: {:?}",
+            list.items.first().and_then(|m| m.status.clone())
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };

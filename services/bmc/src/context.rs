@@ -15,6 +15,7 @@ use kube::{Api, Client};
 use tink_api::bmc::{Connection, Job, Machine, PowerState, Task};
 use tink_bmc::credentials::{CredentialError, basic_auth, hmac_key, secret_key};
 use tink_bmc::{Bmc, Limits, Resolved};
+use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::config::{BmcConfig, CONTROLLER_NAME};
@@ -25,7 +26,9 @@ pub(crate) struct Ctx {
     pub client: Client,
     pub config: BmcConfig,
     pub limits: Limits,
-    pub recorder: Recorder,
+    /// Events to publish: a bounded queue one task empties ([`publish_events`]), so no
+    /// reconcile waits for the API server to record an Event.
+    events: mpsc::Sender<(ObjectReference, Event)>,
     pub metrics: Metrics,
     pub machines: Store<Machine>,
     pub jobs: Store<Job>,
@@ -33,6 +36,34 @@ pub(crate) struct Ctx {
     /// Power actions this process sent, by Task uid: a Task whose action was sent by an earlier
     /// process (or whose sending was interrupted) is judged by its status and annotation.
     pub sent: Mutex<HashMap<String, Instant>>,
+}
+
+/// Events waiting to be published, at most.
+const EVENT_QUEUE: usize = 4096;
+
+/// The receiving end of the Event queue and the recorder that publishes it.
+pub(crate) struct EventQueue {
+    queue: mpsc::Receiver<(ObjectReference, Event)>,
+    recorder: Recorder,
+}
+
+impl EventQueue {
+    /// Publishes queued Events until the queue closes (every [`Ctx`] dropped) or `term` ends;
+    /// a failed publish is logged, never retried (an Event is a notice, not state).
+    pub async fn publish_events(mut self, term: tokio_util::sync::CancellationToken) {
+        loop {
+            let next = tokio::select! {
+                _ = term.cancelled() => return,
+                next = self.queue.recv() => next,
+            };
+            let Some((regarding, event)) = next else {
+                return;
+            };
+            if let Err(e) = self.recorder.publish(&event, &regarding).await {
+                warn!(error = %e, reason = %event.reason, "cannot publish an Event");
+            }
+        }
+    }
 }
 
 /// Why a connection could not be turned into providers. Never holds a secret value.
@@ -68,7 +99,7 @@ impl Ctx {
         machines: Store<Machine>,
         jobs: Store<Job>,
         tasks: Store<Task>,
-    ) -> Self {
+    ) -> (Self, EventQueue) {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -76,20 +107,22 @@ impl Ctx {
                 instance: Some(config.replica_id.clone()),
             },
         );
-        Self {
+        let (events, queue) = mpsc::channel(EVENT_QUEUE);
+        let ctx = Self {
             limits: Limits::new(config.max_calls_per_bmc, config.max_calls),
             client,
             config,
-            recorder,
+            events,
             metrics,
             machines,
             jobs,
             tasks,
             sent: Mutex::new(HashMap::new()),
-        }
+        };
+        (ctx, EventQueue { queue, recorder })
     }
 
-    /// Publishes an Event about `regarding`; a failure is logged, never fatal.
+    /// Queues an Event about `regarding` (dropped, and counted, when the queue is full).
     pub async fn event(
         &self,
         regarding: &ObjectReference,
@@ -108,8 +141,9 @@ impl Ctx {
             action: reason.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, regarding).await {
-            warn!(error = %e, reason, "cannot publish an Event");
+        if self.events.try_send((regarding.clone(), event)).is_err() {
+            self.metrics.events_dropped.inc();
+            warn!(reason, "the Event queue is full; an Event is dropped");
         }
     }
 

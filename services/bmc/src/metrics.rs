@@ -55,6 +55,8 @@ pub struct Metrics {
     pub calls_in_flight: Gauge,
     /// 1 while this replica leads.
     pub leader: Gauge,
+    /// Events dropped because the queue was full.
+    pub events_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -67,6 +69,7 @@ impl Default for Metrics {
             unreachable: Gauge::default(),
             calls_in_flight: Gauge::default(),
             leader: Gauge::default(),
+            events_dropped: Counter::default(),
         }
     }
 }
@@ -107,6 +110,11 @@ impl Metrics {
             m.calls_in_flight.clone(),
         );
         r.register("leader", "1 while this replica leads", m.leader.clone());
+        r.register(
+            "events_dropped",
+            "Kubernetes Events dropped because the publish queue was full",
+            m.events_dropped.clone(),
+        );
         m
     }
 

@@ -445,7 +445,9 @@ async fn a_machine_outside_the_allowed_networks_is_never_contacted() {
     controller.wait_ready().await;
     let m = stack.unreachable("m1").await;
     assert!(m.contains("10.0.0.0/8") && m.contains("127.0.0.1"), "{m}");
-    stack.job("j", "m1", vec![Action::power(PowerAction::On)]).await;
+    stack
+        .job("j", "m1", vec![Action::power(PowerAction::On)])
+        .await;
     let why = failure(&stack.finished_job(NS, "j").await).expect("failed");
     assert!(why.contains("10.0.0.0/8"), "{why}");
     assert!(sim.requests().is_empty(), "{:?}", sim.requests());

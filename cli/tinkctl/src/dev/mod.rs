@@ -320,7 +320,7 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
     let bin = |name: &str| -> anyhow::Result<PathBuf> {
         let p = bins.join(name);
         let p = std::fs::canonicalize(&p).with_context(|| {
-            format!("{} not found: build the stack first (cargo build -p kube-lite -p tink-webhook -p tink-controller -p tink-server -p hegel -p tink-console -p tink-agent -p tinkctl) or pass --bin-dir", p.display())
+            format!("{} not found: build the stack first (cargo build -p kube-lite -p tink-webhook -p tink-controller -p tink-bmc-controller -p tink-server -p hegel -p tink-console -p tink-agent -p tinkctl) or pass --bin-dir", p.display())
         })?;
         Ok(p)
     };
@@ -334,8 +334,9 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
         controller: bin("tink-controller")?,
         server: bin("tink-server")?,
         hegel: bin("hegel")?,
-        // Optional: a build without it runs the rest of the stack and says so.
+        // Optional: a build without them runs the rest of the stack and says so.
         console: bin("tink-console").ok(),
+        bmc: bin("tink-bmc-controller").ok(),
         agent: bin("tink-agent")?,
         nats,
     };
@@ -374,6 +375,7 @@ struct Exes {
     server: PathBuf,
     hegel: PathBuf,
     console: Option<PathBuf>,
+    bmc: Option<PathBuf>,
     agent: PathBuf,
     netboot: Option<PathBuf>,
     nats: PathBuf,
@@ -602,6 +604,25 @@ impl Stack {
                 format!("http://{}/readyz", loopback(admin)),
             )?;
         }
+        // The BMC controller (Rufio's Machines, Jobs, Tasks): one replica here; deploy/ runs two.
+        match &exes.bmc {
+            Some(exe) => {
+                let admin = process::free_port()?;
+                self.launch(
+                    "bmc-controller",
+                    exe,
+                    vec![
+                        "--admin-addr".into(),
+                        loopback(admin),
+                        "--replica-id".into(),
+                        "bmc-controller-0".into(),
+                    ],
+                    &identity("tink-bmc-controller")?,
+                    format!("http://{}/readyz", loopback(admin)),
+                )?;
+            }
+            None => self.state.missing.push("bmc-controller".into()),
+        }
         let mut grpc = Vec::new();
         for i in 0..2 {
             let (port, admin) = (process::free_port()?, process::free_port()?);
@@ -826,6 +847,11 @@ webhooks:
         operations: [CREATE, UPDATE]
         resources: ["*"]
         scope: "*"
+      - apiGroups: [bmc.tinkerbell.org]
+        apiVersions: [v1alpha1]
+        operations: [CREATE, UPDATE]
+        resources: [machines, jobs, tasks]
+        scope: Namespaced
 "#
     )
 }

@@ -100,26 +100,31 @@ pub(crate) async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Er
     }
     let machine = machine(&ctx, &ns, &target.name).await?;
     let tasks = owned_tasks(&ctx.tasks, &job);
-    match next_step(&job, machine.as_ref(), &tasks) {
+    let mut job = (*job).clone();
+    let mut step = next_step(&job, machine.as_ref(), &tasks);
+    if step == Step::Start {
+        let mut status = status.clone();
+        status.set_condition(JobConditionType::Running, ConditionStatus::True, "");
+        status.start_time = Some(Time(Timestamp::now()));
+        set_status(&ctx, &job, &status).await?;
+        ctx.event(
+            &job.object_ref(&()),
+            false,
+            "Started",
+            &format!(
+                "{} task(s) for Machine {}",
+                job.spec.tasks.len(),
+                target.name
+            ),
+        )
+        .await;
+        // Straight on to the first task, in the same pass.
+        job.status = Some(status);
+        step = next_step(&job, machine.as_ref(), &tasks);
+    }
+    match step {
         Step::Done => Ok(Action::await_change()),
-        Step::Start => {
-            let mut status = status;
-            status.set_condition(JobConditionType::Running, ConditionStatus::True, "");
-            status.start_time = Some(Time(Timestamp::now()));
-            set_status(&ctx, &job, &status).await?;
-            ctx.event(
-                &job.object_ref(&()),
-                false,
-                "Started",
-                &format!(
-                    "{} task(s) for Machine {}",
-                    job.spec.tasks.len(),
-                    target.name
-                ),
-            )
-            .await;
-            Ok(Action::requeue(Duration::ZERO))
-        }
+        Step::Start => Ok(Action::requeue(Duration::ZERO)),
         Step::CreateTask { index, name, spec } => {
             let mut task = Task::new(&name, *spec);
             task.metadata.namespace = Some(ns.clone());

@@ -17,6 +17,9 @@ use crate::config::jittered;
 use crate::context::Ctx;
 use crate::error::Error;
 
+/// The longest wait before looking again at a BMC that did not answer.
+const UNREACHABLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// What one look at a Machine's BMC found.
 pub(crate) type Observation = Result<PowerState, String>;
 
@@ -119,7 +122,13 @@ pub(crate) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Ctx>) -> Result<Ac
     };
     debug!(machine = %machine.name_any(), namespace = %ns, ?observed, "power state read");
     record(&ctx, &machine, &observed).await?;
-    Ok(Action::requeue(jittered(ctx.config.power_poll)))
+    // A BMC that did not answer is looked at again sooner, so one that comes back (or a
+    // controller that was overloaded at start) is seen within seconds, not a poll period.
+    let next = match observed {
+        Ok(_) => ctx.config.power_poll,
+        Err(_) => ctx.config.power_poll.min(UNREACHABLE_RECHECK),
+    };
+    Ok(Action::requeue(jittered(next)))
 }
 
 #[cfg(test)]

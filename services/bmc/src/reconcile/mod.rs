@@ -111,14 +111,16 @@ pub(crate) async fn run(
         .owns_stream(task_changes);
     let jobs = jobs_controller.store();
 
-    let ctx = Arc::new(Ctx::new(
+    let (ctx, events) = Ctx::new(
         client.clone(),
         config,
         metrics.clone(),
         machines.clone(),
         jobs.clone(),
         tasks.clone(),
-    ));
+    );
+    let ctx = Arc::new(ctx);
+    let event_loop = events.publish_events(term.clone());
 
     let shutdown = || term.clone().cancelled_owned();
     let machine_loop = Controller::for_stream(machine_trigger, machines.clone())
@@ -185,7 +187,14 @@ pub(crate) async fn run(
             }
         }
     };
-    tokio::join!(machine_loop, job_loop, task_loop, ready, gauge_loop);
+    tokio::join!(
+        machine_loop,
+        job_loop,
+        task_loop,
+        ready,
+        gauge_loop,
+        event_loop
+    );
     health.set_ready(false);
     Ok(())
 }
