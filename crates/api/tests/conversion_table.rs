@@ -416,13 +416,170 @@ fn workflow_v1alpha2_to_v1alpha1() {
             ("/status/tasks/0/actions/0/status", json!("STATE_SUCCESS")),
             ("/status/tasks/0/actions/0/timeout", json!(600)),
             ("/status/tasks/0/actions/1/status", json!("STATE_RUNNING")),
+            // bootOptions: same names in both versions
+            ("/spec/bootOptions/toggleAllowNetboot", json!(true)),
+            ("/spec/bootOptions/bootMode", json!("customboot")),
+            (
+                "/spec/bootOptions/custombootConfig/preparingActions/1",
+                json!({"oneTimeBootDeviceAction": {"device": ["pxe"], "efiBoot": true}}),
+            ),
+            (
+                "/spec/bootOptions/custombootConfig/postActions/1",
+                json!({"powerAction": "reset"}),
+            ),
+            (
+                "/status/bootOptions/allowNetboot",
+                json!({"toggledTrue": true}),
+            ),
+            (
+                "/status/bootOptions/jobs/customboot-preparing-sm02-noble/uid",
+                json!("0b6d5d1e-4a8c-4d55-9b1e-6f0e4d0e9d59"),
+            ),
         ],
     );
     let data = annotation(&v1).expect("dispatch fields and conditions have no v1alpha1 home");
+    assert!(
+        !data.contains("bootOptions"),
+        "bootOptions have a v1alpha1 home: {data}"
+    );
     for kept in ["dispatchId", "TemplateRendered"] {
         assert!(data.contains(kept), "annotation should keep {kept}");
     }
     assert_eq!(conversion::workflow_to_v1alpha2(&v1), v2);
+}
+
+/// `bootOptions` both ways: Tinkerbell's spellings (`iso`, `oneTimeNetboot`, a one-time
+/// `bootDevice`) map to their v1alpha2 meaning and come back as written; what has no v1alpha2
+/// form is refused material (an empty action, no mode) with a warning naming the field.
+#[test]
+fn workflow_boot_options_both_ways() {
+    let wf = |boot: Value, status: Value| {
+        json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Workflow",
+            "metadata": {"name": "w", "namespace": "ns"},
+            "spec": {"templateRef": "t", "hardwareRef": "h", "bootOptions": boot},
+            "status": status})
+    };
+    let up = |v1: &Value| {
+        conversion::convert_with_warnings(v1.clone(), v1alpha2::API_VERSION).expect("up")
+    };
+    let cases: Vec<(&str, Value, Value)> = vec![
+        (
+            "netboot with toggle",
+            json!({"toggleAllowNetboot": true, "bootMode": "netboot"}),
+            json!({"toggleAllowNetboot": true, "bootMode": "netboot"}),
+        ),
+        (
+            "oneTimeNetboot is netboot",
+            json!({"oneTimeNetboot": true}),
+            json!({"bootMode": "netboot"}),
+        ),
+        (
+            "bootMode wins over oneTimeNetboot",
+            json!({"oneTimeNetboot": true, "bootMode": "customboot",
+                   "custombootConfig": {"preparingActions": [{"powerAction": "cycle"}]}}),
+            json!({"bootMode": "customboot",
+                   "custombootConfig": {"preparingActions": [{"powerAction": "cycle"}]}}),
+        ),
+        (
+            "iso is isoboot",
+            json!({"bootMode": "iso", "isoURL": "http://10.0.0.1:7171/iso/hook.iso"}),
+            json!({"bootMode": "isoboot", "isoURL": "http://10.0.0.1:7171/iso/hook.iso"}),
+        ),
+        (
+            "customboot with a one-time bootDevice",
+            json!({"bootMode": "customboot", "custombootConfig": {
+                "preparingActions": [{"powerAction": "off"},
+                    {"bootDevice": {"device": "pxe", "efiBoot": true}},
+                    {"powerAction": "on"}],
+                "postActions": [{"virtualMediaAction": {"mediaURL": "", "kind": "CD"}},
+                    {"oneTimeBootDeviceAction": {"device": ["disk"]}}]}}),
+            json!({"bootMode": "customboot", "custombootConfig": {
+                "preparingActions": [{"powerAction": "off"},
+                    {"oneTimeBootDeviceAction": {"device": ["pxe"], "efiBoot": true}},
+                    {"powerAction": "on"}],
+                "postActions": [{"virtualMediaAction": {"kind": "CD"}},
+                    {"oneTimeBootDeviceAction": {"device": ["disk"]}}]}}),
+        ),
+    ];
+    for (what, boot, want) in cases {
+        let v1 = wf(boot, json!({"state": "STATE_PENDING"}));
+        let c = up(&v1);
+        assert_eq!(c.object["spec"]["bootOptions"], want, "{what}");
+        assert!(c.warnings.is_empty(), "{what}: {:?}", c.warnings);
+        let typed: v1alpha2::Workflow = tink_api::from_value(c.object.clone()).expect(what);
+        let b = typed.spec.boot_options.expect("bootOptions");
+        assert!(b.problems().is_empty(), "{what}: {:?}", b.problems());
+        assert_eq!(
+            conversion::convert(c.object, v1alpha1::API_VERSION).expect("down"),
+            v1,
+            "{what} comes back as written"
+        );
+    }
+
+    // No v1alpha2 form: a persistent bootDevice and an unknown mode.
+    let v1 = wf(
+        json!({"bootMode": "customboot", "custombootConfig": {"postActions": [
+            {"bootDevice": {"device": "disk", "persistent": true, "efiBoot": true}},
+            {"powerAction": "reset"}]}}),
+        json!({}),
+    );
+    let c = up(&v1);
+    assert_eq!(
+        c.object["spec"]["bootOptions"]["custombootConfig"]["postActions"],
+        json!([{}, {"powerAction": "reset"}])
+    );
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert!(
+        c.warnings[0].starts_with(
+            "spec.bootOptions.custombootConfig.postActions[0]: a persistent bootDevice"
+        ),
+        "{:?}",
+        c.warnings
+    );
+    let typed: v1alpha2::Workflow = tink_api::from_value(c.object.clone()).expect("typed");
+    let problems = typed.spec.boot_options.expect("boot").problems();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].field, "custombootConfig.postActions[0]");
+    assert_eq!(
+        conversion::convert(c.object, v1alpha1::API_VERSION).expect("down"),
+        v1
+    );
+    let v1 = wf(json!({"bootMode": "pxe"}), json!({}));
+    let c = up(&v1);
+    assert_eq!(c.object["spec"]["bootOptions"], json!({}));
+    assert!(
+        c.warnings[0].contains("spec.bootOptions.bootMode: \"pxe\""),
+        "{:?}",
+        c.warnings
+    );
+
+    // status.bootOptions field for field, both ways.
+    let status = json!({"state": "STATE_SUCCESS", "bootOptions": {
+        "allowNetboot": {"toggledTrue": true, "toggledFalse": true},
+        "jobs": {"netboot-w": {"uid": "0b6d5d1e", "complete": true, "existingJobDeleted": true},
+                 "iso-eject-w": {"uid": "77aa"}}}});
+    let v1 = wf(json!({"bootMode": "netboot"}), status.clone());
+    let c = up(&v1);
+    assert_eq!(c.object["status"]["bootOptions"], status["bootOptions"]);
+    assert!(
+        annotation_paths(&c.object)
+            .iter()
+            .all(|p| !p.contains("bootOptions")),
+        "{:?}",
+        annotation_paths(&c.object)
+    );
+    let back = conversion::convert(c.object.clone(), v1alpha1::API_VERSION).expect("down");
+    assert_eq!(back, v1);
+    let typed: v1alpha2::Workflow = tink_api::from_value(c.object).expect("typed");
+    let st = typed.status.expect("status").boot_options;
+    assert!(st.allow_netboot.toggled_true && st.allow_netboot.toggled_false);
+    assert_eq!(st.jobs["netboot-w"].uid.as_deref(), Some("0b6d5d1e"));
+    assert!(st.jobs["netboot-w"].existing_job_deleted);
+    assert!(!st.jobs["iso-eject-w"].complete);
+}
+
+fn annotation_paths(obj: &Value) -> Vec<String> {
+    conversion::conversion_data_paths(obj)
 }
 
 #[test]

@@ -709,6 +709,70 @@ fn objects_breaking_each_rule_are_rejected_by_that_rule() {
             "spec.actions[0]",
         ),
         w(
+            "isoboot without isoURL",
+            vec![("/spec/bootOptions", json!({"bootMode": "isoboot"}))],
+            false,
+            Rule::Cel(rules::ISO_URL_REQUIRED, rules::ISO_URL_REQUIRED_MSG),
+            "spec.bootOptions",
+        ),
+        w(
+            "isoURL with netboot",
+            vec![(
+                "/spec/bootOptions",
+                json!({"bootMode": "netboot", "isoURL": "http://10.0.0.1/hook.iso"}),
+            )],
+            false,
+            Rule::Cel(rules::ISO_URL_ONLY_ISOBOOT, rules::ISO_URL_ONLY_ISOBOOT_MSG),
+            "spec.bootOptions",
+        ),
+        w(
+            "isoURL that is not http",
+            vec![(
+                "/spec/bootOptions",
+                json!({"bootMode": "isoboot", "isoURL": "nfs://10.0.0.1/hook.iso"}),
+            )],
+            false,
+            Rule::Pattern(v1alpha2::ISO_URL_PATTERN),
+            "spec.bootOptions.isoURL",
+        ),
+        w(
+            "customboot without config",
+            vec![("/spec/bootOptions", json!({"bootMode": "customboot"}))],
+            false,
+            Rule::Cel(
+                rules::CUSTOMBOOT_CONFIG_REQUIRED,
+                rules::CUSTOMBOOT_CONFIG_REQUIRED_MSG,
+            ),
+            "spec.bootOptions",
+        ),
+        w(
+            "customboot config without customboot",
+            vec![(
+                "/spec/bootOptions",
+                json!({"custombootConfig": {"preparingActions": [{"powerAction": "on"}]}}),
+            )],
+            false,
+            Rule::Cel(
+                rules::CUSTOMBOOT_CONFIG_ONLY_CUSTOMBOOT,
+                rules::CUSTOMBOOT_CONFIG_ONLY_CUSTOMBOOT_MSG,
+            ),
+            "spec.bootOptions",
+        ),
+        w(
+            "customboot action with two operations",
+            vec![(
+                "/spec/bootOptions",
+                json!({"bootMode": "customboot", "custombootConfig": {"preparingActions": [
+                    {"powerAction": "on", "oneTimeBootDeviceAction": {"device": ["pxe"]}}]}}),
+            )],
+            false,
+            Rule::Cel(
+                tink_api::bmc::rules::ONE_ACTION,
+                tink_api::bmc::rules::ONE_ACTION_MSG,
+            ),
+            "spec.bootOptions.custombootConfig.preparingActions[0]",
+        ),
+        w(
             "negative timeout",
             vec![("/spec/timeout", json!("-5m"))],
             false,
@@ -873,6 +937,21 @@ fn patterns_accept_good_and_refuse_bad_values() {
             &["dev/sda", "\\dev\\sda", "/dev/sd a"],
         ),
         (
+            v1alpha2::ISO_URL_PATTERN,
+            &[
+                "http://10.0.0.1/hook.iso",
+                "https://boot.example.com:8443/iso/hook.iso?arch=x86_64",
+                "http://10.0.0.1:7171",
+            ],
+            &[
+                "ftp://a/b.iso",
+                "/srv/hook.iso",
+                "http://",
+                "http:///x.iso",
+                "http://a b/c.iso",
+            ],
+        ),
+        (
             patterns::TIMEOUT,
             &["0", "90m", "1h30m", "45s", "1.5h", "500ms", "2us", "3µs"],
             &["", "10", "-5m", "5 m", "1d", "h"],
@@ -962,8 +1041,9 @@ fn cel_rules_compile_and_stay_within_the_cost_budget() {
     // 10 in the tinkerbell.org kinds; 20 in the Cluster API kinds (each template override
     // embeds a TemplateSpec's two rules plus its own; providerID's two on the machine and
     // again inside the machine template; the machine template's immutability); 2 in the BMC
-    // kinds (one action per task, in Job and in Task).
-    assert_eq!(checked, 32, "every CEL rule was analysed");
+    // kinds (one action per task, in Job and in Task); 6 for Workflow boot options (four on
+    // bootOptions, one action per entry in preparingActions and postActions).
+    assert_eq!(checked, 38, "every CEL rule was analysed");
 }
 
 fn corpus_dir() -> PathBuf {

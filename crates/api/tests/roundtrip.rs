@@ -12,7 +12,7 @@ use proptest::option;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tink_api::conversion;
-use tink_api::{Timeout, v1alpha1 as a1, v1alpha2 as a2};
+use tink_api::{Timeout, bmc, v1alpha1 as a1, v1alpha2 as a2};
 
 const CASES: u32 = 10_000;
 /// The raw-JSON path adds (de)serialization around the same typed conversion.
@@ -127,6 +127,41 @@ fn timeout() -> impl Strategy<Value = Timeout> {
         prop::sample::select(vec!["0", "10m", "1h30m", "1.5s", "90s", "500ms", "2h"])
             .prop_map(|s| Timeout::parse(s).unwrap_or_else(|_| Timeout::none())),
     ]
+}
+
+fn power() -> impl Strategy<Value = bmc::PowerAction> {
+    prop::sample::select(vec![
+        bmc::PowerAction::On,
+        bmc::PowerAction::Off,
+        bmc::PowerAction::Cycle,
+        bmc::PowerAction::Reset,
+    ])
+}
+
+/// A BMC action of any shape, including invalid ones (none or several operations): conversion
+/// must carry what admission would refuse, too.
+fn bmc_action() -> impl Strategy<Value = bmc::Action> {
+    let one_time = (
+        vec(
+            prop::sample::select(vec![bmc::BootDevice::Pxe, bmc::BootDevice::Disk]),
+            1..3,
+        ),
+        any::<bool>(),
+    )
+        .prop_map(|(devices, efi_boot)| bmc::OneTimeBootDeviceAction { devices, efi_boot });
+    let media = prop::sample::select(vec!["", "http://10.0.0.1/hook.iso"]).prop_map(|u| {
+        bmc::VirtualMediaAction {
+            media_url: u.to_string(),
+            kind: bmc::VirtualMediaKind::Cd,
+        }
+    });
+    (option::of(power()), option::of(one_time), option::of(media)).prop_map(
+        |(power_action, one_time_boot_device_action, virtual_media_action)| bmc::Action {
+            power_action,
+            one_time_boot_device_action,
+            virtual_media_action,
+        },
+    )
 }
 
 // ---------- v1alpha1 ----------
@@ -421,6 +456,119 @@ fn a1_state() -> impl Strategy<Value = a1::WorkflowState> {
     .prop_map(a1::WorkflowState::from_str_lossless)
 }
 
+/// BMC actions of a v1alpha1 customboot config, the ones with a v1alpha2 form and the ones
+/// without (persistent `bootDevice`, newer actions, several operations at once).
+fn a1_bmc_action() -> impl Strategy<Value = a1::BmcAction> {
+    let boot_device = (
+        option::of(prop::sample::select(vec![
+            bmc::BootDevice::Pxe,
+            bmc::BootDevice::Disk,
+            bmc::BootDevice::Cdrom,
+        ])),
+        any::<bool>(),
+        any::<bool>(),
+        extra(),
+    )
+        .prop_map(
+            |(device, persistent, efi_boot, extra)| a1::BootDeviceConfig {
+                device,
+                persistent,
+                efi_boot,
+                extra,
+            },
+        );
+    prop_oneof![
+        bmc_action().prop_map(|a| a1::BmcAction {
+            power_action: a.power_action,
+            one_time_boot_device_action: a.one_time_boot_device_action,
+            virtual_media_action: a.virtual_media_action,
+            ..Default::default()
+        }),
+        boot_device.prop_map(|d| a1::BmcAction {
+            boot_device: Some(d),
+            ..Default::default()
+        }),
+        (option::of(power()), extra()).prop_map(|(power_action, extra)| a1::BmcAction {
+            power_action,
+            extra,
+            ..Default::default()
+        }),
+    ]
+}
+
+fn a1_boot_options() -> impl Strategy<Value = a1::BootOpts> {
+    let customboot = (
+        small_vec(a1_bmc_action()),
+        small_vec(a1_bmc_action()),
+        extra(),
+    )
+        .prop_map(
+            |(preparing_actions, post_actions, extra)| a1::CustombootConfig {
+                preparing_actions,
+                post_actions,
+                extra,
+            },
+        );
+    (
+        (any::<bool>(), any::<bool>()),
+        prop::sample::select(vec!["", "netboot", "isoboot", "iso", "customboot", "pxe"]),
+        prop::sample::select(vec!["", "http://10.0.0.1/hook.iso", "not a url"]),
+        option::of(customboot),
+        extra(),
+    )
+        .prop_map(
+            |((toggle_allow_netboot, one_time_netboot), mode, iso, customboot_config, extra)| {
+                a1::BootOpts {
+                    toggle_allow_netboot,
+                    one_time_netboot,
+                    boot_mode: mode.to_string(),
+                    iso_url: iso.to_string(),
+                    customboot_config,
+                    extra,
+                }
+            },
+        )
+}
+
+fn a1_boot_status() -> impl Strategy<Value = a1::BootOptionsStatus> {
+    let job = (
+        prop::sample::select(vec!["", "0b6d5d1e-0000-4000-8000-000000000001"]),
+        any::<bool>(),
+        any::<bool>(),
+        extra(),
+    )
+        .prop_map(
+            |(uid, complete, existing_job_deleted, extra)| a1::JobStatus {
+                uid: uid.to_string(),
+                complete,
+                existing_job_deleted,
+                extra,
+            },
+        );
+    let allow =
+        (any::<bool>(), any::<bool>(), extra()).prop_map(|(toggled_true, toggled_false, extra)| {
+            a1::AllowNetbootStatus {
+                toggled_true,
+                toggled_false,
+                extra,
+            }
+        });
+    (
+        option::of(allow),
+        btree_map(
+            prop::sample::select(vec!["netboot-wf-1", "iso-mount-wf-1"]).prop_map(str::to_string),
+            job,
+            0..3,
+        ),
+        extra(),
+    )
+        .prop_map(|(allow_netboot, jobs, extra)| a1::BootOptionsStatus {
+            allow_netboot,
+            jobs,
+            extra,
+        })
+}
+
 fn a1_workflow() -> impl Strategy<Value = a1::Workflow> {
     let action = (
         (
@@ -497,12 +645,13 @@ fn a1_workflow() -> impl Strategy<Value = a1::Workflow> {
             option::of(time()),
             option::of(time()),
             extra(),
+            option::of(a1_boot_status()),
         ),
     )
         .prop_map(
             |(
                 (state, global_timeout, tasks),
-                (conditions, time_started, time_completed, extra),
+                (conditions, time_started, time_completed, extra, boot_options),
             )| a1::WorkflowStatus {
                 state,
                 global_timeout,
@@ -511,6 +660,7 @@ fn a1_workflow() -> impl Strategy<Value = a1::Workflow> {
                 time_started,
                 time_completed,
                 agent_id: String::new(),
+                boot_options,
                 extra,
             },
         );
@@ -518,15 +668,7 @@ fn a1_workflow() -> impl Strategy<Value = a1::Workflow> {
         text(),
         text(),
         btree_map(key(), text(), 0..3),
-        option::of(
-            (any::<bool>(), any::<bool>()).prop_map(|(t, o)| a1::BootOpts {
-                toggle_allow_netboot: t,
-                one_time_netboot: o,
-                boot_mode: if t { "netboot".into() } else { String::new() },
-                iso_url: String::new(),
-                extra: BTreeMap::new(),
-            }),
-        ),
+        option::of(a1_boot_options()),
         extra(),
     )
         .prop_map(
@@ -664,6 +806,65 @@ fn a2_template() -> impl Strategy<Value = a2::Template> {
     (metadata(), spec).prop_map(|(metadata, spec)| a2::Template { metadata, spec })
 }
 
+/// v1alpha2 boot options, valid or not (an isoURL without isoboot, ...): conversion carries
+/// both.
+fn a2_boot_options() -> impl Strategy<Value = a2::BootOptions> {
+    let customboot = (small_vec(bmc_action()), small_vec(bmc_action())).prop_map(
+        |(preparing_actions, post_actions)| a2::CustombootConfig {
+            preparing_actions,
+            post_actions,
+        },
+    );
+    (
+        any::<bool>(),
+        option::of(prop::sample::select(vec![
+            "http://10.0.0.1/hook.iso",
+            "https://boot.example.com/a.iso",
+        ])),
+        option::of(prop::sample::select(a2::BootMode::ALL.to_vec())),
+        option::of(customboot),
+    )
+        .prop_map(
+            |(toggle_allow_netboot, iso_url, boot_mode, customboot_config)| a2::BootOptions {
+                toggle_allow_netboot,
+                iso_url: iso_url.map(str::to_string),
+                boot_mode,
+                customboot_config,
+            },
+        )
+}
+
+fn a2_boot_status() -> impl Strategy<Value = a2::BootOptionsStatus> {
+    let job = (
+        option::of(Just("0b6d5d1e-0000-4000-8000-000000000001".to_string())),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(uid, complete, existing_job_deleted)| a2::BootJobStatus {
+            uid,
+            complete,
+            existing_job_deleted,
+        });
+    (
+        any::<bool>(),
+        any::<bool>(),
+        btree_map(
+            prop::sample::select(vec!["netboot-wf-1", "iso-eject-wf-1"]).prop_map(str::to_string),
+            job,
+            0..3,
+        ),
+    )
+        .prop_map(
+            |(toggled_true, toggled_false, jobs)| a2::BootOptionsStatus {
+                allow_netboot: a2::AllowNetbootStatus {
+                    toggled_true,
+                    toggled_false,
+                },
+                jobs,
+            },
+        )
+}
+
 fn a2_workflow() -> impl Strategy<Value = a2::Workflow> {
     let action_status = (
         (
@@ -736,15 +937,16 @@ fn a2_workflow() -> impl Strategy<Value = a2::Workflow> {
             opt_text(),
         ),
         (0u32..5, option::of(time()), option::of(0i64..5)),
-        (option::of(time()), opt_text()),
+        (option::of(time()), opt_text(), a2_boot_status()),
     )
         .prop_map(
             |(
                 (actions, started_at, last_transition),
                 (state, conditions, agent_id, dispatch_id),
                 (dispatch_attempts, next_attempt_at, observed_generation),
-                (received_at, agent_instance),
+                (received_at, agent_instance, boot_options),
             )| a2::WorkflowStatus {
+                boot_options,
                 received_at,
                 agent_instance,
                 actions,
@@ -764,13 +966,15 @@ fn a2_workflow() -> impl Strategy<Value = a2::Workflow> {
         a2_ref(),
         btree_map(key(), json_value(), 0..3),
         option::of(timeout()),
+        option::of(a2_boot_options()),
     )
         .prop_map(
-            |(hardware_ref, template_ref, template_data, timeout)| a2::WorkflowSpec {
+            |(hardware_ref, template_ref, template_data, timeout, boot_options)| a2::WorkflowSpec {
                 hardware_ref,
                 template_ref,
                 template_data,
                 timeout,
+                boot_options,
             },
         );
     (metadata(), spec, option::of(status)).prop_map(|(metadata, spec, status)| a2::Workflow {
@@ -833,6 +1037,32 @@ proptest! {
 
 proptest! {
     #![proptest_config(config(RAW_CASES))]
+
+    /// Boot options are carried by the mappings themselves, not only by the annotation: a
+    /// v1alpha2 Workflow converted down needs no annotation for them, and converting the
+    /// result up without any annotation gives them back.
+    #[test]
+    fn workflow_boot_options_have_a_home_in_both_versions(x in a2_workflow()) {
+        let v1 = conversion::convert(json(&x), a1::API_VERSION).expect("down");
+        let kept: Vec<String> = conversion::conversion_data_paths(&v1)
+            .into_iter()
+            .filter(|p| p.contains("bootOptions"))
+            .collect();
+        prop_assert!(kept.is_empty(), "annotation holds {:?}", kept);
+        let mut bare = v1;
+        if let Some(a) = bare.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+            a.remove(tink_api::CONVERSION_DATA_ANNOTATION);
+        }
+        let up: a2::Workflow =
+            tink_api::from_value(conversion::convert(bare, a2::API_VERSION).expect("up"))
+                .expect("typed");
+        prop_assert_eq!(&up.spec.boot_options, &x.spec.boot_options);
+        // (a status may appear: `spec.timeout` travels as `status.globalTimeout`)
+        prop_assert_eq!(
+            up.status.map(|s| s.boot_options).unwrap_or_default(),
+            x.status.map(|s| s.boot_options).unwrap_or_default()
+        );
+    }
 
     #[test]
     fn raw_objects_survive_round_trips(

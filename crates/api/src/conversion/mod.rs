@@ -64,8 +64,17 @@
 //! so `{{.device_1}}` still renders), status `state` (`STATE_PENDING`/`STATE_PREPARING` ->
 //! `Pending`, `STATE_RUNNING` -> `Running`, `STATE_SUCCESS` -> `Succeeded`,
 //! `STATE_FAILED`/`STATE_TIMEOUT` -> `Failed`), `timeStarted` -> `startedAt`, the tasks' actions
-//! -> `status.actions` (id = action name). `bootOpts`, conditions and the scheduling fields of
-//! each version: annotation.
+//! -> `status.actions` (id = action name). Conditions and the scheduling fields of each version:
+//! annotation.
+//!
+//! Workflow `bootOptions` (same JSON names in both versions): `toggleAllowNetboot`, `isoURL`,
+//! `bootMode` (`iso`, the older spelling, -> `isoboot`; no `bootMode` with the older
+//! `oneTimeNetboot: true` -> `netboot`, as Tinkerbell treated it; both spellings come back from
+//! the annotation), `custombootConfig` actions (a one-time `bootDevice` -> the same operation as
+//! `oneTimeBootDeviceAction`); status `bootOptions` (`allowNetboot`, `jobs`) field for field.
+//! A persistent `bootDevice`, an unknown `bootMode` and newer BMC actions have no v1alpha2
+//! form: they stay in the annotation, conversion warns naming the field, an unknown `bootMode`
+//! becomes none and such an action an empty one, which admission refuses.
 
 pub mod patch;
 

@@ -6,6 +6,7 @@ use super::Mapping;
 use super::patch::{keyify_at, str_field, unkeyify_at};
 use super::template::timeout_secs;
 use crate::Timeout;
+use crate::bmc;
 use crate::v1alpha1 as a1;
 use crate::v1alpha2 as a2;
 
@@ -52,6 +53,166 @@ fn action_state_down(s: a2::ActionState) -> a1::WorkflowState {
     }
 }
 
+/// `bootOptions` up: `bootMode` (`iso` is the older spelling of `isoboot`; an empty one with
+/// `oneTimeNetboot: true` is `netboot`, as Tinkerbell treated it), `isoURL`, `custombootConfig`.
+fn boot_up(b: &a1::BootOpts, warnings: &mut Vec<String>) -> a2::BootOptions {
+    let boot_mode = match b.boot_mode.as_str() {
+        "netboot" => Some(a2::BootMode::Netboot),
+        "isoboot" | "iso" => Some(a2::BootMode::Isoboot),
+        "customboot" => Some(a2::BootMode::Customboot),
+        "" => b.one_time_netboot.then_some(a2::BootMode::Netboot),
+        other => {
+            warnings.push(format!(
+                "spec.bootOptions.bootMode: {other:?} is not one of {}; it has no effect",
+                a1::BOOT_MODES.join(", ")
+            ));
+            None
+        }
+    };
+    a2::BootOptions {
+        toggle_allow_netboot: b.toggle_allow_netboot,
+        iso_url: non_empty(&b.iso_url),
+        boot_mode,
+        customboot_config: b.customboot_config.as_ref().map(|c| a2::CustombootConfig {
+            preparing_actions: actions_up(&c.preparing_actions, "preparingActions", warnings),
+            post_actions: actions_up(&c.post_actions, "postActions", warnings),
+        }),
+    }
+}
+
+fn actions_up(
+    actions: &[a1::BmcAction],
+    list: &str,
+    warnings: &mut Vec<String>,
+) -> Vec<bmc::Action> {
+    actions
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            action_up(a).unwrap_or_else(|why| {
+                warnings.push(format!(
+                    "spec.bootOptions.custombootConfig.{list}[{i}]: {why}"
+                ));
+                // An action naming no operation: admission refuses it, the controller never
+                // runs it; the original stays in the conversion annotation.
+                bmc::Action::default()
+            })
+        })
+        .collect()
+}
+
+/// One customboot action up. A one-time `bootDevice` is the same operation as
+/// `oneTimeBootDeviceAction`; a persistent one, one without a device, an action naming several
+/// operations and unknown (newer) actions have no v1alpha2 form.
+fn action_up(a: &a1::BmcAction) -> Result<bmc::Action, &'static str> {
+    if !a.extra.is_empty() {
+        return Err(
+            "this BMC action is not supported (power, one-time boot device and virtual media are)",
+        );
+    }
+    let boot_device = match &a.boot_device {
+        None => None,
+        Some(d) if d.persistent => {
+            return Err("a persistent bootDevice is not supported: use a one-time boot device");
+        }
+        Some(a1::BootDeviceConfig {
+            device: Some(device),
+            efi_boot,
+            extra,
+            ..
+        }) if extra.is_empty() => Some(bmc::OneTimeBootDeviceAction {
+            devices: vec![*device],
+            efi_boot: *efi_boot,
+        }),
+        Some(_) => return Err("bootDevice needs a device (and no other fields)"),
+    };
+    if boot_device.is_some() && a.one_time_boot_device_action.is_some() {
+        return Err("set either bootDevice or oneTimeBootDeviceAction, not both");
+    }
+    Ok(bmc::Action {
+        power_action: a.power_action,
+        one_time_boot_device_action: a.one_time_boot_device_action.clone().or(boot_device),
+        virtual_media_action: a.virtual_media_action.clone(),
+    })
+}
+
+fn boot_down(b: &a2::BootOptions) -> a1::BootOpts {
+    let actions = |v: &[bmc::Action]| -> Vec<a1::BmcAction> {
+        v.iter()
+            .map(|a| a1::BmcAction {
+                power_action: a.power_action,
+                one_time_boot_device_action: a.one_time_boot_device_action.clone(),
+                virtual_media_action: a.virtual_media_action.clone(),
+                ..Default::default()
+            })
+            .collect()
+    };
+    a1::BootOpts {
+        toggle_allow_netboot: b.toggle_allow_netboot,
+        boot_mode: b
+            .boot_mode
+            .map(|m| m.as_str().to_string())
+            .unwrap_or_default(),
+        iso_url: b.iso_url.clone().unwrap_or_default(),
+        customboot_config: b.customboot_config.as_ref().map(|c| a1::CustombootConfig {
+            preparing_actions: actions(&c.preparing_actions),
+            post_actions: actions(&c.post_actions),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn boot_status_up(s: &a1::BootOptionsStatus) -> a2::BootOptionsStatus {
+    let allow = s.allow_netboot.as_ref();
+    a2::BootOptionsStatus {
+        allow_netboot: a2::AllowNetbootStatus {
+            toggled_true: allow.is_some_and(|a| a.toggled_true),
+            toggled_false: allow.is_some_and(|a| a.toggled_false),
+        },
+        jobs: s
+            .jobs
+            .iter()
+            .map(|(name, j)| {
+                let job = a2::BootJobStatus {
+                    uid: non_empty(&j.uid),
+                    complete: j.complete,
+                    existing_job_deleted: j.existing_job_deleted,
+                };
+                (name.clone(), job)
+            })
+            .collect(),
+    }
+}
+
+fn boot_status_down(s: &a2::BootOptionsStatus) -> Option<a1::BootOptionsStatus> {
+    if s.is_empty() {
+        return None;
+    }
+    let allow = &s.allow_netboot;
+    Some(a1::BootOptionsStatus {
+        allow_netboot: (!allow.is_empty()).then(|| a1::AllowNetbootStatus {
+            toggled_true: allow.toggled_true,
+            toggled_false: allow.toggled_false,
+            ..Default::default()
+        }),
+        jobs: s
+            .jobs
+            .iter()
+            .map(|(name, j)| {
+                let job = a1::JobStatus {
+                    uid: j.uid.clone().unwrap_or_default(),
+                    complete: j.complete,
+                    existing_job_deleted: j.existing_job_deleted,
+                    ..Default::default()
+                };
+                (name.clone(), job)
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
 fn status_up(s: &a1::WorkflowStatus) -> a2::WorkflowStatus {
     let agent_id = Some(s.agent_id.as_str())
         .filter(|a| !a.is_empty())
@@ -94,6 +255,11 @@ fn status_up(s: &a1::WorkflowStatus) -> a2::WorkflowStatus {
         started_at: s.time_started.clone(),
         state: s.state.as_ref().map(state_up).unwrap_or_default(),
         agent_id,
+        boot_options: s
+            .boot_options
+            .as_ref()
+            .map(boot_status_up)
+            .unwrap_or_default(),
         ..Default::default()
     }
 }
@@ -129,6 +295,7 @@ fn status_down(s: &a2::WorkflowStatus) -> a1::WorkflowStatus {
         tasks,
         time_started: s.started_at.clone(),
         agent_id: s.agent_id.clone().unwrap_or_default(),
+        boot_options: boot_status_down(&s.boot_options),
         ..Default::default()
     }
 }
@@ -141,7 +308,7 @@ impl Mapping for WorkflowMapping {
     type V1 = a1::Workflow;
     type V2 = a2::Workflow;
 
-    fn up(v1: &a1::Workflow, _: &mut Vec<String>) -> a2::Workflow {
+    fn up(v1: &a1::Workflow, warnings: &mut Vec<String>) -> a2::Workflow {
         let s = &v1.spec;
         // Tinkerbell copies the Template's global_timeout into status.globalTimeout; its
         // v1alpha2 home is spec.timeout.
@@ -162,6 +329,7 @@ impl Mapping for WorkflowMapping {
                     .map(|(k, v)| (k.clone(), Value::String(v.clone())))
                     .collect(),
                 timeout,
+                boot_options: s.boot_options.as_ref().map(|b| boot_up(b, warnings)),
             },
             status: v1.status.as_ref().map(status_up),
         }
@@ -190,6 +358,7 @@ impl Mapping for WorkflowMapping {
                         (k.clone(), text)
                     })
                     .collect(),
+                boot_options: s.boot_options.as_ref().map(boot_down),
                 ..Default::default()
             },
             status,

@@ -21,8 +21,9 @@ pub use template::{
     TemplateTask,
 };
 pub use workflow::{
-    BootOpts, Workflow, WorkflowAction, WorkflowCondition, WorkflowSpec, WorkflowState,
-    WorkflowStatus, WorkflowTask,
+    AllowNetbootStatus, BOOT_MODES, BmcAction, BootDeviceConfig, BootOptionsStatus, BootOpts,
+    CustombootConfig, JobStatus, Workflow, WorkflowAction, WorkflowCondition, WorkflowSpec,
+    WorkflowState, WorkflowStatus, WorkflowTask,
 };
 
 use std::collections::BTreeMap;

@@ -71,22 +71,147 @@ pub struct WorkflowSpec {
     pub extra: Extra,
 }
 
-/// Netboot options of a Workflow.
+/// Tinkerbell's `bootOptions`: how the Hardware is booted for the Workflow.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BootOpts {
-    /// Toggle the Hardware's allowPXE around the workflow.
+    /// Allow netboot on the Hardware before the Workflow runs and disallow it after it
+    /// succeeded.
     #[serde(default, skip_serializing_if = "is_false")]
     pub toggle_allow_netboot: bool,
-    /// Netboot the machine once through its BMC (older releases).
+    /// Netboot the machine once through its BMC (older releases; the same as
+    /// `bootMode: netboot`, which wins when both are set).
     #[serde(default, skip_serializing_if = "is_false")]
     pub one_time_netboot: bool,
-    /// Boot mode: `netboot`, `iso`, ... (current releases).
+    /// Boot mode: `netboot`, `isoboot`, `iso` (the older spelling of `isoboot`) or
+    /// `customboot`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("enum" = BOOT_MODES))]
     pub boot_mode: String,
-    /// ISO to boot from when `bootMode` is `iso`.
+    /// The http(s) URL of the ISO `bootMode: isoboot` boots as virtual media.
     #[serde(default, rename = "isoURL", skip_serializing_if = "String::is_empty")]
     pub iso_url: String,
+    /// The BMC actions of `bootMode: customboot`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customboot_config: Option<CustombootConfig>,
+    /// Fields this version does not know, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// The `bootMode` values Tinkerbell accepts.
+pub const BOOT_MODES: [&str; 4] = ["netboot", "isoboot", "iso", "customboot"];
+
+/// The BMC actions of `bootMode: customboot`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CustombootConfig {
+    /// BMC actions run before any Workflow action.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub preparing_actions: Vec<BmcAction>,
+    /// BMC actions run after every Workflow action succeeded.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub post_actions: Vec<BmcAction>,
+    /// Fields this version does not know, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// One BMC action of a customboot configuration (Tinkerbell's `bmc.Action`): one of
+/// `powerAction`, `oneTimeBootDeviceAction`, `bootDevice` and `virtualMediaAction`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BmcAction {
+    /// A power operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_action: Option<crate::bmc::PowerAction>,
+    /// A one-time boot device (Tinkerbell deprecates it for `bootDevice`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub one_time_boot_device_action: Option<crate::bmc::OneTimeBootDeviceAction>,
+    /// A boot device, one-time unless `persistent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_device: Option<BootDeviceConfig>,
+    /// A virtual media insert or eject.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_media_action: Option<crate::bmc::VirtualMediaAction>,
+    /// Fields this version does not know (newer BMC actions), kept verbatim.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// Tinkerbell's `bmc.BootDeviceConfig`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootDeviceConfig {
+    /// The device to boot first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<crate::bmc::BootDevice>,
+    /// Set the device for every boot, not only the next one.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub persistent: bool,
+    /// Boot the device in UEFI mode.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub efi_boot: bool,
+    /// Fields this version does not know, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// Tinkerbell's `status.bootOptions`: the boot steps taken.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootOptionsStatus {
+    /// What was done with the Hardware's allowPXE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_netboot: Option<AllowNetbootStatus>,
+    /// The BMC Jobs created, by name.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub jobs: BTreeMap<String, JobStatus>,
+    /// Fields this version does not know, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// Tinkerbell's `AllowNetbootStatus`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AllowNetbootStatus {
+    /// allowPXE was set to true before the Workflow ran.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub toggled_true: bool,
+    /// allowPXE was set to false after the Workflow succeeded.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub toggled_false: bool,
+    /// Fields this version does not know, kept verbatim.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// Tinkerbell's `JobStatus`: one BMC Job created for the Workflow.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStatus {
+    /// UID of the Job.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// The Job reported itself complete.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub complete: bool,
+    /// An existing Job of the same name was deleted first.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub existing_job_deleted: bool,
     /// Fields this version does not know, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,
@@ -207,6 +332,9 @@ pub struct WorkflowStatus {
     /// The agent running the workflow (current releases; JSON `agentID`).
     #[serde(default, rename = "agentID", skip_serializing_if = "String::is_empty")]
     pub agent_id: String,
+    /// The boot steps taken for `spec.bootOptions` (current releases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_options: Option<BootOptionsStatus>,
     /// Fields this version does not know, kept verbatim.
     #[serde(flatten)]
     pub extra: Extra,

@@ -10,12 +10,17 @@
 //! - the validation the API server can enforce (patterns, bounds, CEL rules) is part of the
 //!   generated schema; see [`patterns`] and [`rules`].
 
+mod boot;
 mod condition;
 mod hardware;
 mod osie;
 mod template;
 mod workflow;
 
+pub use boot::{
+    AllowNetbootStatus, BootJobStatus, BootMode, BootOptions, BootOptionsProblem,
+    BootOptionsStatus, CustombootConfig, ISO_URL_PATTERN,
+};
 pub use condition::{Condition, ConditionSeverity, ConditionStatus, ConditionType, set_condition};
 pub use hardware::{
     DEFAULT_LEASE_TIME, Dhcp, Hardware, HardwareOsie, HardwareSpec, Instance, Ipxe,
@@ -132,4 +137,24 @@ pub mod rules {
     /// Message of [`TEMPLATE_DATA_PRESENCE`].
     pub const TEMPLATE_DATA_PRESENCE_MSG: &str =
         "templateData cannot be added or removed after the Workflow is created";
+    /// On `Workflow.spec.bootOptions`: `bootMode: isoboot` needs an `isoURL`.
+    pub const ISO_URL_REQUIRED: &str =
+        "!has(self.bootMode) || self.bootMode != 'isoboot' || has(self.isoURL)";
+    /// Message of [`ISO_URL_REQUIRED`].
+    pub const ISO_URL_REQUIRED_MSG: &str = "bootOptions.isoURL is required with bootMode isoboot: give the http(s) URL of the ISO to boot";
+    /// On `Workflow.spec.bootOptions`: `isoURL` only with `bootMode: isoboot`.
+    pub const ISO_URL_ONLY_ISOBOOT: &str =
+        "!has(self.isoURL) || (has(self.bootMode) && self.bootMode == 'isoboot')";
+    /// Message of [`ISO_URL_ONLY_ISOBOOT`].
+    pub const ISO_URL_ONLY_ISOBOOT_MSG: &str = "bootOptions.isoURL is only used with bootMode isoboot: set bootMode: isoboot or remove isoURL";
+    /// On `Workflow.spec.bootOptions`: `bootMode: customboot` needs a `custombootConfig`.
+    pub const CUSTOMBOOT_CONFIG_REQUIRED: &str =
+        "!has(self.bootMode) || self.bootMode != 'customboot' || has(self.custombootConfig)";
+    /// Message of [`CUSTOMBOOT_CONFIG_REQUIRED`].
+    pub const CUSTOMBOOT_CONFIG_REQUIRED_MSG: &str = "bootOptions.custombootConfig is required with bootMode customboot: give its preparingActions and/or postActions";
+    /// On `Workflow.spec.bootOptions`: `custombootConfig` only with `bootMode: customboot`.
+    pub const CUSTOMBOOT_CONFIG_ONLY_CUSTOMBOOT: &str =
+        "!has(self.custombootConfig) || (has(self.bootMode) && self.bootMode == 'customboot')";
+    /// Message of [`CUSTOMBOOT_CONFIG_ONLY_CUSTOMBOOT`].
+    pub const CUSTOMBOOT_CONFIG_ONLY_CUSTOMBOOT_MSG: &str = "bootOptions.custombootConfig is only used with bootMode customboot: set bootMode: customboot or remove custombootConfig";
 }

@@ -9,6 +9,7 @@ use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
+use super::boot::{BootOptions, BootOptionsStatus};
 use super::condition::{Condition, ConditionType, set_condition};
 use super::{Action, LocalObjectReference, rules};
 use crate::duration::Timeout;
@@ -102,6 +103,16 @@ pub struct WorkflowSpec {
     /// integer nanoseconds, which nobody writes by hand.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Timeout>,
+
+    /// BootOptions control how the Hardware boots for this Workflow through its BMC
+    /// (Tinkerbell's `bootOptions`, same names): `bootMode` (`netboot`, `isoboot` with
+    /// `isoURL`, `customboot` with `custombootConfig`) makes the controller create BMC Jobs
+    /// before dispatch (and after success, for `isoboot` and `customboot`);
+    /// `toggleAllowNetboot` allows netboot on the Hardware before the run and disallows it after
+    /// success. Absent: the machine is expected to boot into the OSIE by itself. Immutable once
+    /// the controller acted on them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_options: Option<BootOptions>,
 }
 
 fn template_data_schema(_: &mut SchemaGenerator) -> Schema {
@@ -242,7 +253,8 @@ impl fmt::Display for ActionState {
 /// - `dispatchAttempts`: how many times the workflow has been dispatched; drives the growing
 ///   back-off after rejections;
 /// - `nextAttemptAt`: after a rejection, the workflow is not dispatched again before this time;
-/// - `observedGeneration`: the `metadata.generation` the status was computed from.
+/// - `observedGeneration`: the `metadata.generation` the status was computed from;
+/// - `bootOptions`: the boot steps taken for `spec.bootOptions` (Tinkerbell's field).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowStatus {
@@ -316,6 +328,13 @@ pub struct WorkflowStatus {
     /// Addition: the `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// BootOptions records the boot steps the controller took for `spec.bootOptions`: whether
+    /// it allowed and later disallowed netboot on the Hardware, and each BMC Job it created (by
+    /// name, with its UID and whether it completed). Once anything is recorded here
+    /// `spec.bootOptions` can no longer change.
+    #[serde(default, skip_serializing_if = "BootOptionsStatus::is_empty")]
+    pub boot_options: BootOptionsStatus,
 }
 
 impl WorkflowStatus {

@@ -200,6 +200,7 @@ fn preview_workflow(ns: &str, template: &str, hardware: &str) -> Workflow {
             template_ref: tink_api::v1alpha2::LocalObjectReference::new(template),
             template_data: Default::default(),
             timeout: None,
+            boot_options: None,
         },
     );
     w.metadata.namespace = Some(ns.to_string());

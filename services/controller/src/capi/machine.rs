@@ -733,6 +733,7 @@ impl<'a> Machine<'a> {
                 template_ref: LocalObjectReference::new(name),
                 template_data: data,
                 timeout: None,
+                boot_options: None,
             },
         );
         w.metadata.namespace = Some(self.ns.clone());

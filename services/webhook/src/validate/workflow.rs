@@ -1,10 +1,17 @@
 //! Workflow: the spec is immutable once the Workflow left `Pending` (the controller has
-//! rendered and dispatched it; a changed spec would describe a run that never happened).
+//! rendered and dispatched it; a changed spec would describe a run that never happened), and
+//! `spec.bootOptions` as soon as the controller acted on them (`status.bootOptions` records a
+//! step), even while `Pending`: a BMC Job may already have power-cycled the machine.
 //! References that do not resolve yet are warnings, not denials: a Workflow may be created
 //! before its Hardware or Template and waits for them.
+//!
+//! `bootOptions` are checked when created or changed (never on an update that leaves them as
+//! they are, so finalizer and status bookkeeping on an older object always pass): the rules of
+//! [`BootOptions::problems`] (the CRD's CEL rules, which v1alpha1 requests never meet, and
+//! more), a `spec.hardwareRef` to act on, and for v1alpha1 a `bootMode` Tinkerbell knows.
 
 use serde_json::Value;
-use tink_api::v1alpha2::{Workflow, WorkflowState};
+use tink_api::v1alpha2::{BootOptions, Workflow, WorkflowState, rules};
 
 use super::{Operation, Reason, Request, Verdict, as_v1alpha2, deny_parse, is_v1alpha1};
 use crate::index::Index;
@@ -37,15 +44,37 @@ pub fn validate(req: &Request<'_>, index: &Index, v: &mut Verdict) {
         return;
     };
     match (req.operation, req.old) {
-        (Operation::Create, _) => references(req, &new, index, v),
-        (Operation::Update, Some(old)) => {
+        (Operation::Create, _) => {
+            boot_options(req.object, &new, v1, v);
+            references(req, &new, index, v);
+        }
+        (Operation::Update, Some(old_obj)) => {
             // The stored object was admitted before; if it no longer parses, there is no
             // state to protect.
             let mut ignored = Verdict::default();
-            let Some(old) = typed(old, &mut ignored) else {
+            let Some(old) = typed(old_obj, &mut ignored) else {
+                boot_options(req.object, &new, v1, v);
                 return;
             };
             let state = old.status.as_ref().map(|s| s.state).unwrap_or_default();
+            if old.spec.boot_options != new.spec.boot_options {
+                let acted = old
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| !s.boot_options.is_empty());
+                if state != WorkflowState::Pending || acted {
+                    v.deny(
+                        "spec.bootOptions",
+                        Reason::Forbidden,
+                        format!(
+                            "bootOptions cannot change once the controller acted on them (this Workflow is {state}{}): delete the Workflow and create a new one to boot differently",
+                            if acted { " and status.bootOptions records boot steps" } else { "" }
+                        ),
+                    );
+                } else {
+                    boot_options(req.object, &new, v1, v);
+                }
+            }
             if state == WorkflowState::Pending {
                 return;
             }
@@ -80,6 +109,55 @@ pub fn validate(req: &Request<'_>, index: &Index, v: &mut Verdict) {
             }
         }
         _ => {}
+    }
+}
+
+/// Checks `spec.bootOptions` of a created Workflow or changed boot options. v1alpha1 and
+/// v1alpha2 use the same names under `spec.bootOptions`, so the paths hold for both.
+fn boot_options(raw: &Value, wf: &Workflow, v1: bool, v: &mut Verdict) {
+    if v1 {
+        // An unknown mode converts to none (the machine would not be booted at all).
+        if let Some(mode) = raw.pointer("/spec/bootOptions/bootMode") {
+            let known = mode.is_null()
+                || mode
+                    .as_str()
+                    .is_some_and(|m| m.is_empty() || tink_api::v1alpha1::BOOT_MODES.contains(&m));
+            if !known {
+                v.deny(
+                    "spec.bootOptions.bootMode",
+                    Reason::Invalid,
+                    format!(
+                        "bootMode {mode} is not one of {}",
+                        tink_api::v1alpha1::BOOT_MODES.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    let Some(boot) = wf.spec.boot_options.as_ref() else {
+        return;
+    };
+    for p in boot.problems() {
+        let required = p.message == rules::ISO_URL_REQUIRED_MSG
+            || p.message == rules::CUSTOMBOOT_CONFIG_REQUIRED_MSG;
+        let field = if p.field.is_empty() {
+            "spec.bootOptions".to_string()
+        } else {
+            format!("spec.bootOptions.{}", p.field)
+        };
+        let reason = if required {
+            Reason::Required
+        } else {
+            Reason::Invalid
+        };
+        v.deny(field, reason, p.message);
+    }
+    if wf.spec.hardware_ref.is_empty() && boot != &BootOptions::default() {
+        v.deny(
+            "spec.hardwareRef",
+            Reason::Required,
+            "bootOptions act on the Workflow's Hardware: set spec.hardwareRef (its spec.bmcRef names the BMC for bootMode)",
+        );
     }
 }
 
@@ -186,6 +264,230 @@ mod tests {
         let v = check(&index, Operation::Update, &new, Some(&old));
         assert_eq!(v.violations.len(), 1, "{v:?}");
         assert_eq!(v.violations[0].field, "spec.hardwareMap");
+    }
+
+    fn with_boot(mut w: Value, boot: Value) -> Value {
+        w["spec"]["bootOptions"] = boot;
+        w
+    }
+
+    fn fields(v: &Verdict) -> Vec<(&str, Reason)> {
+        v.violations
+            .iter()
+            .map(|x| (x.field.as_str(), x.reason))
+            .collect()
+    }
+
+    #[test]
+    fn boot_options_are_checked_on_create_with_the_field_named() {
+        let index = Index::default();
+        let create = |boot: Value| {
+            check(
+                &index,
+                Operation::Create,
+                &with_boot(wf(None, "1h"), boot),
+                None,
+            )
+        };
+        for ok in [
+            json!({"toggleAllowNetboot": true}),
+            json!({"bootMode": "netboot"}),
+            json!({"bootMode": "isoboot", "isoURL": "http://10.0.0.1:7171/iso/hook.iso"}),
+            json!({"bootMode": "customboot", "custombootConfig": {
+                "preparingActions": [{"powerAction": "off"},
+                    {"oneTimeBootDeviceAction": {"device": ["pxe"], "efiBoot": true}},
+                    {"powerAction": "on"}]}}),
+        ] {
+            let v = create(ok.clone());
+            assert!(v.allowed(), "{ok}: {v:?}");
+        }
+        let table = [
+            (
+                json!({"bootMode": "isoboot"}),
+                "spec.bootOptions.isoURL",
+                Reason::Required,
+                "required with bootMode isoboot",
+            ),
+            (
+                json!({"bootMode": "isoboot", "isoURL": "ftp://a/b.iso"}),
+                "spec.bootOptions.isoURL",
+                Reason::Invalid,
+                "http or https",
+            ),
+            (
+                json!({"bootMode": "netboot", "isoURL": "http://a/b.iso"}),
+                "spec.bootOptions.isoURL",
+                Reason::Invalid,
+                "only used with bootMode isoboot",
+            ),
+            (
+                json!({"bootMode": "customboot"}),
+                "spec.bootOptions.custombootConfig",
+                Reason::Required,
+                "required with bootMode customboot",
+            ),
+            (
+                json!({"custombootConfig": {"postActions": [{"powerAction": "on"}]}}),
+                "spec.bootOptions.custombootConfig",
+                Reason::Invalid,
+                "only used with bootMode customboot",
+            ),
+            (
+                json!({"bootMode": "customboot", "custombootConfig": {"postActions": [{}]}}),
+                "spec.bootOptions.custombootConfig.postActions[0]",
+                Reason::Invalid,
+                "exactly one of",
+            ),
+        ];
+        for (boot, field, reason, says) in table {
+            let v = create(boot.clone());
+            assert_eq!(fields(&v), [(field, reason)], "{boot}: {v:?}");
+            assert!(v.violations[0].message.contains(says), "{boot}: {v:?}");
+        }
+        // Boot options act on the Hardware: a v1alpha1 Workflow without one is refused.
+        let v1 = json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Workflow",
+            "metadata": {"name": "w", "namespace": "ns"},
+            "spec": {"templateRef": "tpl", "bootOptions": {"toggleAllowNetboot": true}}});
+        let v = check(&index, Operation::Create, &v1, None);
+        assert_eq!(
+            fields(&v),
+            [("spec.hardwareRef", Reason::Required)],
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn v1alpha1_boot_options_use_tinkerbells_spellings() {
+        let index = Index::default();
+        let v1 = |boot: Value| {
+            json!({"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Workflow",
+                "metadata": {"name": "w", "namespace": "ns"},
+                "spec": {"templateRef": "tpl", "hardwareRef": "hw", "bootOptions": boot}})
+        };
+        for ok in [
+            json!({"oneTimeNetboot": true}),
+            json!({"bootMode": "iso", "isoURL": "https://boot.example.com/hook.iso"}),
+            json!({"bootMode": "customboot", "custombootConfig": {"preparingActions": [
+                {"bootDevice": {"device": "pxe", "efiBoot": true}}, {"powerAction": "cycle"}]}}),
+        ] {
+            let v = check(&index, Operation::Create, &v1(ok.clone()), None);
+            assert!(v.allowed(), "{ok}: {v:?}");
+        }
+        let v = check(
+            &index,
+            Operation::Create,
+            &v1(json!({"bootMode": "pxe"})),
+            None,
+        );
+        assert_eq!(
+            fields(&v),
+            [("spec.bootOptions.bootMode", Reason::Invalid)],
+            "{v:?}"
+        );
+        // A persistent bootDevice has no form the BMC layer runs.
+        let v = check(
+            &index,
+            Operation::Create,
+            &v1(
+                json!({"bootMode": "customboot", "custombootConfig": {"postActions": [
+                {"powerAction": "off"}, {"bootDevice": {"device": "disk", "persistent": true}}]}}),
+            ),
+            None,
+        );
+        assert_eq!(
+            fields(&v),
+            [(
+                "spec.bootOptions.custombootConfig.postActions[1]",
+                Reason::Invalid
+            )],
+            "{v:?}"
+        );
+        assert!(
+            v.violations[0].message.contains("persistent bootDevice"),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn boot_options_are_immutable_once_acted_on() {
+        let index = Index::default();
+        let netboot = json!({"bootMode": "netboot"});
+        let iso = json!({"bootMode": "isoboot", "isoURL": "http://10.0.0.1/hook.iso"});
+        // Pending with nothing recorded: may change (and the new value is checked).
+        let old = with_boot(wf(Some("Pending"), "1h"), netboot.clone());
+        let v = check(
+            &index,
+            Operation::Update,
+            &with_boot(wf(Some("Pending"), "1h"), iso.clone()),
+            Some(&old),
+        );
+        assert!(v.allowed(), "{v:?}");
+        let v = check(
+            &index,
+            Operation::Update,
+            &with_boot(wf(Some("Pending"), "1h"), json!({"bootMode": "isoboot"})),
+            Some(&old),
+        );
+        assert_eq!(
+            fields(&v),
+            [("spec.bootOptions.isoURL", Reason::Required)],
+            "{v:?}"
+        );
+        // Pending, but the controller recorded a Job: refused.
+        let mut acted = old.clone();
+        acted["status"]["bootOptions"] = json!({"jobs": {"netboot-w": {"uid": "u1"}}});
+        let v = check(
+            &index,
+            Operation::Update,
+            &with_boot(acted.clone(), iso.clone()),
+            Some(&acted),
+        );
+        assert_eq!(
+            fields(&v),
+            [("spec.bootOptions", Reason::Forbidden)],
+            "{v:?}"
+        );
+        assert!(
+            v.violations[0]
+                .message
+                .contains("status.bootOptions records"),
+            "{v:?}"
+        );
+        // Removing them counts as a change too.
+        let mut removed = acted.clone();
+        removed["spec"]
+            .as_object_mut()
+            .expect("spec")
+            .remove("bootOptions");
+        let v = check(&index, Operation::Update, &removed, Some(&acted));
+        assert_eq!(
+            fields(&v),
+            [("spec.bootOptions", Reason::Forbidden)],
+            "{v:?}"
+        );
+        // Running: refused, with the state named.
+        let running = with_boot(wf(Some("Running"), "1h"), netboot.clone());
+        let v = check(
+            &index,
+            Operation::Update,
+            &with_boot(running.clone(), iso),
+            Some(&running),
+        );
+        assert_eq!(
+            fields(&v),
+            [("spec.bootOptions", Reason::Forbidden)],
+            "{v:?}"
+        );
+        assert!(
+            v.violations[0].message.contains("this Workflow is Running"),
+            "{v:?}"
+        );
+        // Unchanged boot options are not re-checked: an object admitted before these checks
+        // (an isoboot without isoURL) still takes metadata updates such as finalizers.
+        let legacy = with_boot(wf(Some("Running"), "1h"), json!({"bootMode": "isoboot"}));
+        let mut finalized = legacy.clone();
+        finalized["metadata"]["finalizers"] = json!(["tinkerbell.org/workflow"]);
+        assert!(check(&index, Operation::Update, &finalized, Some(&legacy)).allowed());
     }
 
     #[test]
