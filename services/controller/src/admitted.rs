@@ -28,6 +28,7 @@ use tracing::{debug, info, warn};
 
 use crate::locks::lock;
 use crate::metrics::Metrics;
+use crate::tasks::Spawner;
 
 /// Why the sweep could not bring the bucket up to date (it retries).
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +77,7 @@ pub(crate) struct Admitted {
     /// How often the whole bucket is reconciled.
     period: Duration,
     written: Written,
+    spawner: Spawner,
 }
 
 /// The bucket value of a Hardware: `<namespace>/<name>`.
@@ -106,6 +108,7 @@ impl Admitted {
         bucket: kv::Store,
         hardware: Store<Hardware>,
         period: Duration,
+        spawner: Spawner,
     ) -> Self {
         Self {
             metrics,
@@ -113,6 +116,7 @@ impl Admitted {
             hardware,
             period,
             written: Written::default(),
+            spawner,
         }
     }
 
@@ -127,7 +131,8 @@ impl Admitted {
             return;
         }
         let this = self.clone();
-        tokio::spawn(async move {
+        let task = format!("agent id admission of {}", owner(hw));
+        self.spawner.spawn(task, async move {
             for (token, value) in missing {
                 match this.bucket.put(&token, value.clone().into()).await {
                     Ok(_) => this.written.set(&token, Some(value)),
@@ -159,7 +164,8 @@ impl Admitted {
             .filter(|t| !still.contains_key(t))
             .collect();
         let this = self.clone();
-        tokio::spawn(async move {
+        let task = format!("agent id removal of {}", owner(hw));
+        self.spawner.spawn(task, async move {
             for token in remove {
                 match this.bucket.delete(&token).await {
                     Ok(()) => this.written.set(&token, None),

@@ -24,6 +24,7 @@ use tracing::{info, warn};
 use crate::locks::lock;
 use crate::metrics::Metrics;
 use crate::recorder::{KubeEvent, KubeEvents};
+use crate::tasks::Spawner;
 
 /// The annotation that asks for a reset. Its value is free (a date, a ticket number).
 pub const AGENT_RESET_ANNOTATION: &str = "tinkerbell.org/agent-reset";
@@ -51,6 +52,7 @@ pub(crate) struct AgentResets {
     bus: tink_bus::Bus,
     metrics: Metrics,
     kube_events: KubeEvents,
+    spawner: Spawner,
     /// Resets in flight, by Hardware uid and annotation value (a watch may show one object
     /// several times before the patch lands).
     in_flight: Mutex<HashSet<(String, String)>>,
@@ -62,12 +64,14 @@ impl AgentResets {
         bus: tink_bus::Bus,
         metrics: Metrics,
         kube_events: KubeEvents,
+        spawner: Spawner,
     ) -> Self {
         Self {
             client,
             bus,
             metrics,
             kube_events,
+            spawner,
             in_flight: Mutex::new(HashSet::new()),
         }
     }
@@ -85,7 +89,12 @@ impl AgentResets {
             return;
         }
         let (this, hw) = (self.clone(), hw.clone());
-        tokio::spawn(async move {
+        let task = format!(
+            "agent session reset of {}/{}",
+            hw.namespace().unwrap_or_default(),
+            hw.name_any()
+        );
+        self.spawner.spawn(task, async move {
             if let Err(e) = this.reset(&hw, &value).await {
                 this.metrics.error("agent_reset");
                 warn!(hardware = %hw.name_any(), error = %e, "agent session reset failed; retried on the next change of the Hardware");

@@ -53,6 +53,7 @@ use crate::config::{CONTROLLER_NAME, ControllerConfig};
 use crate::locks::lock;
 use crate::metrics::Metrics;
 use crate::recorder::{KubeEvent, KubeEvents};
+use crate::tasks::Spawner;
 
 pub use tink_api::agent_secret::{AGENT_SECRET_ANNOTATION, AGENT_SECRET_TYPE, copy_name};
 use tink_api::agent_secret::{
@@ -116,6 +117,7 @@ pub(crate) struct AgentSecrets {
     bus: tink_bus::Bus,
     hardware: Store<Hardware>,
     kube_events: KubeEvents,
+    spawner: Spawner,
     /// One sync of a machine's secret at a time (a rotation reads the copy's generation and
     /// writes the next one).
     syncs: SyncLocks,
@@ -352,6 +354,7 @@ impl AgentSecrets {
         bus: tink_bus::Bus,
         hardware: Store<Hardware>,
         kube_events: KubeEvents,
+        spawner: Spawner,
     ) -> Self {
         Self {
             client,
@@ -360,6 +363,7 @@ impl AgentSecrets {
             bus,
             hardware,
             kube_events,
+            spawner,
             syncs: SyncLocks::default(),
         }
     }
@@ -372,7 +376,12 @@ impl AgentSecrets {
             return;
         }
         let (this, hw) = (self.clone(), hw.clone());
-        tokio::spawn(async move {
+        let task = format!(
+            "agent secret sync of {}/{}",
+            hw.namespace().unwrap_or_default(),
+            hw.name_any()
+        );
+        self.spawner.spawn(task, async move {
             if let Err(e) = sync_one(&this, &hw).await {
                 this.metrics.error("agent_secret");
                 warn!(hardware = %hw.name_any(), error = %e, "cannot update the machine's agent secret; the sweep retries");
@@ -388,7 +397,8 @@ impl AgentSecrets {
         }
         let this = self.clone();
         let name = copy_name(&hw.namespace().unwrap_or_default(), &hw.name_any());
-        tokio::spawn(async move {
+        let task = format!("agent secret copy removal of {name}");
+        self.spawner.spawn(task, async move {
             this.syncs.forget(&name);
             if let Err(e) = delete_copy(&copies(&this), &name).await {
                 this.metrics.error("agent_secret");

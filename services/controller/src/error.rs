@@ -15,6 +15,9 @@ pub enum Error {
     /// A part of the leader's term stopped on its own.
     #[error("the {0} stopped unexpectedly")]
     Stopped(String),
+    /// A part of the leader's term panicked (its name, the panic's message).
+    #[error("the {0} panicked: {1}")]
+    Panicked(String, String),
 }
 
 /// Errors of one reconcile or one batch of events.
