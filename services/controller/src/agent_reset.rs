@@ -14,13 +14,13 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use async_nats::jetstream::kv;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, Resource as _, ResourceExt as _};
 use tink_api::v1alpha2::Hardware;
 use tink_workflow::{EventReason, EventType, agent_ids};
 use tracing::{info, warn};
 
+use crate::error::UpkeepError;
 use crate::locks::lock;
 use crate::metrics::Metrics;
 use crate::recorder::{KubeEvent, KubeEvents};
@@ -28,23 +28,6 @@ use crate::tasks::Spawner;
 
 /// The annotation that asks for a reset. Its value is free (a date, a ticket number).
 pub const AGENT_RESET_ANNOTATION: &str = "tinkerbell.org/agent-reset";
-
-/// Why a reset failed (it is tried again on the next change of the Hardware).
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ResetError {
-    /// An agent id of the machine is not a valid id.
-    #[error(transparent)]
-    Token(#[from] tink_bus::TokenError),
-    /// Purging a bucket entry failed.
-    #[error(transparent)]
-    Purge(#[from] kv::PurgeError),
-    /// The annotation's patch could not be built.
-    #[error(transparent)]
-    Json(#[from] serde_json::Error),
-    /// Removing the annotation failed.
-    #[error(transparent)]
-    Kube(#[from] kube::Error),
-}
 
 /// The session resets of the leader's term.
 pub(crate) struct AgentResets {
@@ -103,7 +86,7 @@ impl AgentResets {
         });
     }
 
-    async fn reset(&self, hw: &Hardware, value: &str) -> Result<(), ResetError> {
+    async fn reset(&self, hw: &Hardware, value: &str) -> Result<(), UpkeepError> {
         let ids = agent_ids(&hw.spec);
         let mut ended = Vec::new();
         for id in &ids {

@@ -3,6 +3,7 @@
 //! [`TaskGroup`](tink_runtime::TaskGroup) ([`crate::tasks`]), all stopped together when the
 //! term ends.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +36,31 @@ use crate::{events, presence, reconcile};
 /// How often housekeeping runs (state gauges, ledger sweep).
 const HOUSEKEEPING: Duration = Duration::from_secs(2);
 
+/// Creates (or updates) the streams and buckets the leader owns, retrying every second until
+/// they are in place (`None`: `term` was cancelled first); each failed attempt is counted and
+/// logged with `retrying`.
+async fn ensure_streams(
+    jetstream: &jetstream::Context,
+    bus: &tink_bus::BusConfig,
+    metrics: &Metrics,
+    term: &CancellationToken,
+    retrying: &'static str,
+) -> Option<tink_bus::Bus> {
+    tink_bus::wait_for_streams(
+        jetstream,
+        bus,
+        StreamSetup::Ensure,
+        Duration::from_secs(1),
+        term.cancelled(),
+        |e, _| {
+            metrics.error("nats");
+            warn!(error = %e, "{retrying}");
+            std::future::ready(())
+        },
+    )
+    .await
+}
+
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -66,20 +92,8 @@ pub(crate) async fn lead(
     let group = Arc::new(Tasks::new(health.clone(), &term));
     let spawner = Spawner::new(&group);
     let term = group.token().clone();
-    let Some(bus) = tink_bus::wait_for_streams(
-        &jetstream,
-        &config.bus,
-        StreamSetup::Ensure,
-        Duration::from_secs(1),
-        term.cancelled(),
-        |e, _| {
-            metrics.error("nats");
-            warn!(error = %e, "cannot set up the JetStream streams yet; retrying");
-            std::future::ready(())
-        },
-    )
-    .await
-    else {
+    let retrying = "cannot set up the JetStream streams yet; retrying";
+    let Some(bus) = ensure_streams(&jetstream, &config.bus, &metrics, &term, retrying).await else {
         return Ok(());
     };
     // The leader owns the streams and buckets: after a NATS reconnection it ensures them again
@@ -98,19 +112,9 @@ pub(crate) async fn lead(
                     // The sender lives as long as the replica's run.
                     changed = reconnects.changed() => if changed.is_err() { return Ok(()) },
                 }
-                let ensured = tink_bus::wait_for_streams(
-                    &jetstream,
-                    &bus_config,
-                    StreamSetup::Ensure,
-                    Duration::from_secs(1),
-                    term.cancelled(),
-                    |e, _| {
-                        metrics.error("nats");
-                        warn!(error = %e, "NATS reconnected but the streams cannot be set up yet; retrying");
-                        std::future::ready(())
-                    },
-                )
-                .await;
+                let retrying = "NATS reconnected but the streams cannot be set up yet; retrying";
+                let ensured =
+                    ensure_streams(&jetstream, &bus_config, &metrics, &term, retrying).await;
                 if ensured.is_none() {
                     return Ok(());
                 }
@@ -166,7 +170,6 @@ pub(crate) async fn lead(
         metrics.clone(),
         bus.admitted_agents.clone(),
         hardware.clone(),
-        config.agent_secrets_sweep,
         spawner.clone(),
     ));
 
@@ -287,25 +290,21 @@ pub(crate) async fn lead(
         });
     }
     {
-        let (ctx, term) = (ctx.clone(), term.clone());
-        group.spawn_critical("housekeeping", async move {
-            loop {
-                tokio::select! {
-                    _ = term.cancelled() => break,
-                    _ = tokio::time::sleep(HOUSEKEEPING) => {}
-                }
-                ctx.ledger.sweep();
-                ctx.prune();
-                count_states(&ctx);
-            }
-            Ok(())
+        let ctx = ctx.clone();
+        group.spawn_periodic("housekeeping", HOUSEKEEPING, move || {
+            ctx.ledger.sweep();
+            ctx.prune();
+            count_states(&ctx);
+            std::future::ready(Ok::<(), Infallible>(()))
         });
     }
+    // The whole agent secrets bucket and every copy, reconciled with the Hardware cache.
+    let sweep_period = config.agent_secrets_sweep.max(Duration::from_millis(100));
     {
-        let (secrets, term) = (secrets.clone(), term.clone());
-        group.spawn_critical("agent secrets sweep", async move {
-            secrets.sweep(term).await;
-            Ok(())
+        let secrets = secrets.clone();
+        group.spawn_periodic("agent secrets sweep", sweep_period, move || {
+            let secrets = secrets.clone();
+            async move { secrets.sweep().await }
         });
     }
     {
@@ -317,10 +316,12 @@ pub(crate) async fn lead(
     }
     {
         let term = term.clone();
-        group.spawn_critical("admitted agents sweep", async move {
-            admitted.sweep(term).await;
-            Ok(())
+        let first = group.spawn_periodic("admitted agents sweep", sweep_period, move || {
+            let (admitted, term) = (admitted.clone(), term.clone());
+            async move { admitted.sweep(&term).await }
         });
+        // The first at once (it waits for the Hardware cache), not a period later.
+        first.activate();
     }
     if crate::capi::enabled(&client, &config.capi).await {
         crate::capi::start(
@@ -332,17 +333,10 @@ pub(crate) async fn lead(
         );
     }
     if !config.resync_period.is_zero() {
-        let (ctx, term) = (ctx.clone(), term.clone());
-        let period = config.resync_period;
-        group.spawn_critical("resync", async move {
-            loop {
-                tokio::select! {
-                    _ = term.cancelled() => break,
-                    _ = tokio::time::sleep(period) => {}
-                }
-                resync(&ctx);
-            }
-            Ok(())
+        let ctx = ctx.clone();
+        group.spawn_periodic("resync", config.resync_period, move || {
+            resync(&ctx);
+            std::future::ready(Ok::<(), Infallible>(()))
         });
     }
 
