@@ -15,7 +15,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_nats::jetstream::kv;
 use futures::TryStreamExt as _;
@@ -26,28 +25,10 @@ use tink_hardware_index::Claims;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::error::UpkeepError;
 use crate::locks::lock;
 use crate::metrics::Metrics;
-
-/// Why the sweep could not bring the bucket up to date (it retries).
-#[derive(Debug, thiserror::Error)]
-enum SweepError {
-    /// Listing the bucket's keys failed.
-    #[error(transparent)]
-    Keys(#[from] kv::HistoryError),
-    /// Reading the bucket's keys failed.
-    #[error(transparent)]
-    Watcher(#[from] kv::WatcherError),
-    /// Reading an entry failed.
-    #[error(transparent)]
-    Entry(#[from] kv::EntryError),
-    /// Writing an entry failed.
-    #[error(transparent)]
-    Put(#[from] kv::PutError),
-    /// Deleting an entry failed.
-    #[error(transparent)]
-    Delete(#[from] kv::DeleteError),
-}
+use crate::tasks::Spawner;
 
 /// What this leader last wrote (agent token -> value), so unchanged Hardware cost no write.
 #[derive(Debug, Default)]
@@ -73,9 +54,8 @@ pub(crate) struct Admitted {
     /// The admitted agents bucket.
     bucket: kv::Store,
     hardware: Store<Hardware>,
-    /// How often the whole bucket is reconciled.
-    period: Duration,
     written: Written,
+    spawner: Spawner,
 }
 
 /// The bucket value of a Hardware: `<namespace>/<name>`.
@@ -105,14 +85,14 @@ impl Admitted {
         metrics: Metrics,
         bucket: kv::Store,
         hardware: Store<Hardware>,
-        period: Duration,
+        spawner: Spawner,
     ) -> Self {
         Self {
             metrics,
             bucket,
             hardware,
-            period,
             written: Written::default(),
+            spawner,
         }
     }
 
@@ -127,7 +107,8 @@ impl Admitted {
             return;
         }
         let this = self.clone();
-        tokio::spawn(async move {
+        let task = format!("agent id admission of {}", owner(hw));
+        self.spawner.spawn(task, async move {
             for (token, value) in missing {
                 match this.bucket.put(&token, value.clone().into()).await {
                     Ok(_) => this.written.set(&token, Some(value)),
@@ -159,7 +140,8 @@ impl Admitted {
             .filter(|t| !still.contains_key(t))
             .collect();
         let this = self.clone();
-        tokio::spawn(async move {
+        let task = format!("agent id removal of {}", owner(hw));
+        self.spawner.spawn(task, async move {
             for token in remove {
                 match this.bucket.delete(&token).await {
                     Ok(()) => this.written.set(&token, None),
@@ -172,27 +154,20 @@ impl Admitted {
         });
     }
 
-    /// Reconciles the whole bucket with the Hardware cache every `agent_secrets_sweep` until
-    /// `term`, once the cache has synced.
-    pub async fn sweep(self: Arc<Self>, term: CancellationToken) {
+    /// Reconciles the whole bucket with the Hardware cache once (the term runs it at once and
+    /// then every `agent_secrets_sweep`), after waiting until the cache has synced (or `term`
+    /// is cancelled: no sweep); a failure is counted.
+    pub async fn sweep(&self, term: &CancellationToken) -> Result<(), UpkeepError> {
         tokio::select! {
-            _ = term.cancelled() => return,
-            ready = self.hardware.wait_until_ready() => if ready.is_err() { return },
+            _ = term.cancelled() => return Ok(()),
+            ready = self.hardware.wait_until_ready() => ready?,
         }
-        let period = self.period.max(Duration::from_millis(100));
-        loop {
-            if let Err(e) = self.sweep_once().await {
-                self.metrics.error("admitted_agents");
-                warn!(error = %e, "admitted agents sweep failed");
-            }
-            tokio::select! {
-                _ = term.cancelled() => return,
-                _ = tokio::time::sleep(period) => {}
-            }
-        }
+        self.sweep_once()
+            .await
+            .inspect_err(|_| self.metrics.error("admitted_agents"))
     }
 
-    async fn sweep_once(&self) -> Result<(), SweepError> {
+    async fn sweep_once(&self) -> Result<(), UpkeepError> {
         let state = self.hardware.state();
         let want = desired(state.iter().map(|h| h.as_ref()));
         let bucket = &self.bucket;

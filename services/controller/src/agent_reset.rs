@@ -14,36 +14,20 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use async_nats::jetstream::kv;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, Resource as _, ResourceExt as _};
 use tink_api::v1alpha2::Hardware;
 use tink_workflow::{EventReason, EventType, agent_ids};
 use tracing::{info, warn};
 
+use crate::error::UpkeepError;
 use crate::locks::lock;
 use crate::metrics::Metrics;
 use crate::recorder::{KubeEvent, KubeEvents};
+use crate::tasks::Spawner;
 
 /// The annotation that asks for a reset. Its value is free (a date, a ticket number).
 pub const AGENT_RESET_ANNOTATION: &str = "tinkerbell.org/agent-reset";
-
-/// Why a reset failed (it is tried again on the next change of the Hardware).
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ResetError {
-    /// An agent id of the machine is not a valid id.
-    #[error(transparent)]
-    Token(#[from] tink_bus::TokenError),
-    /// Purging a bucket entry failed.
-    #[error(transparent)]
-    Purge(#[from] kv::PurgeError),
-    /// The annotation's patch could not be built.
-    #[error(transparent)]
-    Json(#[from] serde_json::Error),
-    /// Removing the annotation failed.
-    #[error(transparent)]
-    Kube(#[from] kube::Error),
-}
 
 /// The session resets of the leader's term.
 pub(crate) struct AgentResets {
@@ -51,6 +35,7 @@ pub(crate) struct AgentResets {
     bus: tink_bus::Bus,
     metrics: Metrics,
     kube_events: KubeEvents,
+    spawner: Spawner,
     /// Resets in flight, by Hardware uid and annotation value (a watch may show one object
     /// several times before the patch lands).
     in_flight: Mutex<HashSet<(String, String)>>,
@@ -62,12 +47,14 @@ impl AgentResets {
         bus: tink_bus::Bus,
         metrics: Metrics,
         kube_events: KubeEvents,
+        spawner: Spawner,
     ) -> Self {
         Self {
             client,
             bus,
             metrics,
             kube_events,
+            spawner,
             in_flight: Mutex::new(HashSet::new()),
         }
     }
@@ -85,7 +72,12 @@ impl AgentResets {
             return;
         }
         let (this, hw) = (self.clone(), hw.clone());
-        tokio::spawn(async move {
+        let task = format!(
+            "agent session reset of {}/{}",
+            hw.namespace().unwrap_or_default(),
+            hw.name_any()
+        );
+        self.spawner.spawn(task, async move {
             if let Err(e) = this.reset(&hw, &value).await {
                 this.metrics.error("agent_reset");
                 warn!(hardware = %hw.name_any(), error = %e, "agent session reset failed; retried on the next change of the Hardware");
@@ -94,7 +86,7 @@ impl AgentResets {
         });
     }
 
-    async fn reset(&self, hw: &Hardware, value: &str) -> Result<(), ResetError> {
+    async fn reset(&self, hw: &Hardware, value: &str) -> Result<(), UpkeepError> {
         let ids = agent_ids(&hw.spec);
         let mut ended = Vec::new();
         for id in &ids {

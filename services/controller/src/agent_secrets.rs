@@ -50,9 +50,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{CONTROLLER_NAME, ControllerConfig};
+use crate::error::UpkeepError;
 use crate::locks::lock;
 use crate::metrics::Metrics;
 use crate::recorder::{KubeEvent, KubeEvents};
+use crate::tasks::Spawner;
 
 pub use tink_api::agent_secret::{AGENT_SECRET_ANNOTATION, AGENT_SECRET_TYPE, copy_name};
 use tink_api::agent_secret::{
@@ -64,32 +66,6 @@ use tink_api::agent_secret::{
 pub fn secret_hash(secret: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, secret.as_bytes());
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Why a machine's secret, or the sweep, could not be brought up to date (the sweep retries).
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum SecretError {
-    /// The Kubernetes API failed (a copy or a Secret).
-    #[error(transparent)]
-    Kube(#[from] kube::Error),
-    /// Reading a bucket entry failed.
-    #[error(transparent)]
-    Entry(#[from] kv::EntryError),
-    /// Writing a bucket entry failed.
-    #[error(transparent)]
-    Put(#[from] kv::PutError),
-    /// Deleting a bucket entry failed.
-    #[error(transparent)]
-    Delete(#[from] kv::DeleteError),
-    /// Listing a bucket's keys failed.
-    #[error(transparent)]
-    Keys(#[from] kv::HistoryError),
-    /// Reading a bucket's keys failed.
-    #[error(transparent)]
-    Watcher(#[from] kv::WatcherError),
-    /// Some machines of the sweep could not be brought up to date (each is logged).
-    #[error("{0} agent secrets could not be updated")]
-    Failed(usize),
 }
 
 /// Per-Hardware locks: one sync of a machine's secret at a time (by copy name).
@@ -116,6 +92,7 @@ pub(crate) struct AgentSecrets {
     bus: tink_bus::Bus,
     hardware: Store<Hardware>,
     kube_events: KubeEvents,
+    spawner: Spawner,
     /// One sync of a machine's secret at a time (a rotation reads the copy's generation and
     /// writes the next one).
     syncs: SyncLocks,
@@ -312,7 +289,7 @@ async fn delete_copy(api: &Api<Secret>, name: &str) -> kube::Result<()> {
 }
 
 /// Brings one Hardware's copy and then its entries (tokens of its agent ids only) up to date.
-async fn sync_one(secrets: &AgentSecrets, hw: &Hardware) -> Result<(), SecretError> {
+async fn sync_one(secrets: &AgentSecrets, hw: &Hardware) -> Result<(), UpkeepError> {
     let api = copies(secrets);
     let name = copy_name(&hw.namespace().unwrap_or_default(), &hw.name_any());
     let lock = secrets.syncs.of(&name);
@@ -352,6 +329,7 @@ impl AgentSecrets {
         bus: tink_bus::Bus,
         hardware: Store<Hardware>,
         kube_events: KubeEvents,
+        spawner: Spawner,
     ) -> Self {
         Self {
             client,
@@ -360,6 +338,7 @@ impl AgentSecrets {
             bus,
             hardware,
             kube_events,
+            spawner,
             syncs: SyncLocks::default(),
         }
     }
@@ -372,7 +351,12 @@ impl AgentSecrets {
             return;
         }
         let (this, hw) = (self.clone(), hw.clone());
-        tokio::spawn(async move {
+        let task = format!(
+            "agent secret sync of {}/{}",
+            hw.namespace().unwrap_or_default(),
+            hw.name_any()
+        );
+        self.spawner.spawn(task, async move {
             if let Err(e) = sync_one(&this, &hw).await {
                 this.metrics.error("agent_secret");
                 warn!(hardware = %hw.name_any(), error = %e, "cannot update the machine's agent secret; the sweep retries");
@@ -388,7 +372,8 @@ impl AgentSecrets {
         }
         let this = self.clone();
         let name = copy_name(&hw.namespace().unwrap_or_default(), &hw.name_any());
-        tokio::spawn(async move {
+        let task = format!("agent secret copy removal of {name}");
+        self.spawner.spawn(task, async move {
             this.syncs.forget(&name);
             if let Err(e) = delete_copy(&copies(&this), &name).await {
                 this.metrics.error("agent_secret");
@@ -397,23 +382,12 @@ impl AgentSecrets {
         });
     }
 
-    /// Reconciles the whole bucket and every copy with the Hardware cache every
-    /// `agent_secrets_sweep` until `term`.
-    pub async fn sweep(self: Arc<Self>, term: CancellationToken) {
-        let period = self
-            .config
-            .agent_secrets_sweep
-            .max(Duration::from_millis(100));
-        loop {
-            tokio::select! {
-                _ = term.cancelled() => return,
-                _ = tokio::time::sleep(period) => {}
-            }
-            if let Err(e) = sweep_once(&self).await {
-                self.metrics.error("agent_secret");
-                warn!(error = %e, "agent secrets sweep failed");
-            }
-        }
+    /// Reconciles the whole bucket and every copy with the Hardware cache once (the term runs
+    /// it every `agent_secrets_sweep`); a failure is counted.
+    pub async fn sweep(&self) -> Result<(), UpkeepError> {
+        sweep_once(self)
+            .await
+            .inspect_err(|_| self.metrics.error("agent_secret"))
     }
 
     /// Follows the exchanged agent secrets bucket until `term`: an agent that exchanged its
@@ -461,7 +435,7 @@ impl AgentSecrets {
     }
 }
 
-async fn sweep_once(secrets: &AgentSecrets) -> Result<(), SecretError> {
+async fn sweep_once(secrets: &AgentSecrets) -> Result<(), UpkeepError> {
     // Every annotated Hardware's copy and entries, each as `sync_one` does (under its lock, from
     // its current copy).
     let mut wanted_tokens: HashSet<String> = HashSet::new();
@@ -519,7 +493,7 @@ async fn sweep_once(secrets: &AgentSecrets) -> Result<(), SecretError> {
         }
     }
     if failed > 0 {
-        return Err(SecretError::Failed(failed));
+        return Err(UpkeepError::Failed(failed));
     }
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! One leadership term: the caches, the reconciler, the events consumer, the presence watch,
-//! the Kubernetes Event publisher and the housekeeping, all stopped together when the term
-//! ends.
+//! the Kubernetes Event publisher and the housekeeping, the term's critical tasks in one
+//! [`TaskGroup`](tink_runtime::TaskGroup) ([`crate::tasks`]), all stopped together when the
+//! term ends.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +18,6 @@ use tink_bus::StreamSetup;
 use tink_hardware_index::{Applier, Index};
 use tink_runtime::Health;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -28,11 +29,37 @@ use crate::error::Error;
 use crate::keys::key_of;
 use crate::metrics::Metrics;
 use crate::recorder::{KubeEvents, Recorder};
+use crate::tasks::{Spawner, Tasks, stopped};
 use crate::term::Term;
 use crate::{events, presence, reconcile};
 
 /// How often housekeeping runs (state gauges, ledger sweep).
 const HOUSEKEEPING: Duration = Duration::from_secs(2);
+
+/// Creates (or updates) the streams and buckets the leader owns, retrying every second until
+/// they are in place (`None`: `term` was cancelled first); each failed attempt is counted and
+/// logged with `retrying`.
+async fn ensure_streams(
+    jetstream: &jetstream::Context,
+    bus: &tink_bus::BusConfig,
+    metrics: &Metrics,
+    term: &CancellationToken,
+    retrying: &'static str,
+) -> Option<tink_bus::Bus> {
+    tink_bus::wait_for_streams(
+        jetstream,
+        bus,
+        StreamSetup::Ensure,
+        Duration::from_secs(1),
+        term.cancelled(),
+        |e, _| {
+            metrics.error("nats");
+            warn!(error = %e, "{retrying}");
+            std::future::ready(())
+        },
+    )
+    .await
+}
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -46,6 +73,11 @@ where
 }
 
 /// Runs the term until `term` is cancelled (returns `Ok`) or a part of it fails for good.
+///
+/// Its parts are critical tasks of one group whose token (a child of `term`) they all stop on:
+/// one that ends, fails or panics while the term runs turns `health` not ready, stops the
+/// others and is returned as the term's error. Dropping this future (a killed replica, a term
+/// that did not drain within its budget) aborts them.
 pub(crate) async fn lead(
     client: Client,
     config: ControllerConfig,
@@ -56,20 +88,12 @@ pub(crate) async fn lead(
     term: CancellationToken,
 ) -> Result<(), Error> {
     reconnects.borrow_and_update();
-    let Some(bus) = tink_bus::wait_for_streams(
-        &jetstream,
-        &config.bus,
-        StreamSetup::Ensure,
-        Duration::from_secs(1),
-        term.cancelled(),
-        |e, _| {
-            metrics.error("nats");
-            warn!(error = %e, "cannot set up the JetStream streams yet; retrying");
-            std::future::ready(())
-        },
-    )
-    .await
-    else {
+    // The only strong handle: the components get a weak [`Spawner`] (see crate::tasks).
+    let group = Arc::new(Tasks::new(health.clone(), &term));
+    let spawner = Spawner::new(&group);
+    let term = group.token().clone();
+    let retrying = "cannot set up the JetStream streams yet; retrying";
+    let Some(bus) = ensure_streams(&jetstream, &config.bus, &metrics, &term, retrying).await else {
         return Ok(());
     };
     // The leader owns the streams and buckets: after a NATS reconnection it ensures them again
@@ -81,27 +105,18 @@ pub(crate) async fn lead(
             metrics.clone(),
             term.clone(),
         );
-        tokio::spawn(async move {
+        group.spawn_critical("NATS reconnection watch", async move {
             loop {
                 tokio::select! {
-                    _ = term.cancelled() => return,
-                    changed = reconnects.changed() => if changed.is_err() { return },
+                    _ = term.cancelled() => return Ok(()),
+                    // The sender lives as long as the replica's run.
+                    changed = reconnects.changed() => if changed.is_err() { return Ok(()) },
                 }
-                let ensured = tink_bus::wait_for_streams(
-                    &jetstream,
-                    &bus_config,
-                    StreamSetup::Ensure,
-                    Duration::from_secs(1),
-                    term.cancelled(),
-                    |e, _| {
-                        metrics.error("nats");
-                        warn!(error = %e, "NATS reconnected but the streams cannot be set up yet; retrying");
-                        std::future::ready(())
-                    },
-                )
-                .await;
+                let retrying = "NATS reconnected but the streams cannot be set up yet; retrying";
+                let ensured =
+                    ensure_streams(&jetstream, &bus_config, &metrics, &term, retrying).await;
                 if ensured.is_none() {
-                    return;
+                    return Ok(());
                 }
                 info!("NATS reconnected; the streams and buckets are in place");
             }
@@ -140,6 +155,7 @@ pub(crate) async fn lead(
         bus.clone(),
         metrics.clone(),
         kube_events.clone(),
+        spawner.clone(),
     ));
     let secrets = Arc::new(AgentSecrets::new(
         client.clone(),
@@ -148,12 +164,13 @@ pub(crate) async fn lead(
         bus.clone(),
         hardware.clone(),
         kube_events,
+        spawner.clone(),
     ));
     let admitted = Arc::new(Admitted::new(
         metrics.clone(),
         bus.admitted_agents.clone(),
         hardware.clone(),
-        config.agent_secrets_sweep,
+        spawner.clone(),
     ));
 
     let hw_stream = {
@@ -226,31 +243,31 @@ pub(crate) async fn lead(
         .reconcile_on(tokio_stream::wrappers::ReceiverStream::new(trigger_rx))
         .graceful_shutdown_on(term.clone().cancelled_owned());
 
-    let mut tasks: JoinSet<&'static str> = JoinSet::new();
     {
         let ctx = ctx.clone();
-        tasks.spawn(async move {
+        group.spawn_critical("reconciler", async move {
             controller
                 .run(reconcile::reconcile, reconcile::error_policy, ctx)
                 .for_each(|_| std::future::ready(()))
                 .await;
-            "reconciler"
+            Ok(())
         });
     }
     let (bound_tx, bound_rx) = oneshot::channel();
     {
         let (ctx, term) = (ctx.clone(), term.clone());
         let stream = bus.events.clone();
-        tasks.spawn(async move {
-            events::run(ctx, stream, bound_tx, term).await;
-            "events consumer"
+        let spawner = spawner.clone();
+        group.spawn_critical("events consumer", async move {
+            events::run(ctx, stream, bound_tx, spawner, term).await;
+            Ok(())
         });
     }
     let (loaded_tx, loaded_rx) = oneshot::channel();
     {
         let (ctx, term) = (ctx.clone(), term.clone());
         let bucket = bus.presence.clone();
-        tasks.spawn(async move {
+        group.spawn_critical("presence watch", async move {
             presence::run(
                 &ctx.presence,
                 &ctx.wake,
@@ -260,53 +277,51 @@ pub(crate) async fn lead(
                 term,
             )
             .await;
-            "presence watch"
+            Ok(())
         });
     }
     {
         let term = term.clone();
         let recorder = Recorder::new(client.clone(), CONTROLLER_NAME, &config.replica_id);
         let metrics = metrics.clone();
-        tasks.spawn(async move {
+        group.spawn_critical("event publisher", async move {
             crate::recorder::publish_queued(recorder, event_rx, metrics, term).await;
-            "event publisher"
+            Ok(())
         });
     }
     {
-        let (ctx, term) = (ctx.clone(), term.clone());
-        tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = term.cancelled() => break,
-                    _ = tokio::time::sleep(HOUSEKEEPING) => {}
-                }
-                ctx.ledger.sweep();
-                ctx.prune();
-                count_states(&ctx);
-            }
-            "housekeeping"
+        let ctx = ctx.clone();
+        group.spawn_periodic("housekeeping", HOUSEKEEPING, move || {
+            ctx.ledger.sweep();
+            ctx.prune();
+            count_states(&ctx);
+            std::future::ready(Ok::<(), Infallible>(()))
         });
     }
+    // The whole agent secrets bucket and every copy, reconciled with the Hardware cache.
+    let sweep_period = config.agent_secrets_sweep.max(Duration::from_millis(100));
     {
-        let (secrets, term) = (secrets.clone(), term.clone());
-        tasks.spawn(async move {
-            secrets.sweep(term).await;
-            "agent secrets sweep"
+        let secrets = secrets.clone();
+        group.spawn_periodic("agent secrets sweep", sweep_period, move || {
+            let secrets = secrets.clone();
+            async move { secrets.sweep().await }
         });
     }
     {
         let term = term.clone();
-        tasks.spawn(async move {
+        group.spawn_critical("agent secret exchanges watch", async move {
             secrets.follow_exchanges(term).await;
-            "agent secret exchanges watch"
+            Ok(())
         });
     }
     {
         let term = term.clone();
-        tasks.spawn(async move {
-            admitted.sweep(term).await;
-            "admitted agents sweep"
+        let first = group.spawn_periodic("admitted agents sweep", sweep_period, move || {
+            let (admitted, term) = (admitted.clone(), term.clone());
+            async move { admitted.sweep(&term).await }
         });
+        // The first at once (it waits for the Hardware cache), not a period later.
+        first.activate();
     }
     if crate::capi::enabled(&client, &config.capi).await {
         crate::capi::start(
@@ -314,22 +329,14 @@ pub(crate) async fn lead(
             config.capi.clone(),
             metrics.clone(),
             config.namespace.clone(),
-            &mut tasks,
-            &term,
+            &group,
         );
     }
     if !config.resync_period.is_zero() {
-        let (ctx, term) = (ctx.clone(), term.clone());
-        let period = config.resync_period;
-        tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = term.cancelled() => break,
-                    _ = tokio::time::sleep(period) => {}
-                }
-                resync(&ctx);
-            }
-            "resync"
+        let ctx = ctx.clone();
+        group.spawn_periodic("resync", config.resync_period, move || {
+            resync(&ctx);
+            std::future::ready(Ok::<(), Infallible>(()))
         });
     }
 
@@ -342,41 +349,18 @@ pub(crate) async fn lead(
         loaded_rx.await.ok()?;
         Some(())
     };
+    // A part that stops early cancels the group's token, so this ends then too.
     tokio::select! {
-        r = ready => if r.is_some() {
+        r = ready => if r.is_some() && !term.is_cancelled() {
             health.set_ready(true);
             info!("caches synced and events consumer bound; ready");
         },
         _ = term.cancelled() => {}
-        done = tasks.join_next() => {
-            let stopping = term.is_cancelled();
-            term.cancel();
-            while tasks.join_next().await.is_some() {}
-            return if stopping { Ok(()) } else { Err(Error::Stopped(task_name(done))) };
-        }
     }
 
-    let result = tokio::select! {
-        _ = term.cancelled() => Ok(()),
-        // A part that stops while the term is being cancelled is shutting down, not failing.
-        done = tasks.join_next() => if term.is_cancelled() {
-            Ok(())
-        } else {
-            Err(Error::Stopped(task_name(done)))
-        },
-    };
-    term.cancel();
-    // Drain: the reconciler finishes its running reconciles, the others stop at once.
-    while tasks.join_next().await.is_some() {}
-    result
-}
-
-fn task_name(done: Option<Result<&'static str, tokio::task::JoinError>>) -> String {
-    match done {
-        Some(Ok(name)) => name.to_string(),
-        Some(Err(e)) => format!("a task failed: {e}"),
-        None => "no task".to_string(),
-    }
+    // Drain: the reconciler finishes its running reconciles, the others stop at once (a part
+    // that stops while the term is being cancelled is shutting down, not failing).
+    group.wait().await.map_err(stopped)
 }
 
 /// The Workflows of a namespace matching `is_ref` that still wait for their Template or

@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, debug, info, warn};
 
 use crate::error::{StepError, report};
+use crate::tasks::Spawner;
 use crate::term::{Failed, Plan, Stepped, Term};
 
 /// How often a group is re-read and applied again after write conflicts.
@@ -67,6 +68,7 @@ pub(crate) async fn run(
     term: Arc<Term>,
     stream: jetstream::stream::Stream,
     bound: oneshot::Sender<()>,
+    spawner: Spawner,
     cancel: CancellationToken,
 ) {
     let config = &term.config;
@@ -106,7 +108,10 @@ pub(crate) async fn run(
             let _ = tx.send(());
             let (term, stream, name, cancel) =
                 (term.clone(), stream.clone(), name.clone(), cancel.clone());
-            tokio::spawn(async move { watch_backlog(term, stream, name, cancel).await });
+            spawner.spawn(
+                "events backlog watch",
+                watch_backlog(term, stream, name, cancel),
+            );
         }
         info!(consumer = %name, "events consumer bound");
         let mut held = Held::default();

@@ -54,6 +54,7 @@ mod presence;
 mod reconcile;
 pub mod recorder;
 pub use tink_render as render;
+mod tasks;
 mod term;
 pub mod trace;
 mod wake;

@@ -10,6 +10,7 @@ use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
 use super::error::{PageError, PageResult};
+use super::query::object_path;
 use super::session::Session;
 use crate::access::{Access, Permission, User};
 use crate::cache::Cache;
@@ -18,6 +19,33 @@ use crate::metrics::Metrics;
 
 /// The most namespaces checked one by one for a user without cluster-wide access.
 const MAX_NAMESPACE_CHECKS: usize = 256;
+
+/// The Tinkerbell kinds a page shows one object of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TinkKind {
+    /// A Workflow.
+    Workflow,
+    /// A Template.
+    Template,
+}
+
+impl TinkKind {
+    /// The kind as a path check names it.
+    fn as_str(self) -> &'static str {
+        match self {
+            TinkKind::Workflow => "workflow",
+            TinkKind::Template => "template",
+        }
+    }
+
+    /// The kind's API resource (what the user is authorized for).
+    fn resource(self) -> &'static str {
+        match self {
+            TinkKind::Workflow => "workflows",
+            TinkKind::Template => "templates",
+        }
+    }
+}
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -93,18 +121,24 @@ impl AppState {
         }
     }
 
-    /// Whether `s`'s user may `verb` the Tinkerbell `resource` `ns/name` (403 when not).
-    pub(super) async fn authorize_tink(
+    /// What every request for one Tinkerbell object (`kind` at `ns/name`) checks first, in
+    /// this order: the session, the path's namespace and name (400 naming the bad one),
+    /// `before` (the caches' sync, a form's anti-CSRF check), and whether the user may `verb`
+    /// the object (403 when not). Returns the session.
+    pub(super) async fn object_request(
         &self,
-        s: &Session,
+        session: Result<Session, PageError>,
+        kind: TinkKind,
+        (ns, name): (&str, &str),
         verb: &'static str,
-        resource: &'static str,
-        ns: &str,
-        name: &str,
-    ) -> Result<(), PageError> {
-        let permission = Permission::tink(verb, resource, ns, name);
+        before: impl FnOnce(&Session) -> Result<(), PageError>,
+    ) -> Result<Session, PageError> {
+        let s = session?;
+        object_path(kind.as_str(), ns, name)?;
+        before(&s)?;
+        let permission = Permission::tink(verb, kind.resource(), ns, name);
         self.inner.access.authorize(&s.user, &permission).await?;
-        Ok(())
+        Ok(s)
     }
 
     /// [`AppState::visible`] for a page that shows the objects it may and hides the rest: a 403

@@ -11,9 +11,9 @@ use serde::Deserialize;
 use tink_api::v1alpha2::{Template, Workflow};
 
 use super::error::{PageError, html};
-use super::query::{namespaces_of, nonempty, object_name, object_path};
+use super::query::{namespaces_of, nonempty, object_name};
 use super::session::Session;
-use super::state::AppState;
+use super::state::{AppState, TinkKind};
 use crate::access::Permission;
 use crate::live::Namespaces;
 use crate::pages::{ActionItem, TemplateItem, TemplatePage, TemplatesPage};
@@ -101,10 +101,10 @@ pub(super) async fn page(
     session: Result<Session, PageError>,
 ) -> Response {
     let r = async {
-        let s = session?;
-        object_path("template", &ns, &name)?;
-        st.synced()?;
-        st.authorize_tink(&s, "get", "templates", &ns, &name)
+        let s = st
+            .object_request(session, TinkKind::Template, (&ns, &name), "get", |_| {
+                st.synced()
+            })
             .await?;
         let access = &st.inner.access;
         let t =

@@ -17,9 +17,9 @@ use tink_api::v1alpha2::{Workflow, WorkflowState};
 pub const MAX_ROWS: usize = 2000;
 
 use super::error::{BadQuery, PageError, encode, html, kube_error, redirect};
-use super::query::{namespaces_of, nonempty, object_name, object_path, paginate};
+use super::query::{namespaces_of, nonempty, object_name, paginate};
 use super::session::{Session, check_post, form};
-use super::state::AppState;
+use super::state::{AppState, TinkKind};
 use crate::access::Permission;
 use crate::live::{Filter, Namespaces};
 use crate::pages::{LogsPage, WorkflowPage, WorkflowsPage};
@@ -279,10 +279,11 @@ pub(super) async fn page(
     session: Result<Session, PageError>,
 ) -> Response {
     let r = async {
-        let s = session?;
-        object_path("workflow", &ns, &name)?;
-        st.synced()?;
-        st.authorize_tink(&s, "get", "workflows", &ns, &name).await?;
+        let s = st
+            .object_request(session, TinkKind::Workflow, (&ns, &name), "get", |_| {
+                st.synced()
+            })
+            .await?;
         let access = &st.inner.access;
         let seq = st.inner.live.seq();
         let (w, deleted) = st
@@ -332,9 +333,8 @@ pub(super) async fn live_page(
     session: Result<Session, PageError>,
 ) -> Response {
     let r = async {
-        let s = session?;
-        object_path("workflow", &ns, &name)?;
-        st.authorize_tink(&s, "get", "workflows", &ns, &name)
+        let s = st
+            .object_request(session, TinkKind::Workflow, (&ns, &name), "get", |_| Ok(()))
             .await?;
         let access = &st.inner.access;
         let events = access
@@ -368,9 +368,8 @@ pub(super) async fn logs(
     session: Result<Session, PageError>,
 ) -> Response {
     let r = async {
-        let s = session?;
-        object_path("workflow", &ns, &name)?;
-        st.authorize_tink(&s, "get", "workflows", &ns, &name)
+        let s = st
+            .object_request(session, TinkKind::Workflow, (&ns, &name), "get", |_| Ok(()))
             .await?;
         let logs = st.inner.logs.as_ref().ok_or_else(|| {
             PageError::NotFound(
@@ -432,10 +431,11 @@ pub(super) async fn cancel(
     body: Bytes,
 ) -> Response {
     let r = async {
-        let s = session?;
-        object_path("workflow", &ns, &name)?;
-        check_post(&headers, Some(&s), &form(&body))?;
-        st.authorize_tink(&s, "delete", "workflows", &ns, &name).await?;
+        let s = st
+            .object_request(session, TinkKind::Workflow, (&ns, &name), "delete", |s| {
+                check_post(&headers, Some(s), &form(&body))
+            })
+            .await?;
         // Cancellation is deletion: the controller moves a Scheduled or Running workflow to
         // Cancelling, stops its agent, then Canceled. Sent with the user's own token.
         let api: Api<Workflow> = Api::namespaced(st.user_client(&s.token)?, &ns);
@@ -486,10 +486,11 @@ pub(super) async fn rerun(
     body: Bytes,
 ) -> Response {
     let r = async {
-        let s = session?;
-        object_path("workflow", &ns, &name)?;
-        check_post(&headers, Some(&s), &form(&body))?;
-        st.authorize_tink(&s, "get", "workflows", &ns, &name).await?;
+        let s = st
+            .object_request(session, TinkKind::Workflow, (&ns, &name), "get", |s| {
+                check_post(&headers, Some(s), &form(&body))
+            })
+            .await?;
         let access = &st.inner.access;
         access
             .authorize(&s.user, &Permission::tink("create", "workflows", &ns, ""))

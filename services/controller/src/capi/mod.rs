@@ -21,11 +21,10 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, ResourceExt as _};
 use tink_api::capi::v1beta1::{TinkerbellCluster, TinkerbellMachine};
 use tink_api::v1alpha2::{Hardware, Workflow};
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::metrics::Metrics;
+use crate::tasks::Tasks;
 
 /// Whether the provider runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -126,15 +125,15 @@ pub(crate) async fn enabled(client: &Client, config: &CapiConfig) -> bool {
     }
 }
 
-/// Starts the provider's reconcilers into `tasks`; they stop when `term` is cancelled.
+/// Starts the provider's reconcilers as critical tasks of the term's `tasks`; they stop with it.
 pub(crate) fn start(
     client: Client,
     config: CapiConfig,
     metrics: Metrics,
     namespace: Option<String>,
-    tasks: &mut JoinSet<&'static str>,
-    term: &CancellationToken,
+    tasks: &Tasks,
 ) {
+    let term = tasks.token();
     let ns = namespace.as_deref();
     let wc = watcher::Config::default();
     let (hardware, hw_writer) = reflector::store::<Hardware>();
@@ -200,12 +199,12 @@ pub(crate) fn start(
         .graceful_shutdown_on(term.clone().cancelled_owned());
     {
         let ctx = ctx.clone();
-        tasks.spawn(async move {
+        tasks.spawn_critical("TinkerbellMachine reconciler", async move {
             machines
                 .run(machine::reconcile, machine::error_policy, ctx)
                 .for_each(|_| std::future::ready(()))
                 .await;
-            "TinkerbellMachine reconciler"
+            Ok(())
         });
     }
 
@@ -231,12 +230,12 @@ pub(crate) fn start(
             core::infrastructure_ref(&c, "TinkerbellCluster")
         })
         .graceful_shutdown_on(term.clone().cancelled_owned());
-    tasks.spawn(async move {
+    tasks.spawn_critical("TinkerbellCluster reconciler", async move {
         clusters
             .run(cluster::reconcile, cluster::error_policy, ctx)
             .for_each(|_| std::future::ready(()))
             .await;
-        "TinkerbellCluster reconciler"
+        Ok(())
     });
     info!("Cluster API infrastructure provider started");
 }
