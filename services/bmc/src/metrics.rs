@@ -137,6 +137,13 @@ impl Metrics {
             .inc();
     }
 
+    /// Reconciles of `kind` with `result` (`ok`, `error`) so far.
+    pub fn reconciles_of(&self, kind: &'static str, result: &'static str) -> u64 {
+        self.reconciles
+            .get_or_create(&ReconcileLabels { kind, result })
+            .get()
+    }
+
     /// Operations `op` (with `action`, for `set_power`) with `result` (`ok`, `error`) so far.
     pub fn ops_of(&self, op: &'static str, action: &'static str, result: &'static str) -> u64 {
         self.ops
