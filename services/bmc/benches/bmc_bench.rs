@@ -208,8 +208,13 @@ fn process_cpu_seconds() -> f64 {
     // Fields after the command name (which may hold spaces) start after the last ')'.
     let rest = stat.rsplit(')').next().unwrap_or_default();
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are fields 14 and 15 of stat: 12 and 13 after the state field.
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat: indexes 11 and 12 after the name.
     (ticks(11) + ticks(12)) / 100.0
 }
 
