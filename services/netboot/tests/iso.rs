@@ -369,3 +369,252 @@ async fn without_an_iso_the_route_says_so_and_a_bad_iso_stops_the_start() {
     assert!(e.to_string().contains("missing.iso"), "{e}");
     env.stop().await;
 }
+
+/// Why the boot test cannot run here, if it cannot: a missing tool or QEMU's curl block driver.
+fn boot_test_missing() -> Option<String> {
+    for tool in [
+        "qemu-system-x86_64",
+        "grub-mkrescue",
+        "xorriso",
+        "mformat",
+        "cpio",
+        "gzip",
+    ] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Some(format!("{tool} is missing (scripts/install-deps.sh)"));
+        }
+    }
+    let curl_driver = [
+        "/usr/lib/x86_64-linux-gnu/qemu/block-curl.so",
+        "/usr/lib/qemu/block-curl.so",
+    ]
+    .iter()
+    .any(|p| Path::new(p).exists());
+    if !curl_driver {
+        return Some("QEMU's curl block driver is missing (Debian qemu-block-extra)".into());
+    }
+    if !Path::new("/bin/busybox").exists() {
+        return Some("/bin/busybox is missing (Debian busybox-static)".into());
+    }
+    None
+}
+
+fn skip_or_fail(why: &str) {
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("the ISO boot test cannot run under CI: {why}");
+    }
+    eprintln!("SKIPPED: the ISO boot test cannot run here: {why}");
+}
+
+/// The OSIE kernel: `TINK_OSIE_KERNEL`, else target/osie/vmlinuz, fetched by
+/// `osie/build.sh --kernel-only` (Debian's linux-image-amd64, unpacked) when missing.
+fn osie_kernel(repo: &Path) -> Result<PathBuf, String> {
+    if let Ok(k) = std::env::var("TINK_OSIE_KERNEL") {
+        return Ok(PathBuf::from(k));
+    }
+    let kernel = repo.join("target/osie/vmlinuz");
+    if kernel.exists() {
+        return Ok(kernel);
+    }
+    let out = Command::new("bash")
+        .arg(repo.join("osie/build.sh"))
+        .arg("--kernel-only")
+        .current_dir(repo)
+        .output()
+        .map_err(|e| format!("bash osie/build.sh: {e}"))?;
+    if !out.status.success() || !kernel.exists() {
+        return Err(format!(
+            "osie/build.sh --kernel-only failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(kernel)
+}
+
+/// `kvm` when QEMU runs a Linux kernel under it here (as scripts/netboot-demo.sh probes: some
+/// hosts open /dev/kvm but never run a guest kernel), else `tcg`; `TINK_NETBOOT_ACCEL` decides
+/// when set.
+async fn accel(kernel: &Path) -> &'static str {
+    match std::env::var("TINK_NETBOOT_ACCEL").as_deref() {
+        Ok("kvm") => return "kvm",
+        Ok("tcg") => return "tcg",
+        _ => {}
+    }
+    let writable = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    if !writable {
+        return "tcg";
+    }
+    let probe = tokio::process::Command::new("qemu-system-x86_64")
+        .args([
+            "-accel",
+            "kvm",
+            "-cpu",
+            "host",
+            "-m",
+            "256",
+            "-nographic",
+            "-no-reboot",
+            "-kernel",
+        ])
+        .arg(kernel)
+        .args(["-append", "console=ttyS0 panic=-1"])
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(Duration::from_secs(20), probe).await {
+        Ok(Ok(out)) if String::from_utf8_lossy(&out.stdout).contains("Kernel panic") => "kvm",
+        _ => "tcg",
+    }
+}
+
+/// A QEMU machine boots the served ISO over HTTP (QEMU's curl block driver reads it with Range
+/// requests, as a BMC reads virtual media), GRUB starts the kernel from it, and the kernel's
+/// command line is the machine's parameters: the kernel prints it, and the initramfs's init
+/// prints /proc/cmdline (what the agent reads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_boots_the_served_iso_with_its_kernel_command_line() {
+    if let Some(why) = boot_test_missing() {
+        return skip_or_fail(&why);
+    }
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let kernel = match osie_kernel(&repo) {
+        Ok(k) => k,
+        Err(why) => return skip_or_fail(&why),
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A tiny initramfs (the boot, not the OSIE, is under test): init prints the command line
+    // and powers the machine off.
+    let ir = dir.path().join("ir");
+    std::fs::create_dir_all(ir.join("bin")).expect("mkdir");
+    std::fs::copy("/bin/busybox", ir.join("bin/busybox")).expect("copy busybox");
+    std::fs::write(
+        ir.join("init"),
+        "#!/bin/busybox sh\n/bin/busybox mkdir -p /proc\n/bin/busybox mount -t proc proc /proc\n\
+         /bin/busybox echo \"iso-test cmdline: $(/bin/busybox cat /proc/cmdline)\"\n\
+         /bin/busybox poweroff -f\n",
+    )
+    .expect("init");
+    let pack = Command::new("sh")
+        .arg("-c")
+        .arg("chmod +x init && find . | cpio -o -H newc --quiet | gzip -1 > ../initramfs")
+        .current_dir(&ir)
+        .output()
+        .expect("cpio");
+    assert!(
+        pack.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pack.stderr)
+    );
+    // The ISO, made as osie/build.sh --iso makes the OSIE's.
+    let iso = dir.path().join("osie.iso");
+    let mk = Command::new("bash")
+        .arg(repo.join("osie/mkiso.sh"))
+        .arg("--kernel")
+        .arg(&kernel)
+        .arg("--initramfs")
+        .arg(dir.path().join("initramfs"))
+        .arg("--out")
+        .arg(&iso)
+        .output()
+        .expect("mkiso");
+    assert!(
+        mk.status.success(),
+        "osie/mkiso.sh: {}",
+        String::from_utf8_lossy(&mk.stderr)
+    );
+
+    let env = Env::new().await;
+    env.create_hardware(
+        "vm",
+        json!({"networkInterfaces": {"52:54:00:12:34:56": {"dhcp": {"ip": "10.0.0.31"}}},
+               "osie": {"kernelParams": ["tink_iso_test=a;b$c"]}}),
+    )
+    .await;
+    let mut cfg = config(dir.path(), Some(iso));
+    if let Some(c) = cfg.iso.as_mut() {
+        c.kernel.console = vec!["ttyS0,115200".into()];
+    }
+    let svc = start(&env, cfg).await;
+    let accel = accel(&kernel).await;
+    let url = format!("http://{}/iso/52-54-00-12-34-56/hook.iso", svc.http);
+    let mut qemu = tokio::process::Command::new("qemu-system-x86_64");
+    qemu.args([
+        "-accel",
+        accel,
+        "-m",
+        "256",
+        "-display",
+        "none",
+        "-nodefaults",
+        "-no-reboot",
+    ])
+    .args(["-serial", "stdio", "-boot", "d", "-drive"])
+    .arg(format!("file={url},media=cdrom,readonly=on,format=raw"))
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .kill_on_drop(true);
+    if accel == "kvm" {
+        qemu.args(["-cpu", "host"]);
+    }
+    let mut child = qemu.spawn().expect("qemu-system-x86_64 starts");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut log = Vec::new();
+    // A bound on a hung boot, not a speed requirement (software emulation on 2 cores).
+    let read = tokio::time::timeout(Duration::from_secs(300), async {
+        use tokio::io::AsyncReadExt as _;
+        let mut buf = [0u8; 4096];
+        loop {
+            match stdout.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => log.extend_from_slice(&buf[..n]),
+            }
+            if String::from_utf8_lossy(&log).contains("iso-test cmdline:") && log.ends_with(b"\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    let _ = child.start_kill();
+    let stderr = match child.wait_with_output().await {
+        Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
+        Err(e) => e.to_string(),
+    };
+    let log = String::from_utf8_lossy(&log).replace('\r', "");
+    assert!(
+        read.is_ok(),
+        "the VM did not print its command line ({accel}):\n{log}\n{stderr}"
+    );
+    let want = "worker_id=52:54:00:12:34:56 hw_addr=52:54:00:12:34:56 \
+        grpc_authority=10.0.0.2:42113 tinkerbell_tls=false tinkerbell_insecure_tls=false \
+        syslog_host=10.0.0.2 console=ttyS0,115200 modules=loop,squashfs,sd-mod,usb-storage \
+        intel_iommu=on iommu=pt initrd=initrd tink_iso_test=a;b$c";
+    let kernel_line = log
+        .lines()
+        .find(|l| l.contains("Command line: "))
+        .unwrap_or_else(|| {
+            panic!("no `Command line:` in the serial log ({accel}):\n{log}\n{stderr}")
+        });
+    assert!(
+        kernel_line.ends_with(&format!("Command line: BOOT_IMAGE=/vmlinuz {want}")),
+        "{kernel_line}"
+    );
+    let init_line = log
+        .lines()
+        .find(|l| l.starts_with("iso-test cmdline: "))
+        .expect("init's line");
+    assert_eq!(
+        init_line,
+        format!("iso-test cmdline: BOOT_IMAGE=/vmlinuz {want}")
+    );
+    // QEMU read the ISO in ranges.
+    assert!(svc.metrics.iso_of("GET", 206) > 0, "{log}");
+    svc.stop().await;
+    env.stop().await;
+}
