@@ -74,6 +74,21 @@ pub async fn stack_configured(
     logs: Option<SocketAddr>,
     configure: impl FnOnce(&mut tink_console::ConsoleConfig),
 ) -> Stack {
+    stack_full(nats, logs, false, configure).await
+}
+
+/// [`stack`] with the bmc.tinkerbell.org CRDs (Machines, Jobs, Tasks) installed too.
+pub async fn stack_bmc() -> Stack {
+    stack_full(None, None, true, |_| {}).await
+}
+
+/// [`stack_configured`], with the bmc.tinkerbell.org CRDs when `bmc`.
+pub async fn stack_full(
+    nats: Option<(String, tink_bus::NatsAuth)>,
+    logs: Option<SocketAddr>,
+    bmc: bool,
+    configure: impl FnOnce(&mut tink_console::ConsoleConfig),
+) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, TOKENS).expect("token file");
@@ -85,7 +100,11 @@ pub async fn stack_configured(
     .expect("kube-lite");
     let admin = kube.client().expect("client");
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    for f in ["hardware", "templates", "workflows"] {
+    let mut files = vec!["hardware", "templates", "workflows"];
+    if bmc {
+        files.extend(["machines.bmc", "jobs.bmc", "tasks.bmc"]);
+    }
+    for f in files {
         let text =
             std::fs::read_to_string(repo().join(format!("deploy/crds/{f}.tinkerbell.org.yaml")))
                 .expect("CRD file");
