@@ -854,6 +854,71 @@ impl Selector {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_machine_shows_its_bmc_power_state_and_last_job() {
+        use crate::cache::BmcApi;
+        let hw = |bmc: Option<&str>| -> Hardware {
+            let mut h: Hardware = tink_api::from_value(serde_json::json!({
+                "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+                "metadata": {"name": "m1", "namespace": "a"},
+                "spec": {"networkInterfaces": {"02:00:00:00:00:01": {}}},
+            }))
+            .unwrap();
+            h.spec.bmc_ref = bmc.map(tink_api::v1alpha2::LocalObjectReference::new);
+            h
+        };
+        let machine: BmcMachine = serde_json::from_value(serde_json::json!({
+            "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Machine",
+            "metadata": {"name": "bmc-1", "namespace": "a"},
+            "spec": {"connection": {"host": "10.0.0.5"}},
+            "status": {"powerState": "off", "conditions": [{"type": "Contactable", "status": "False",
+                "lastUpdateTime": "2026-01-01T00:00:00Z", "message": "dial tcp: connection refused"}]},
+        }))
+        .unwrap();
+        let mut job = tink_api::bmc::plan::Plan::boot(tink_api::bmc::BootDevice::Pxe, false, true)
+            .job("a", "bmc-1");
+        job.metadata.name = Some("bmc-1-boot-pxe-cycle-x".into());
+        job.status = serde_json::from_value(serde_json::json!({
+            "startTime": "2026-01-01T00:00:30Z",
+            "conditions": [{"type": "Failed", "status": "True", "message": "task 1 failed: timeout"}],
+        }))
+        .unwrap();
+        let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let ready = BmcApi::Ready;
+        assert_eq!(Bmc::new(&hw(None), &ready, None, None, now), Bmc::None);
+        assert_eq!(
+            Bmc::new(&hw(Some("ghost")), &ready, None, None, now),
+            Bmc::Missing("ghost".into())
+        );
+        let absent = BmcApi::Unavailable("BMC API not installed".into());
+        assert!(matches!(
+            Bmc::new(&hw(Some("bmc-1")), &absent, Some(&machine), None, now),
+            Bmc::Unavailable(m) if m.contains("not installed")
+        ));
+        let b = Bmc::new(&hw(Some("bmc-1")), &ready, Some(&machine), Some(&job), now);
+        let Bmc::Known(v) = &b else { panic!("{b:?}") };
+        assert_eq!((v.power, v.contactable), ("off", "no"));
+        assert_eq!(v.since, "2026-01-01T00:00:00Z (1m00s ago)");
+        assert_eq!(v.message, "dial tcp: connection refused");
+        let j = v.job.as_ref().unwrap();
+        assert_eq!(j.tasks, "boot pxe, power cycle");
+        assert_eq!(
+            (j.state, j.error.as_str()),
+            ("failed", "task 1 failed: timeout")
+        );
+        assert_eq!(j.when, "2026-01-01T00:00:30Z (30s ago)");
+        // The tile says it in short; nothing without a bmcRef or an API.
+        let tile = |b: &Bmc| {
+            Tile::new(&hw(Some("bmc-1")), None, "unknown")
+                .with_bmc(b)
+                .power
+        };
+        assert_eq!(tile(&b), "power off · BMC unreachable");
+        assert_eq!(tile(&Bmc::Missing("ghost".into())), "BMC missing");
+        assert_eq!(tile(&Bmc::None), "");
+        assert_eq!(tile(&Bmc::Unavailable("x".into())), "");
+    }
+
     use super::*;
     use serde_json::json;
 

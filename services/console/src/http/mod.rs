@@ -6,11 +6,12 @@
 //! makes), `error` ([`PageError`] and how it is answered), `query` (input helpers) and
 //! `stream` (opening a live stream within its caps).
 //!
-//! Pages (GET): `/` machines, `/machines/{ns}/{name}`, `/workflows`, `/workflows/{ns}/{name}`, `/templates`,
-//! `/templates/{ns}/{name}?hardware=`, `/search?q=`, `/login`. Live streams (GET, server-sent
-//! events): `/live/machines`, `/live/machines/{ns}/{name}`, `/live/workflows`, `/live/workflows/{ns}/{name}`. Actions (POST,
-//! with the session's anti-CSRF value when the session is a cookie): `/login`, `/logout`,
-//! `/workflows/{ns}/{name}/cancel`, `/workflows/{ns}/{name}/rerun`,
+//! Pages (GET): `/` machines, `/machines/{ns}/{name}`, `/workflows`,
+//! `/workflows/{ns}/{name}`, `/templates`, `/templates/{ns}/{name}?hardware=`, `/search?q=`,
+//! `/login`. Live streams (GET, server-sent events): `/live/machines`,
+//! `/live/machines/{ns}/{name}`, `/live/workflows`, `/live/workflows/{ns}/{name}`. Actions
+//! (POST, with the session's anti-CSRF value when the session is a cookie): `/login`,
+//! `/logout`, `/workflows/{ns}/{name}/cancel`, `/workflows/{ns}/{name}/rerun`,
 //! `/machines/{ns}/{name}/power` (a BMC Job, created with the user's token).
 
 mod error;
