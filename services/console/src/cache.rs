@@ -943,6 +943,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_missing_or_forbidden_bmc_api_is_a_state_other_errors_are_retried() {
+        use kube::core::Status;
+        let api = |code| kube::Error::Api(Status::failure("no", "x").with_code(code).boxed());
+        let kind = "machines.bmc.tinkerbell.org";
+        let e = watcher::Error::InitialListFailed(api(404));
+        assert!(bmc_unavailable(kind, &e).is_some_and(|m| m.starts_with("BMC API not installed")));
+        let e = watcher::Error::WatchError(Status::failure("no", "x").with_code(403).boxed());
+        assert!(bmc_unavailable(kind, &e).is_some_and(|m| m.contains("may not list")));
+        assert_eq!(
+            bmc_unavailable(kind, &watcher::Error::InitialListFailed(api(500))),
+            None
+        );
+        assert_eq!(
+            bmc_unavailable(kind, &watcher::Error::NoResourceVersion),
+            None
+        );
+    }
+
+    #[test]
     fn jobs_created_within_one_second_keep_the_order_they_were_seen_in() {
         let mut index = JobIndex::default();
         let machine: Key = ("a".into(), "bmc-1".into());

@@ -63,16 +63,24 @@ async fn post(addr: std::net::SocketAddr, headers: &[(&str, &str)], body: &str) 
 
 /// Waits until `path` (as alice) shows `what`.
 async fn page_shows(addr: std::net::SocketAddr, path: &str, what: &str) -> String {
-    within(&format!("{path} to show {what}"), async {
+    let last = std::sync::Mutex::new(String::new());
+    let found = tokio::time::timeout(DEADLINE, async {
         loop {
             let page = get(addr, path, "alice-token").await;
             if page.status == 200 && page.body.contains(what) {
                 return page.body;
             }
+            *last.lock().expect("lock") = format!("{} {}", page.status, page.body);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
-    .await
+    .await;
+    found.unwrap_or_else(|_| {
+        panic!(
+            "{path} never showed {what:?}; it last showed: {}",
+            last.lock().expect("lock")
+        )
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -411,5 +419,83 @@ async fn without_the_bmc_crds_the_console_serves_and_says_so() {
     .await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert!(r.body.contains("BMC API not installed"), "{}", r.body);
+    stack.stop().await.expect("the console stops cleanly");
+}
+
+/// deploy/rbac/console.yaml lets the console's ServiceAccount list and watch what its watches
+/// read, BMC Machines and Jobs included, and write nothing of the BMC API with its own identity
+/// (power actions go with the user's token). Asked with SubjectAccessReviews, which kube-lite
+/// evaluates against the RBAC objects it stores (it does not enforce them on requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consoles_own_rbac_reads_machines_and_jobs_and_writes_no_job() {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let rbac = std::fs::read_to_string(repo().join("deploy/rbac/console.yaml")).expect("rbac");
+    let stack = stack_as_console(&rbac).await;
+    let admin = stack.admin.clone();
+    let may = |verb: &'static str, group: &'static str, resource: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let review: SubjectAccessReview = serde_json::from_value(json!({
+                "spec": {"user": "system:serviceaccount:tink-system:tink-console",
+                         "groups": ["system:serviceaccounts", "system:serviceaccounts:tink-system", "system:authenticated"],
+                         "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "namespace": "a"}},
+            }))
+            .expect("review");
+            Api::<SubjectAccessReview>::all(admin)
+                .create(&PostParams::default(), &review)
+                .await
+                .expect("SubjectAccessReview")
+                .status
+                .is_some_and(|s| s.allowed)
+        }
+    };
+    for (group, resource) in [
+        ("tinkerbell.org", "hardware"),
+        ("tinkerbell.org", "workflows"),
+        ("tinkerbell.org", "templates"),
+        ("", "events"),
+        ("bmc.tinkerbell.org", "machines"),
+        ("bmc.tinkerbell.org", "jobs"),
+    ] {
+        for verb in ["list", "watch"] {
+            assert!(
+                may(verb, group, resource).await,
+                "{verb} {group}/{resource}"
+            );
+        }
+    }
+    for verb in ["create", "delete", "update", "patch"] {
+        assert!(
+            !may(verb, "bmc.tinkerbell.org", "jobs").await,
+            "{verb} jobs"
+        );
+        assert!(
+            !may(verb, "bmc.tinkerbell.org", "machines").await,
+            "{verb} machines"
+        );
+    }
+    // And the console running with that token serves the BMC part of a machine's page.
+    bind(
+        &admin,
+        "alice",
+        json!([{"apiGroups": ["bmc.tinkerbell.org"], "resources": ["machines", "jobs"], "verbs": ["list"]}]),
+    )
+    .await;
+    let m: Machine = serde_json::from_value(json!({
+        "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Machine",
+        "metadata": {"name": "bmc-1", "namespace": "a"},
+        "spec": {"connection": {"host": "127.0.0.1"}},
+    }))
+    .expect("machine");
+    Api::<Machine>::namespaced(admin.clone(), "a")
+        .create(&PostParams::default(), &m)
+        .await
+        .expect("Machine");
+    machine_with_bmc(&admin, "m1", "02:00:00:00:00:01", Some("bmc-1")).await;
+    let page = page_shows(stack.console, "/machines/a/m1", "data-bmc=\"known\"").await;
+    assert!(
+        page.contains("data-power=\"unknown\"") && page.contains("not polled yet"),
+        "{page}"
+    );
     stack.stop().await.expect("the console stops cleanly");
 }
