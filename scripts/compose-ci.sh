@@ -70,3 +70,12 @@ for _ in $(seq 1 60); do
 done
 grep -q 'id="wf-state">Succeeded<' "$page" || { echo "the console does not show $ns/$wf Succeeded" >&2; exit 1; }
 echo "compose: the console shows $ns/$wf Succeeded"
+echo "== the BMC controller runs and leads"
+holder=""
+for _ in $(seq 1 60); do
+  holder=$(kubectl --kubeconfig "$work/kubeconfig" -n tink-system get lease tink-bmc-controller -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)
+  [ "$holder" = bmc-0 ] && break
+  sleep 0.5
+done
+[ "$holder" = bmc-0 ] || { echo "the BMC controller does not hold its Lease (holder: '$holder')" >&2; exit 1; }
+echo "compose: the BMC controller leads (Lease tink-system/tink-bmc-controller held by $holder)"
