@@ -228,3 +228,106 @@ async fn a_hardware_without_a_bmc_fails_a_workflow_that_needs_one() {
     controller.stop().await;
     stack.stop().await;
 }
+
+/// Serves `body` for every request on loopback (sushy downloads the image it is given), and
+/// counts the requests.
+async fn serve_image(
+    body: &'static [u8],
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(body).await;
+            });
+        }
+    });
+    (addr, count)
+}
+
+#[tokio::test]
+async fn isoboot_inserts_the_iso_boots_the_cd_once_and_ejects_it_after_success() {
+    let sushy = Sushy::start().await.expect("sushy-emulator");
+    let (images, downloads) = serve_image(b"an OSIE ISO").await;
+    let iso_url = format!("http://{images}/iso/52-54-00-be-00-01/hook.iso");
+    let stack = Stack::start().await;
+    bmc_secret(&stack, "bmc-creds", BMC_PASSWORD).await;
+    bmc_machine(&stack, "m1", &sushy.host(), "bmc-creds").await;
+    hardware(&stack, "hw1", Some("m1")).await;
+    stack.create_template("tpl", three_actions()).await;
+    let bmc = BmcController::start(&stack, sushy.cert_pem());
+    let controller = stack.leader("c0").await;
+    let mut agent = stack.agent(MAC).await;
+    let emulator = redfish(&sushy);
+
+    stack
+        .create_workflow(
+            "wf",
+            "hw1",
+            "tpl",
+            json!({"bootOptions": {"bootMode": "isoboot", "isoURL": iso_url}}),
+        )
+        .await;
+    let (workflow_id, actions) = within(
+        "the StartWorkflow after the ISO boot Job",
+        agent.next_start(),
+    )
+    .await;
+    // Before dispatch: the ISO is inserted as a virtual CD, the CD boots once, the power is on.
+    assert_eq!(
+        emulator.media().await.expect("media"),
+        (iso_url.clone(), true)
+    );
+    assert_eq!(emulator.boot_override().await.expect("override").0, "Cd");
+    assert_eq!(emulator.power_state().await.expect("power"), PowerState::On);
+    assert!(downloads.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    let w = stack.workflows().get("wf").await.expect("wf");
+    assert!(
+        w.status
+            .as_ref()
+            .is_some_and(|s| s.boot_options.jobs["iso-mount-wf"].complete)
+    );
+
+    agent.run_all(&workflow_id, &actions).await;
+    stack.wait_state("wf", WorkflowState::Succeeded).await;
+    // After success: ejected.
+    let w = stack
+        .wait_for("wf", "the ISO ejected after success", |w| {
+            w.status.as_ref().is_some_and(|s| {
+                s.boot_options
+                    .jobs
+                    .get("iso-eject-wf")
+                    .is_some_and(|j| j.complete)
+            })
+        })
+        .await;
+    assert!(!emulator.media().await.expect("media").1, "ejected");
+    let (s, reason, message) = condition(&w, ConditionType::BootFinished).expect("BootFinished");
+    assert_eq!(
+        (s, reason.as_str()),
+        (ConditionStatus::True, "BootJobCompleted")
+    );
+    assert!(message.contains("eject virtual media"), "{message}");
+    assert_eq!(state_of(&w), WorkflowState::Succeeded);
+
+    controller.stop().await;
+    bmc.stop().await;
+    stack.stop().await;
+}
