@@ -9,7 +9,10 @@
 //! - `GET /{version}/meta-data/[path]`: the caller's meta-data tree ([`crate::machine`]);
 //! - `GET /{version}/user-data`, `GET /{version}/vendor-data`: byte-exact, 404 when unset;
 //! - `GET /ipxe/script/{mac}/auto.ipxe`: the script of the interface with that MAC;
-//! - `GET /ipxe/script/auto.ipxe` and `GET /auto.ipxe`: the script of the caller's interface.
+//! - `GET /ipxe/script/auto.ipxe` and `GET /auto.ipxe`: the script of the caller's interface;
+//! - `PUT /{version}/api/token`: an IMDSv2 session token ([`crate::imds`]); a request that
+//!   carries one (`X-aws-ec2-metadata-token`) is refused (401) when it is not valid for the
+//!   caller, one that carries none is served as before.
 //!
 //! Every machine endpoint answers from the caller's address only: there is no endpoint that
 //! serves a machine's data to whoever knows its instance id. The script by MAC is refused (403)
@@ -25,7 +28,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, put};
 use bytes::Bytes;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use http::{HeaderValue, StatusCode, header};
@@ -154,6 +157,7 @@ pub fn router(state: AppState) -> Router {
         .route("/{version}/meta-data/{*path}", get(meta_data))
         .route("/{version}/user-data", get(user_data))
         .route("/{version}/vendor-data", get(vendor_data))
+        .route("/{version}/api/token", put(api_token))
         .route("/ipxe/script/{mac}/auto.ipxe", get(ipxe_by_mac))
         .route("/ipxe/script/auto.ipxe", get(ipxe_by_ip))
         .route("/auto.ipxe", get(ipxe_by_ip))
@@ -201,6 +205,15 @@ async fn edge(
         state.metrics.request("other", 503);
         return r;
     }
+    // An IMDSv2 token, when the client sends one, must be valid for it (the token request
+    // itself carries none).
+    if let Some(token) = req.headers().get(crate::imds::TOKEN_HEADER)
+        && let Err(e) = crate::imds::check(token.as_bytes(), client, unix_now())
+    {
+        let r = text(StatusCode::UNAUTHORIZED, "other", format!("{e}\n"));
+        state.metrics.request("other", 401);
+        return r;
+    }
     req.extensions_mut().insert(ClientIp(client));
     let span = tracing::debug_span!("hegel.request", client = %client, path = %req.uri().path());
     let mut resp = next.run(req).instrument(span).await;
@@ -225,6 +238,36 @@ fn unsupported(version: &str) -> Response {
             version.chars().take(64).collect::<String>()
         ),
     )
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `PUT /{version}/api/token`: an IMDSv2 token for the caller's address, for the TTL asked.
+async fn api_token(
+    Path(version): Path<String>,
+    axum::Extension(ClientIp(ip)): axum::Extension<ClientIp>,
+    headers: http::HeaderMap,
+) -> Response {
+    if !supported(&version) {
+        return unsupported(&version);
+    }
+    let ttl = match crate::imds::ttl(headers.get(crate::imds::TTL_HEADER).map(|v| v.as_bytes())) {
+        Ok(t) => t,
+        Err(e) => return text(StatusCode::BAD_REQUEST, "api-token", format!("{e}\n")),
+    };
+    let mut r = text(
+        StatusCode::OK,
+        "api-token",
+        crate::imds::issue(ip, unix_now(), ttl),
+    );
+    if let Ok(v) = HeaderValue::from_str(&ttl.to_string()) {
+        r.headers_mut().insert(crate::imds::TTL_HEADER, v);
+    }
+    r
 }
 
 async fn not_found() -> Response {

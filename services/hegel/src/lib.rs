@@ -24,6 +24,7 @@
 
 pub mod client_ip;
 pub mod http;
+pub mod imds;
 pub mod index;
 pub mod ipxe;
 pub mod machine;

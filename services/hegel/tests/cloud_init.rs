@@ -41,6 +41,34 @@ print(json.dumps({"probed": probed, "version": version,
                   "meta": meta}))
 "#;
 
+/// The same crawl as cloud-init does it on a platform it takes for AWS: an IMDSv2 token first
+/// (`DataSourceEc2._maybe_fetch_api_token`, a PUT), then every read with the token header
+/// (`_get_headers`); then a forged token is refused with 401.
+const CRAWLER_V2: &str = r#"
+import json, sys
+from cloudinit import helpers, url_helper
+from cloudinit.sources.DataSourceEc2 import DataSourceEc2, CloudNames
+from cloudinit.sources.helpers import ec2
+
+base = sys.argv[1]
+ds = DataSourceEc2(sys_cfg={}, distro=None, paths=helpers.Paths({}))
+ds._cloud_name = CloudNames.AWS
+ds.ds_cfg = {"timeout": 2, "max_wait": 4}
+got_base = ds._maybe_fetch_api_token([base])
+token = ds._api_token
+token = token.decode("utf-8") if isinstance(token, bytes) else token
+headers = ds._get_headers()
+meta = ec2.get_instance_metadata("2009-04-04", base, headers_cb=ds._get_headers, retries=0)
+forged = None
+try:
+    url_helper.readurl(url="%s/2009-04-04/meta-data/instance-id" % base, retries=0,
+                       headers={"X-aws-ec2-metadata-token": "hegel1.99999999999.10-9-9-9"})
+except url_helper.UrlError as e:
+    forged = e.code
+print(json.dumps({"base": got_base, "token": token, "headers": list(headers.keys()),
+                  "meta": meta, "forged": forged}))
+"#;
+
 struct Netns {
     name: String,
 }
@@ -193,6 +221,41 @@ async fn cloud_inits_ec2_crawler_reads_its_machine() {
             "mac": "02:00:00:00:0a:02",
             "public-keys": {"key-0": "ssh-ed25519 AAAAC3Nza crawl@test"},
         })
+    );
+
+    // IMDSv2, as cloud-init crawls where it believes it is on AWS.
+    let out = tokio::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.name,
+            "/usr/bin/python3",
+            "-c",
+            CRAWLER_V2,
+            &base,
+        ])
+        .output()
+        .await
+        .expect("run the IMDSv2 crawler");
+    assert!(
+        out.status.success(),
+        "IMDSv2 crawler failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).expect("crawler JSON");
+    assert_eq!(got["base"], json!(base), "the token request succeeded");
+    assert!(
+        got["token"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("hegel1.")),
+        "{got}"
+    );
+    assert_eq!(got["headers"], json!(["X-aws-ec2-metadata-token"]));
+    assert_eq!(got["meta"]["instance-id"], json!("i-0123456789"));
+    assert_eq!(
+        got["forged"],
+        json!(401),
+        "a token for another address is refused"
     );
     hegel.stop().await;
     env.stop().await;
