@@ -513,9 +513,14 @@ until [ "$(bmc_vm_power 2>/dev/null)" = Off ]; do
   sleep 1
 done
 echo "   the machine powered itself off; the emulator: $(bmc_vm_state)"
-refused=$(grep -a "DHCP answered" "$out/stack/logs/netboot.log" | sed 's/\x1b\[[0-9;]*m//g' | grep -ac 'boot_file=""\|boot_file= \|boot_file=$' || true)
-echo "   DHCP answers without boot information (netboot refused): $refused"
-[ "$refused" -gt 0 ] || { echo "error: the machine's reboot got no DHCP answer without boot information: did it try the network?" >&2; exit 1; }
+# Every DHCP answer since the workflow succeeded (the reboot's PXE ROM, then the installed
+# OS) carries no boot information: netboot was refused.
+succeeded_at=$(nsx kubectl get workflow install-demo-vm -n netboot-demo -o jsonpath='{.status.actions[-1:].lastTransitioned}')
+grep -a "DHCP answered" "$out/stack/logs/netboot.log" | sed 's/\x1b\[[0-9;]*m//g' \
+  | awk -v t="$succeeded_at" '$1 >= t' > "$out/dhcp-after-success.log" || true
+with_boot=$(grep -av 'boot_file=""' "$out/dhcp-after-success.log" | grep -c . || true)
+echo "   DHCP answers since the workflow succeeded: $(grep -c . "$out/dhcp-after-success.log" || true), with boot information: $with_boot"
+[ "$with_boot" = 0 ] || { echo "error: the machine was offered a network boot after the workflow succeeded:" >&2; cat "$out/dhcp-after-success.log" >&2; exit 1; }
 check_userdata "$out/serial-1.log"
 echo "   what the BMC did:"
 bmc_vm_log | sed 's/^/     /'

@@ -282,7 +282,7 @@ EOF
 bmc_vm_log() {
   case "$bmc_kind" in
     redfish)
-      grep -aE 'Set boot|power state|ComputerSystem|Reset|PATCH|POST' "$bmc_dir/sushy.log" 2>/dev/null | grep -av 'GET ' | tail -n 20
+      sed 's/\x1b\[[0-9;]*m//g' "$bmc_dir/sushy.log" 2>/dev/null | grep -aE '"(PATCH|POST) ' | tail -n 20
       # libvirtd's own errors about this domain (not its start-up complaints: no DBus, no dnsmasq, no DMI)
       grep -a -E ' error : ' "$bmc_dir/libvirt/log/libvirtd.log" 2>/dev/null \
         | grep -av -E 'dnsmasq|DBus|system bus|DMI|dmidecode|udevGetDMIData' | tail -n 5 ;;
