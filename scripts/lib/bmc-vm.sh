@@ -278,8 +278,11 @@ spec:
 EOF
 }
 
-# bmc_vm_log: what the emulator side did (for the end of a run, or a failure).
+# bmc_vm_log: what the emulator side did (for the end of a run, or a failure). Never fails.
 bmc_vm_log() {
+  bmc_vm_log_lines 2>/dev/null || true
+}
+bmc_vm_log_lines() {
   case "$bmc_kind" in
     redfish)
       sed 's/\x1b\[[0-9;]*m//g' "$bmc_dir/sushy.log" 2>/dev/null | grep -aE '"(PATCH|POST) ' | tail -n 20
