@@ -4,11 +4,16 @@
 # mount namespace of their own: /etc/libvirt, /run/libvirt, /var/lib/libvirt, /var/cache/libvirt
 # and /var/log/libvirt are this run's folders, so nothing of the host's libvirt is read or
 # changed and a run leaves nothing behind. QEMU runs as root with no cgroups or security driver.
-#   ip netns exec NS unshare -m --propagation private sh bmc-vm-libvirtd.sh DIR
+#   ip netns exec NS unshare -m --propagation private sh bmc-vm-libvirtd.sh DIR [CACHE]
+# CACHE, when given, is /var/cache/libvirt instead of DIR/cache: libvirtd keeps there what it
+# probed of the QEMU binary (several seconds at each start under TCG), revalidated by libvirt
+# against the binary itself.
 # The client side reaches it with qemu:///system?socket=DIR/run/libvirt-sock.
 # SIGTERM stops both daemons (the domain is destroyed first by the caller).
 set -eu
 d=$1
+cache=${2:-$1/cache}
+mkdir -p "$cache"
 for x in etc run lib cache log log/qemu; do mkdir -p "$d/$x"; done
 cat > "$d/etc/qemu.conf" <<CONF
 user = "root"
@@ -27,9 +32,9 @@ CONF
 cat > "$d/etc/virtlogd.conf" <<CONF
 log_outputs = "3:file:$d/log/virtlogd.log"
 CONF
-for m in etc:/etc/libvirt run:/run/libvirt lib:/var/lib/libvirt cache:/var/cache/libvirt log:/var/log/libvirt; do
+for m in "$d/etc:/etc/libvirt" "$d/run:/run/libvirt" "$d/lib:/var/lib/libvirt" "$cache:/var/cache/libvirt" "$d/log:/var/log/libvirt"; do
   mkdir -p "${m#*:}"
-  mount --bind "$d/${m%%:*}" "${m#*:}"
+  mount --bind "${m%%:*}" "${m#*:}"
 done
 virtlogd -f /etc/libvirt/virtlogd.conf -p /run/libvirt/virtlogd.pid &
 vl=$!

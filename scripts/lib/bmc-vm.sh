@@ -82,7 +82,7 @@ bmc_virsh() { ip netns exec "$ns" virsh -q -c "qemu:///system?socket=$bmc_dir/li
 bmc_vm_start_redfish() {
   local disk=$1 i domtype=qemu cpu=""
   ip netns exec "$ns" unshare -m --propagation private sh "$repo/scripts/lib/bmc-vm-libvirtd.sh" "$bmc_dir/libvirt" \
-    >"$bmc_dir/libvirtd.out" 2>&1 &
+    "$repo/target/bmc-vm-libvirt-cache" >"$bmc_dir/libvirtd.out" 2>&1 &
   bmc_pids+=($!)
   for i in $(seq 1 100); do
     bmc_virsh version >/dev/null 2>&1 && break
