@@ -6,12 +6,15 @@
 # (disk.img.gz): an MBR partition table with one bootable FAT partition holding syslinux, the
 # same kernel, a small initramfs (osie/target-init) and marker.txt.
 #
-#   bash osie/build.sh [--out DIR] [--agent PATH] [--ca-cert PEM]
+#   bash osie/build.sh [--out DIR] [--agent PATH] [--ca-cert PEM] [--iso] [--kernel-only]
 #
-# --out      where vmlinuz, initramfs and disk.img.gz go (default target/osie)
-# --agent    the tink-agent binary (default target/debug/tink-agent; built if missing)
-# --ca-cert  the CA that signed the servers' certificates: the OSIE's only trusted root
-#            (/etc/ssl/certs/ca-certificates.crt), for grpc_authority with tinkerbell_tls=true
+# --out          where vmlinuz, initramfs and disk.img.gz go (default target/osie)
+# --agent        the tink-agent binary (default target/debug/tink-agent; built if missing)
+# --ca-cert      the CA that signed the servers' certificates: the OSIE's only trusted root
+#                (/etc/ssl/certs/ca-certificates.crt), for grpc_authority with tinkerbell_tls=true
+# --iso          also osie.iso: the same kernel and initramfs as a BIOS + UEFI bootable ISO with
+#                the kernel-parameter placeholder tink-netboot patches per machine (osie/mkiso.sh)
+# --kernel-only  only DIR/vmlinuz and DIR/kernel-version (the ISO boot test's kernel)
 #
 # Run as root (apt-get download of the kernel package when it is not cached in DIR/cache).
 set -euo pipefail
@@ -19,22 +22,34 @@ cd "$(dirname "$0")/.."
 out=target/osie
 agent=target/debug/tink-agent
 ca=""
+iso=false
+kernel_only=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
     --agent) agent=$2; shift 2 ;;
     --ca-cert) ca=$2; shift 2 ;;
-    *) echo "usage: $0 [--out DIR] [--agent PATH] [--ca-cert PEM]" >&2; exit 2 ;;
+    --iso) iso=true; shift ;;
+    --kernel-only) kernel_only=true; shift ;;
+    *) echo "usage: $0 [--out DIR] [--agent PATH] [--ca-cert PEM] [--iso] [--kernel-only]" >&2; exit 2 ;;
   esac
 done
 say() { echo "osie/build.sh: $*" >&2; }
-for tool in busybox dockerd containerd containerd-shim-runc-v2 runc cpio depmod modprobe zstd sfdisk mformat mcopy syslinux; do
+if $kernel_only; then
+  tools="depmod"
+else
+  tools="busybox dockerd containerd containerd-shim-runc-v2 runc cpio depmod modprobe zstd sfdisk mformat mcopy syslinux"
+  $iso && tools="$tools grub-mkrescue xorriso"
+fi
+for tool in $tools; do
   command -v "$tool" >/dev/null || { say "missing $tool: run scripts/install-deps.sh"; exit 1; }
 done
-file -L "$(command -v busybox)" | grep -q 'statically linked' || { say "busybox is not static (install busybox-static)"; exit 1; }
-if [ ! -x "$agent" ]; then
-  say "building tink-agent"
-  cargo build -p tink-agent
+if ! $kernel_only; then
+  file -L "$(command -v busybox)" | grep -q 'statically linked' || { say "busybox is not static (install busybox-static)"; exit 1; }
+  if [ ! -x "$agent" ]; then
+    say "building tink-agent"
+    cargo build -p tink-agent
+  fi
 fi
 mkdir -p "$out/cache"
 out=$(cd "$out" && pwd)
@@ -58,6 +73,11 @@ if [ ! -f "$kroot/boot/vmlinuz-$kver" ]; then
   depmod -b "$kroot" "$kver"
 fi
 cp "$kroot/boot/vmlinuz-$kver" "$out/vmlinuz"
+if $kernel_only; then
+  echo "$kver" > "$out/kernel-version"
+  say "$out/vmlinuz, kernel $kver"
+  exit 0
+fi
 
 # modules_for ROOT MODULE...: the .ko paths (relative to lib/modules) in load order.
 modules_for() {
@@ -150,4 +170,7 @@ dd if="$part" of="$disk" bs=1M seek=1 conv=notrunc status=none
 gzip -9 -c "$disk" > "$out/disk.img.gz"
 cp "$work/marker.txt" "$out/marker.txt"
 echo "$kver" > "$out/kernel-version"
+if $iso; then
+  bash osie/mkiso.sh --kernel "$out/vmlinuz" --initramfs "$out/initramfs" --out "$out/osie.iso"
+fi
 say "$out/vmlinuz ($(du -h "$out/vmlinuz" | cut -f1)), $out/initramfs ($(du -h "$out/initramfs" | cut -f1)), $out/disk.img.gz ($(du -h "$out/disk.img.gz" | cut -f1)), kernel $kver"

@@ -9,7 +9,9 @@
 #   the netboot VM run (scripts/netboot-demo.sh, osie/build.sh): qemu-system-x86 and qemu-utils
 #   (the machine, qemu-img), ipxe (the boot programs tink-netboot serves), syslinux,
 #   syslinux-common and mtools (the demo disk image), docker-registry (action images), cpio,
-#   kmod and zstd (the OSIE initramfs); the kernel is unpacked from linux-image-amd64's package
+#   kmod and zstd (the OSIE initramfs); the kernel is unpacked from linux-image-amd64's package;
+#   grub-pc-bin, grub-efi-amd64-bin and xorriso (the BIOS + UEFI OSIE ISO, osie/mkiso.sh) and
+#   qemu-block-extra (QEMU reads the served ISO over HTTP: services/netboot/tests/iso.rs)
 #   (wrk and nginx-light only for Hegel's benchmark: apt-get install wrk nginx-light)
 #   kubernetes-validate (PyPI, in a venv at /opt/kubernetes-validate) upstream schemas for the deploy/ test
 #   chromium and chromium-driver (no recommends) the web console's real-browser test (services/console/tests/browser.rs)
@@ -36,6 +38,10 @@ command -v docker-registry >/dev/null 2>&1 || netboot+=(docker-registry)
 command -v cpio >/dev/null 2>&1 || netboot+=(cpio)
 command -v depmod >/dev/null 2>&1 || netboot+=(kmod)
 command -v zstd >/dev/null 2>&1 || netboot+=(zstd)
+[ -d /usr/lib/grub/i386-pc ] || netboot+=(grub-pc-bin)
+[ -d /usr/lib/grub/x86_64-efi ] || netboot+=(grub-efi-amd64-bin)
+command -v xorriso >/dev/null 2>&1 || netboot+=(xorriso)
+[ -f /usr/lib/x86_64-linux-gnu/qemu/block-curl.so ] || netboot+=(qemu-block-extra)
 browser=()
 [ -x /usr/bin/chromium ] || browser+=(chromium)
 [ -x /usr/bin/chromedriver ] || browser+=(chromium-driver)

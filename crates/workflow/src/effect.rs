@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::input::BootReason;
+
 /// One thing the controller carries out after it wrote the status of a [`crate::Transition`].
 ///
 /// Every effect is idempotent, so re-emitting it (after a crash, see
@@ -129,6 +131,8 @@ pub enum EventReason {
     /// On a Hardware: the Secret its `tinkerbell.org/agent-secret` annotation names is missing
     /// or unusable; its agent is refused until it is fixed.
     AgentSecretUnusable,
+    /// A boot step of `spec.bootOptions` (the concrete step is the [`BootReason`]).
+    Boot(BootReason),
 }
 
 impl EventReason {
@@ -157,6 +161,7 @@ impl EventReason {
             Self::ForeignEvent => "ForeignEvent",
             Self::AgentSessionReset => "AgentSessionReset",
             Self::AgentSecretUnusable => "AgentSecretUnusable",
+            Self::Boot(reason) => reason.as_str(),
         }
     }
 }

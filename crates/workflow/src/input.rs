@@ -1,7 +1,9 @@
 //! What can happen to a Workflow: the inputs of [`crate::step`].
 
 use jiff::Timestamp;
-use tink_api::v1alpha2::Action;
+use tink_api::v1alpha2::{
+    Action, BootOptionsStatus, ConditionSeverity, ConditionStatus, ConditionType,
+};
 
 /// One thing that happened to a Workflow.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,6 +56,84 @@ pub enum Input {
     /// a deletion timestamp, step `[Deleted, Resume]` with [`crate::step_all`] instead (it
     /// never adds the finalizer and repeats the stop or the finalizer removal).
     Resume,
+    /// The controller's progress with `spec.bootOptions` (the Hardware's netboot toggle and
+    /// the BMC Jobs are the caller's IO, done before this input is stepped): the
+    /// `status.bootOptions` record after it and the boot conditions to set. Applies in every
+    /// state, terminal ones included (the after-success steps run on a `Succeeded` Workflow),
+    /// and changes nothing else; a condition whose status or reason changes is announced with
+    /// an Event of the condition's reason.
+    Boot {
+        /// The new `status.bootOptions`.
+        record: BootOptionsStatus,
+        /// The conditions to set (`NetbootAllowed`, `BootPrepared`, `BootFinished`).
+        conditions: Vec<BootCondition>,
+    },
+    /// A boot step before dispatch failed for good (the BMC Job failed or timed out, the
+    /// Hardware has no BMC): a `Pending` Workflow fails with `reason` and `message`, and its
+    /// `BootPrepared` condition says the same.
+    BootFailed {
+        /// Why.
+        reason: BootReason,
+        /// The provider's error, or what is missing.
+        message: String,
+    },
+}
+
+/// A condition about the boot steps of `spec.bootOptions`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootCondition {
+    /// `NetbootAllowed`, `BootPrepared` or `BootFinished`.
+    pub type_: ConditionType,
+    /// Its status.
+    pub status: ConditionStatus,
+    /// `Info` while things go as planned, `Error` for a failure.
+    pub severity: ConditionSeverity,
+    /// Why.
+    pub reason: BootReason,
+    /// Details: the Job's name and tasks, the provider's error.
+    pub message: String,
+}
+
+/// The reasons of the boot conditions (and of the Events announcing them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BootReason {
+    /// Netboot was allowed on the Hardware's interfaces before the Workflow ran.
+    NetbootAllowed,
+    /// Netboot was disallowed on the Hardware's interfaces after the Workflow succeeded.
+    NetbootDisallowed,
+    /// The BMC Job was created and runs.
+    BootJobRunning,
+    /// Every task of the BMC Job completed.
+    BootJobCompleted,
+    /// A task of the BMC Job failed (the message is the provider's error).
+    BootJobFailed,
+    /// The BMC Job did not finish within the controller's limit.
+    BootJobTimeout,
+    /// The Hardware has no `spec.bmcRef`, so no BMC Job can boot it.
+    NoBmc,
+}
+
+impl BootReason {
+    /// The CamelCase string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NetbootAllowed => "NetbootAllowed",
+            Self::NetbootDisallowed => "NetbootDisallowed",
+            Self::BootJobRunning => "BootJobRunning",
+            Self::BootJobCompleted => "BootJobCompleted",
+            Self::BootJobFailed => "BootJobFailed",
+            Self::BootJobTimeout => "BootJobTimeout",
+            Self::NoBmc => "NoBMC",
+        }
+    }
+
+    /// Whether it reports a failure.
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            Self::BootJobFailed | Self::BootJobTimeout | Self::NoBmc
+        )
+    }
 }
 
 /// An event an agent published about a dispatch.

@@ -102,7 +102,7 @@ pub use effect::{Effect, EventReason, EventType};
 pub use id::{
     DispatchId, DispatchIdError, MAX_DISPATCH_ID_LEN, WorkflowKey, WorkflowRef, action_id,
 };
-pub use input::{AgentEvent, EventKind, Input};
+pub use input::{AgentEvent, BootCondition, BootReason, EventKind, Input};
 pub use machine::{
     Ignored, MAX_EVENT_MESSAGE_LEN, MAX_MESSAGE_LEN, MAX_REASON_LEN, Outcome, REASON_ALREADY_RUN,
     Transition, Verdict, VerdictReason, agent_verdict, next_deadline, step, step_all,

@@ -13,7 +13,7 @@ use tink_api::v1alpha2::{
 use crate::config::StepContext;
 use crate::effect::{Effect, EventReason, EventType};
 use crate::id::{DispatchId, action_id};
-use crate::input::{AgentEvent, EventKind, Input};
+use crate::input::{AgentEvent, BootCondition, BootReason, EventKind, Input};
 
 /// The longest message kept in a condition or an action's `failureMessage`, in bytes (the
 /// limit of `metav1.Condition.message`). Longer messages (from agents, render errors) are cut.
@@ -104,6 +104,8 @@ pub fn step(status: &WorkflowStatus, input: Input, ctx: &StepContext) -> Transit
             // The object may still carry the finalizer if the step that ended it crashed before
             // removing it, or the user added it back: remove it, change nothing else.
             Input::Deleted | Input::Resume => m.effects.push(Effect::RemoveFinalizer),
+            // The after-success boot steps.
+            Input::Boot { record, conditions } => m.boot(record, conditions),
             _ => m.ignore(Ignored::Terminal),
         }
         return m.finish();
@@ -118,6 +120,8 @@ pub fn step(status: &WorkflowStatus, input: Input, ctx: &StepContext) -> Transit
         Input::Deleted => m.deleted(),
         Input::Withdrawn => m.withdrawn(),
         Input::Resume => m.resume(),
+        Input::Boot { record, conditions } => m.boot(record, conditions),
+        Input::BootFailed { reason, message } => m.boot_failed(reason, &message),
     }
     m.finish()
 }
@@ -741,6 +745,55 @@ impl<'a> Machine<'a> {
                 format!("{reason}: {message}"),
             );
         }
+    }
+
+    // ---- boot options ----
+
+    fn boot(
+        &mut self,
+        record: tink_api::v1alpha2::BootOptionsStatus,
+        conditions: Vec<BootCondition>,
+    ) {
+        let t = self.now();
+        self.new.boot_options = record;
+        for c in conditions {
+            let before = self.new.condition(c.type_).cloned();
+            self.set_condition(
+                c.type_,
+                c.status,
+                c.severity,
+                c.reason.as_str(),
+                &c.message,
+                t,
+            );
+            let changed = before.is_none_or(|b| {
+                b.status != c.status || b.reason.as_deref() != Some(c.reason.as_str())
+            });
+            if changed {
+                let type_ = if c.reason.is_failure() {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                };
+                self.event(type_, EventReason::Boot(c.reason), c.message.clone());
+            }
+        }
+    }
+
+    fn boot_failed(&mut self, reason: BootReason, message: &str) {
+        if self.new.state != WorkflowState::Pending {
+            return self.ignore(Ignored::WrongState);
+        }
+        let t = self.now();
+        self.set_condition(
+            ConditionType::BootPrepared,
+            ConditionStatus::False,
+            ConditionSeverity::Error,
+            reason.as_str(),
+            message,
+            t,
+        );
+        self.fail(reason.as_str(), EventReason::Boot(reason), message, t);
     }
 
     // ---- dispatch ----

@@ -43,6 +43,21 @@ impl Feed {
                 }
             }
             Change::Event(e) => self.live.event_changed(e),
+            // The machines whose bmcRef names it: their tiles and BMC parts.
+            Change::BmcMachine(m) => {
+                let (ns, name) = key_of(m);
+                for hw in self.cache.hardware_of_bmc(&ns, &name) {
+                    self.machine(&hw, false);
+                }
+            }
+            Change::BmcJob(j) => {
+                let (ns, _) = key_of(j);
+                if j.spec.machine_ref.namespace == ns {
+                    for hw in self.cache.hardware_of_bmc(&ns, &j.spec.machine_ref.name) {
+                        self.machine(&hw, false);
+                    }
+                }
+            }
             Change::Resync => self.live.resync(),
         }
     }
@@ -81,8 +96,9 @@ impl Feed {
         let (ns, name) = key_of(hw);
         let agent = self.cache.presence.of(hw);
         let latest = self.cache.latest_workflow(&ns, &name);
+        let bmc = self.cache.bmc(hw, jiff::Timestamp::now());
         self.live
-            .machine_changed(hw, Some((latest.as_deref(), agent)));
+            .machine_changed(hw, Some((latest.as_deref(), agent, &bmc)));
     }
 }
 

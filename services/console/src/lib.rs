@@ -1,7 +1,9 @@
 //! tink-console: the web console of tinkerbell-rs. Machines as tiles coloured by their latest
 //! workflow's state, workflows with a server-drawn timeline of their actions, their conditions
 //! and Kubernetes Events, templates with a rendered preview, a search over names, MACs and IPs;
-//! live through server-sent events fed by the watches; cancel and run-again actions.
+//! live through server-sent events fed by the watches; cancel and run-again actions; each
+//! machine's BMC (`bmc.tinkerbell.org`: power state, last Job) and power actions, which create
+//! a BMC Job with the user's own token.
 //!
 //! Reads come from the shared Hardware index and kube-runtime reflectors ([`cache`]), never a
 //! list per page view. Each

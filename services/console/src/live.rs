@@ -31,8 +31,8 @@ use tokio_util::sync::CancellationToken;
 use crate::access::Permission;
 use crate::cache::key_of;
 use crate::metrics::Metrics;
-use crate::pages::{DetailFragment, EventFragment, RowFragment, TileFragment};
-use crate::views::{Detail, EventRow, Row, Selector, Tile, row_id, tile_id};
+use crate::pages::{BmcFragment, DetailFragment, EventFragment, RowFragment, TileFragment};
+use crate::views::{Bmc, Detail, EventRow, Row, Selector, Tile, row_id, tile_id};
 
 /// What changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,10 +63,16 @@ pub struct Update {
     /// The fragment, `None` when the object is gone. A machine's tile here names its latest
     /// workflow and that workflow's state: only for users who may list workflows there.
     pub html: Option<String>,
-    /// A machine's tile without its latest workflow (no name, no state): what users who may
-    /// list the Hardware but not the Workflows of the namespace see. `None` for other kinds.
+    /// A machine's tile without its latest workflow (no name, no state) and without its BMC
+    /// power state: what users who may list the Hardware but neither the Workflows nor the
+    /// BMC Machines and Jobs of the namespace see. `None` for other kinds.
     pub bare: Option<String>,
-    /// For a workflow, the live part of its page.
+    /// A machine's tile with its latest workflow, without its BMC power state.
+    pub no_bmc: Option<String>,
+    /// A machine's tile with its BMC power state, without its latest workflow.
+    pub no_workflow: Option<String>,
+    /// For a workflow, the live part of its page; for a machine, the BMC part of its page
+    /// (`None` when it has no `bmcRef`).
     pub detail: Option<String>,
     /// When the watch delivered it (the benchmark measures delivery from here).
     pub at: Instant,
@@ -156,6 +162,8 @@ impl Live {
                 id: String::new(),
                 html: None,
                 bare: None,
+                no_bmc: None,
+                no_workflow: None,
                 detail: None,
                 at: Instant::now(),
                 seq: 0,
@@ -163,33 +171,47 @@ impl Live {
         }
     }
 
-    /// Machine `hw` changed: its tile with its `latest` workflow and its `agent` presence
-    /// ([`crate::presence::Presence::of`]), or went (`tile` is `None`).
+    /// Machine `hw` changed: its tile with its `latest` workflow, its `agent` presence
+    /// ([`crate::presence::Presence::of`]) and its `bmc`, or went (`tile` is `None`).
     pub(crate) fn machine_changed(
         &self,
         hw: &Hardware,
-        tile: Option<(Option<&Workflow>, &'static str)>,
+        tile: Option<(Option<&Workflow>, &'static str, &Bmc)>,
     ) {
         let (ns, name) = key_of(hw);
-        // Two variants at most, whatever the number of streams: with the latest workflow, and
-        // without it (the same tile when the machine has none).
-        let (html, bare) = match tile {
-            None => (None, None),
-            Some((latest, agent)) => {
-                let bare = render(&TileFragment {
-                    t: &Tile::new(hw, None, agent),
+        // Four variants at most, whatever the number of streams: with and without the latest
+        // workflow, with and without the BMC's power state (the same tile where the machine
+        // has no workflow, or no BMC to show).
+        let (mut html, mut bare, mut no_bmc, mut no_workflow, mut detail) =
+            (None, None, None, None, None);
+        if let Some((latest, agent, bmc)) = tile {
+            let tile = |t: &Tile| render(&TileFragment { t });
+            let base = Tile::new(hw, None, agent);
+            let with_wf = latest.map(|l| Tile::new(hw, Some(l), agent));
+            bare = tile(&base);
+            no_bmc = match &with_wf {
+                Some(t) => tile(t),
+                None => bare.clone(),
+            };
+            let shown = !base.clone().with_bmc(bmc).power.is_empty();
+            (no_workflow, html) = if shown {
+                let no_wf = tile(&base.with_bmc(bmc));
+                let full = match with_wf {
+                    Some(t) => tile(&t.with_bmc(bmc)),
+                    None => no_wf.clone(),
+                };
+                (no_wf, full)
+            } else {
+                (bare.clone(), no_bmc.clone())
+            };
+            if *bmc != Bmc::None {
+                detail = render(&BmcFragment {
+                    b: bmc,
+                    namespace: &ns,
+                    name: &name,
                 });
-                match latest {
-                    Some(latest) => (
-                        render(&TileFragment {
-                            t: &Tile::new(hw, Some(latest), agent),
-                        }),
-                        bare,
-                    ),
-                    None => (bare.clone(), bare),
-                }
             }
-        };
+        }
         self.send(Update {
             kind: Kind::Machine,
             id: tile_id(&ns, &name),
@@ -198,7 +220,9 @@ impl Live {
             labels: hw.metadata.labels.clone().unwrap_or_default(),
             html,
             bare,
-            detail: None,
+            no_bmc,
+            no_workflow,
+            detail,
             at: Instant::now(),
             seq: 0,
         });
@@ -223,6 +247,8 @@ impl Live {
                 render(&RowFragment { w: &row })
             },
             bare: None,
+            no_bmc: None,
+            no_workflow: None,
             detail: render(&DetailFragment { d: &detail }),
             at: Instant::now(),
             seq: 0,
@@ -240,6 +266,8 @@ impl Live {
             id: row.id.clone(),
             html: render(&EventFragment { e: &row }),
             bare: None,
+            no_bmc: None,
+            no_workflow: None,
             detail: None,
             at: Instant::now(),
             seq: 0,
@@ -290,6 +318,8 @@ pub enum Filter {
         /// Where the user may list Workflows: tiles there name their latest workflow and its
         /// state; elsewhere they come without ([`Update::bare`]).
         workflows: Namespaces,
+        /// Where the user may list BMC Machines and Jobs: tiles there show the power state.
+        bmc: Namespaces,
         /// The page's namespace filter.
         namespace: Option<String>,
         /// The page's label filter.
@@ -301,6 +331,17 @@ pub enum Filter {
         namespaces: Namespaces,
         /// The page's namespace filter.
         namespace: Option<String>,
+    },
+    /// One machine's page: its tile, and the BMC part where the user may see it.
+    Machine {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Whether the user may list Workflows there.
+        workflows: bool,
+        /// Whether the user may list BMC Machines and Jobs there.
+        bmc: bool,
     },
     /// One workflow's page.
     Workflow {
@@ -322,6 +363,7 @@ pub fn message(filter: &Filter, u: &Update) -> Option<String> {
             Filter::Machines {
                 namespaces,
                 workflows,
+                bmc,
                 namespace,
                 selector,
             },
@@ -333,12 +375,30 @@ pub fn message(filter: &Filter, u: &Update) -> Option<String> {
             {
                 return None;
             }
-            match &u.html {
-                // The variant this user may see: never the workflow where they may not list it.
-                Some(h) if workflows.contains(&u.namespace) => replace(&u.id, h, "tiles"),
-                Some(_) => replace(&u.id, u.bare.as_deref()?, "tiles"),
-                None => remove(&u.id),
+            if u.html.is_none() {
+                return Some(remove(&u.id).to_string());
             }
+            // The variant this user may see: never the workflow or the power state where they
+            // may not list it.
+            let tile = u.tile_for(workflows.contains(&u.namespace), bmc.contains(&u.namespace))?;
+            replace(&u.id, tile, "tiles")
+        }
+        (
+            Filter::Machine {
+                namespace,
+                name,
+                workflows,
+                bmc,
+            },
+            Kind::Machine,
+        ) if *namespace == u.namespace && *name == u.name => {
+            u.html.as_ref()?;
+            let tile = u.tile_for(*workflows, *bmc)?;
+            let mut replaced = vec![serde_json::json!({"id": u.id, "html": tile, "parent": ""})];
+            if *bmc && let Some(d) = &u.detail {
+                replaced.push(serde_json::json!({"id": "bmc", "html": d, "parent": ""}));
+            }
+            serde_json::json!({ "replace": replaced })
         }
         (
             Filter::Workflows {
@@ -380,6 +440,39 @@ pub fn message(filter: &Filter, u: &Update) -> Option<String> {
     Some(v.to_string())
 }
 
+impl Update {
+    /// A machine's tile in the variant for a user who may (or may not) list the Workflows and
+    /// the BMC Machines and Jobs of its namespace.
+    fn tile_for(&self, workflows: bool, bmc: bool) -> Option<&str> {
+        match (workflows, bmc) {
+            (true, true) => self.html.as_deref(),
+            (true, false) => self.no_bmc.as_deref(),
+            (false, true) => self.no_workflow.as_deref(),
+            (false, false) => self.bare.as_deref(),
+        }
+    }
+}
+
+/// `verb` on a `bmc.tinkerbell.org` `resource` (`machines`, `jobs`).
+pub fn bmc_permission(verb: &'static str, resource: &'static str, namespace: &str) -> Permission {
+    Permission {
+        verb,
+        group: tink_api::bmc::GROUP,
+        resource,
+        subresource: "",
+        namespace: namespace.to_string(),
+        name: String::new(),
+    }
+}
+
+/// What showing a machine's BMC in `namespace` needs: `list` BMC Machines and Jobs there.
+pub fn bmc_needs(namespace: &str) -> [Permission; 2] {
+    [
+        bmc_permission("list", "machines", namespace),
+        bmc_permission("list", "jobs", namespace),
+    ]
+}
+
 impl Filter {
     /// What the user must still be allowed for the stream to go on forwarding what it
     /// forwards: `list` in each namespace (or in every namespace) it shows, `get` of the one
@@ -403,10 +496,33 @@ impl Filter {
             Filter::Machines {
                 namespaces,
                 workflows,
+                bmc,
                 ..
             } => {
                 list("hardware", namespaces, &mut out);
                 list("workflows", workflows, &mut out);
+                match bmc {
+                    Namespaces::All => out.extend(bmc_needs("")),
+                    Namespaces::Some(set) => {
+                        let mut set: Vec<&String> = set.iter().collect();
+                        set.sort();
+                        out.extend(set.into_iter().flat_map(|n| bmc_needs(n)));
+                    }
+                }
+            }
+            Filter::Machine {
+                namespace,
+                name,
+                workflows,
+                bmc,
+            } => {
+                out.push(Permission::tink("get", "hardware", namespace, name));
+                if *workflows {
+                    out.push(Permission::tink("list", "workflows", namespace, ""));
+                }
+                if *bmc {
+                    out.extend(bmc_needs(namespace));
+                }
             }
             Filter::Workflows { namespaces, .. } => list("workflows", namespaces, &mut out),
             Filter::Workflow {
@@ -654,6 +770,8 @@ mod tests {
             id: format!("x/{ns}/{name}"),
             html: Some("<div>x</div>".into()),
             bare: Some("<div>bare</div>".into()),
+            no_bmc: Some("<div>no-bmc</div>".into()),
+            no_workflow: Some("<div>no-workflow</div>".into()),
             detail: Some("<div>d</div>".into()),
             at: Instant::now(),
             seq: 0,
@@ -665,6 +783,7 @@ mod tests {
         let f = Filter::Machines {
             namespaces: Namespaces::Some(["a".to_string()].into()),
             workflows: Namespaces::All,
+            bmc: Namespaces::All,
             namespace: None,
             selector: Selector::parse("rack=r1").unwrap(),
         };
@@ -685,11 +804,13 @@ mod tests {
         let f = |workflows: Namespaces| Filter::Machines {
             namespaces: Namespaces::Some(["a".to_string(), "b".to_string()].into()),
             workflows,
+            bmc: Namespaces::Some(HashSet::new()),
             namespace: None,
             selector: Selector::default(),
         };
         let mut u = update(Kind::Machine, "a", "m", &[]);
         u.html = Some("<a>wf-secret Running</a>".into());
+        u.no_bmc = u.html.clone();
         u.bare = Some("<a>no workflow</a>".into());
         let full = message(&f(Namespaces::Some(["a".to_string()].into())), &u).unwrap();
         assert!(full.contains("wf-secret"), "{full}");
@@ -707,10 +828,45 @@ mod tests {
     }
 
     #[test]
+    fn tiles_show_the_power_state_only_where_the_user_may_list_bmc_machines_and_jobs() {
+        let a = || Namespaces::Some(["a".to_string()].into());
+        let none = || Namespaces::Some(HashSet::new());
+        let f = |workflows: Namespaces, bmc: Namespaces| Filter::Machines {
+            namespaces: a(),
+            workflows,
+            bmc,
+            namespace: None,
+            selector: Selector::default(),
+        };
+        let u = update(Kind::Machine, "a", "m", &[]);
+        let shown = |f: &Filter| message(f, &u).unwrap();
+        assert!(shown(&f(a(), a())).contains("<div>x</div>"));
+        assert!(shown(&f(a(), none())).contains("no-bmc"));
+        assert!(shown(&f(none(), a())).contains("no-workflow"));
+        assert!(shown(&f(none(), none())).contains("bare"));
+        // A machine's page: its tile in the user's variant, and the BMC part only with it.
+        let page = |workflows: bool, bmc: bool| Filter::Machine {
+            namespace: "a".into(),
+            name: "m".into(),
+            workflows,
+            bmc,
+        };
+        let m = message(&page(true, true), &u).unwrap();
+        assert!(
+            m.contains("<div>x</div>") && m.contains(r#""id":"bmc""#),
+            "{m}"
+        );
+        let m = message(&page(true, false), &u).unwrap();
+        assert!(m.contains("no-bmc") && !m.contains(r#""id":"bmc""#), "{m}");
+        assert!(message(&page(true, true), &update(Kind::Machine, "a", "other", &[])).is_none());
+    }
+
+    #[test]
     fn a_stream_needs_what_it_forwards() {
         let f = Filter::Machines {
             namespaces: Namespaces::All,
             workflows: Namespaces::Some(["a".to_string()].into()),
+            bmc: Namespaces::Some(["b".to_string()].into()),
             namespace: None,
             selector: Selector::default(),
         };
@@ -719,6 +875,22 @@ mod tests {
             vec![
                 Permission::tink("list", "hardware", "", ""),
                 Permission::tink("list", "workflows", "a", ""),
+                bmc_permission("list", "machines", "b"),
+                bmc_permission("list", "jobs", "b"),
+            ]
+        );
+        let f = Filter::Machine {
+            namespace: "a".into(),
+            name: "m".into(),
+            workflows: false,
+            bmc: true,
+        };
+        assert_eq!(
+            f.needs(),
+            vec![
+                Permission::tink("get", "hardware", "a", "m"),
+                bmc_permission("list", "machines", "a"),
+                bmc_permission("list", "jobs", "a"),
             ]
         );
         let f = Filter::Workflow {

@@ -3,7 +3,7 @@
 
 use askama::Template;
 
-use crate::views::{Detail, EventRow, Row, Tile};
+use crate::views::{Bmc, Detail, EventRow, Row, Tile};
 
 /// What every page's frame shows.
 #[derive(Debug, Clone, Default)]
@@ -46,6 +46,64 @@ pub struct MachinesPage<'a> {
 pub struct TileFragment<'a> {
     /// The tile.
     pub t: &'a Tile,
+}
+
+/// A machine's page: its tile, its latest workflow, its BMC and the power actions.
+#[derive(Template)]
+#[template(path = "machine.html")]
+pub struct MachinePage<'a> {
+    /// Frame.
+    pub layout: Layout,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Its tile.
+    pub t: &'a Tile,
+    /// Whether the user may list Workflows there.
+    pub workflows_allowed: bool,
+    /// Whether the Hardware has a `bmcRef`.
+    pub has_bmc: bool,
+    /// Whether the user may list BMC Machines and Jobs there.
+    pub bmc_allowed: bool,
+    /// Its BMC.
+    pub b: &'a Bmc,
+    /// The power actions: form value, label, whether it takes the machine down.
+    pub actions: Vec<(&'static str, &'static str, bool)>,
+    /// A message after an action.
+    pub notice: String,
+}
+
+/// The BMC part of a machine's page (also pushed live).
+#[derive(Template)]
+#[template(path = "bmc.html")]
+pub struct BmcFragment<'a> {
+    /// The BMC.
+    pub b: &'a Bmc,
+    /// The machine's namespace.
+    pub namespace: &'a str,
+    /// The machine's name.
+    pub name: &'a str,
+}
+
+/// The confirmation of a power action that takes a machine down.
+#[derive(Template)]
+#[template(path = "power_confirm.html")]
+pub struct PowerConfirmPage {
+    /// Frame.
+    pub layout: Layout,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The action's form value.
+    pub action: &'static str,
+    /// Its label.
+    pub label: &'static str,
+    /// What it does to the machine.
+    pub warning: String,
+    /// UEFI PXE boot.
+    pub efi: bool,
 }
 
 /// The workflows page.

@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Event;
+use tink_api::bmc::{
+    ConditionStatus, Job as BmcJob, JobConditionType, Machine as BmcMachine, MachineConditionType,
+};
 use tink_api::v1alpha2::{ActionState, Hardware, Workflow, WorkflowState};
 
 /// The colour class of a machine tile.
@@ -57,6 +60,10 @@ pub struct Tile {
     pub workflow: Option<String>,
     /// `connected`, `offline` or `unknown` (no presence source configured).
     pub agent: &'static str,
+    /// The BMC's power state in short (`power on`, `BMC missing`), or empty.
+    pub power: String,
+    /// Its class: `on`, `off`, `unknown`.
+    pub power_class: &'static str,
 }
 
 impl Tile {
@@ -83,6 +90,200 @@ impl Tile {
             state: state.map_or("no workflow".to_string(), |s| s.to_string()),
             workflow: latest.and_then(|w| w.metadata.name.clone()),
             agent,
+            power: String::new(),
+            power_class: "",
+        }
+    }
+
+    /// The tile showing `bmc` too (only what its power state says; the page has the rest).
+    pub fn with_bmc(mut self, bmc: &Bmc) -> Tile {
+        match bmc {
+            Bmc::Known(b) => {
+                self.power = if b.contactable == "no" {
+                    format!("power {} · BMC unreachable", b.power)
+                } else {
+                    format!("power {}", b.power)
+                };
+                self.power_class = b.power;
+            }
+            Bmc::Missing(_) => {
+                self.power = "BMC missing".into();
+                self.power_class = "unknown";
+            }
+            Bmc::None | Bmc::Unavailable(_) => {}
+        }
+        self
+    }
+}
+
+/// `3m20s ago`, or `in 5s` for a clock ahead of ours.
+pub fn ago(t: Timestamp, now: Timestamp) -> String {
+    let secs = now.duration_since(t).as_secs();
+    if secs >= 0 {
+        format!("{} ago", human_seconds(secs))
+    } else {
+        format!("in {}", human_seconds(-secs))
+    }
+}
+
+/// `2026-01-01T00:00:00Z (3m20s ago)`.
+fn when(t: Timestamp, now: Timestamp) -> String {
+    format!("{t} ({})", ago(t, now))
+}
+
+/// What a machine shows of its BMC (`spec.bmcRef`, a `bmc.tinkerbell.org` Machine).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Bmc {
+    /// The Hardware has no `bmcRef`: nothing is shown.
+    None,
+    /// The BMC API cannot be read (not installed, or the console may not): why.
+    Unavailable(String),
+    /// The `bmcRef` names a Machine that does not exist: its name.
+    Missing(String),
+    /// The Machine, its power state and its last Job.
+    Known(BmcView),
+}
+
+/// A BMC Machine as the machine page shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BmcView {
+    /// The Machine's name.
+    pub machine: String,
+    /// `on`, `off`, `unknown`.
+    pub power: &'static str,
+    /// `yes`, `no`, or `unknown` (no `Contactable` condition yet: never polled).
+    pub contactable: &'static str,
+    /// When `Contactable` last changed (the BMC controller writes the status only on a
+    /// change), with how long ago; empty before the first poll.
+    pub since: String,
+    /// Why the BMC is not contactable (the provider's error), or empty.
+    pub message: String,
+    /// The Machine's last Job.
+    pub job: Option<JobView>,
+}
+
+/// A BMC Job in short.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobView {
+    /// Its name.
+    pub name: String,
+    /// Its tasks in short, in order (`boot pxe, power cycle`).
+    pub tasks: String,
+    /// `pending` (no controller started it yet), `running`, `completed`, `failed`.
+    pub state: &'static str,
+    /// When it was created, started or ended (the latest of these), with how long ago.
+    pub when: String,
+    /// The provider's error when it failed.
+    pub error: String,
+}
+
+impl JobView {
+    /// The view of `j` at `now`.
+    pub fn new(j: &BmcJob, now: Timestamp) -> JobView {
+        let status = j.status.clone().unwrap_or_default();
+        let cond = |t: JobConditionType| {
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == t && c.status == ConditionStatus::True)
+        };
+        let (state, error) = if let Some(c) = cond(JobConditionType::Failed) {
+            let m = if c.message.is_empty() {
+                "(the BMC controller gave no message)".to_string()
+            } else {
+                c.message.clone()
+            };
+            ("failed", m)
+        } else if cond(JobConditionType::Completed).is_some() {
+            ("completed", String::new())
+        } else if cond(JobConditionType::Running).is_some() {
+            ("running", String::new())
+        } else {
+            ("pending", String::new())
+        };
+        let at = status
+            .completion_time
+            .as_ref()
+            .or(status.start_time.as_ref())
+            .or(j.metadata.creation_timestamp.as_ref())
+            .map(|t| when(t.0, now))
+            .unwrap_or_default();
+        JobView {
+            name: j.metadata.name.clone().unwrap_or_default(),
+            tasks: j
+                .spec
+                .tasks
+                .iter()
+                .map(tink_api::bmc::plan::describe)
+                .collect::<Vec<_>>()
+                .join(", "),
+            state,
+            when: at,
+            error,
+        }
+    }
+}
+
+impl BmcView {
+    /// The view of `m` with its last Job `job`, at `now`.
+    pub fn new(m: &BmcMachine, job: Option<&BmcJob>, now: Timestamp) -> BmcView {
+        let status = m.status.clone().unwrap_or_default();
+        let c = status.condition(MachineConditionType::Contactable);
+        BmcView {
+            machine: m.metadata.name.clone().unwrap_or_default(),
+            power: status.power.unwrap_or_default().as_str(),
+            contactable: match c.map(|c| c.status) {
+                Some(ConditionStatus::True) => "yes",
+                Some(ConditionStatus::False) => "no",
+                None => "unknown",
+            },
+            since: c
+                .and_then(|c| c.last_update_time.as_ref())
+                .map(|t| when(t.0, now))
+                .unwrap_or_default(),
+            message: c
+                .filter(|c| c.status == ConditionStatus::False)
+                .map(|c| c.message.clone())
+                .unwrap_or_default(),
+            job: job.map(|j| JobView::new(j, now)),
+        }
+    }
+}
+
+impl Bmc {
+    /// What `hw` shows: `api` is [`crate::cache::Cache::bmc_api`]'s answer, `machine` its
+    /// `bmcRef`'s Machine if it exists, `job` that Machine's last Job.
+    pub fn new(
+        hw: &Hardware,
+        api: &crate::cache::BmcApi,
+        machine: Option<&BmcMachine>,
+        job: Option<&BmcJob>,
+        now: Timestamp,
+    ) -> Bmc {
+        let Some(name) = hw
+            .spec
+            .bmc_ref
+            .as_ref()
+            .map(|r| r.name.as_str())
+            .filter(|n| !n.is_empty())
+        else {
+            return Bmc::None;
+        };
+        match (api, machine) {
+            (crate::cache::BmcApi::Unavailable(why), _) => Bmc::Unavailable(why.clone()),
+            (crate::cache::BmcApi::Loading, _) => {
+                Bmc::Unavailable("the console is still loading the BMC Machines".into())
+            }
+            (crate::cache::BmcApi::Ready, None) => Bmc::Missing(name.to_string()),
+            (crate::cache::BmcApi::Ready, Some(m)) => Bmc::Known(BmcView::new(m, job, now)),
+        }
+    }
+
+    /// The Machine a power action would go to, when it exists.
+    pub fn machine(&self) -> Option<&str> {
+        match self {
+            Bmc::Known(b) => Some(&b.machine),
+            _ => None,
         }
     }
 }
@@ -653,6 +854,71 @@ impl Selector {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_machine_shows_its_bmc_power_state_and_last_job() {
+        use crate::cache::BmcApi;
+        let hw = |bmc: Option<&str>| -> Hardware {
+            let mut h: Hardware = tink_api::from_value(serde_json::json!({
+                "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+                "metadata": {"name": "m1", "namespace": "a"},
+                "spec": {"networkInterfaces": {"02:00:00:00:00:01": {}}},
+            }))
+            .unwrap();
+            h.spec.bmc_ref = bmc.map(tink_api::v1alpha2::LocalObjectReference::new);
+            h
+        };
+        let machine: BmcMachine = serde_json::from_value(serde_json::json!({
+            "apiVersion": "bmc.tinkerbell.org/v1alpha1", "kind": "Machine",
+            "metadata": {"name": "bmc-1", "namespace": "a"},
+            "spec": {"connection": {"host": "10.0.0.5"}},
+            "status": {"powerState": "off", "conditions": [{"type": "Contactable", "status": "False",
+                "lastUpdateTime": "2026-01-01T00:00:00Z", "message": "dial tcp: connection refused"}]},
+        }))
+        .unwrap();
+        let mut job = tink_api::bmc::plan::Plan::boot(tink_api::bmc::BootDevice::Pxe, false, true)
+            .job("a", "bmc-1");
+        job.metadata.name = Some("bmc-1-boot-pxe-cycle-x".into());
+        job.status = serde_json::from_value(serde_json::json!({
+            "startTime": "2026-01-01T00:00:30Z",
+            "conditions": [{"type": "Failed", "status": "True", "message": "task 1 failed: timeout"}],
+        }))
+        .unwrap();
+        let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let ready = BmcApi::Ready;
+        assert_eq!(Bmc::new(&hw(None), &ready, None, None, now), Bmc::None);
+        assert_eq!(
+            Bmc::new(&hw(Some("ghost")), &ready, None, None, now),
+            Bmc::Missing("ghost".into())
+        );
+        let absent = BmcApi::Unavailable("BMC API not installed".into());
+        assert!(matches!(
+            Bmc::new(&hw(Some("bmc-1")), &absent, Some(&machine), None, now),
+            Bmc::Unavailable(m) if m.contains("not installed")
+        ));
+        let b = Bmc::new(&hw(Some("bmc-1")), &ready, Some(&machine), Some(&job), now);
+        let Bmc::Known(v) = &b else { panic!("{b:?}") };
+        assert_eq!((v.power, v.contactable), ("off", "no"));
+        assert_eq!(v.since, "2026-01-01T00:00:00Z (1m00s ago)");
+        assert_eq!(v.message, "dial tcp: connection refused");
+        let j = v.job.as_ref().unwrap();
+        assert_eq!(j.tasks, "boot pxe, power cycle");
+        assert_eq!(
+            (j.state, j.error.as_str()),
+            ("failed", "task 1 failed: timeout")
+        );
+        assert_eq!(j.when, "2026-01-01T00:00:30Z (30s ago)");
+        // The tile says it in short; nothing without a bmcRef or an API.
+        let tile = |b: &Bmc| {
+            Tile::new(&hw(Some("bmc-1")), None, "unknown")
+                .with_bmc(b)
+                .power
+        };
+        assert_eq!(tile(&b), "power off · BMC unreachable");
+        assert_eq!(tile(&Bmc::Missing("ghost".into())), "BMC missing");
+        assert_eq!(tile(&Bmc::None), "");
+        assert_eq!(tile(&Bmc::Unavailable("x".into())), "");
+    }
+
     use super::*;
     use serde_json::json;
 

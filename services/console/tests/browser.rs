@@ -268,8 +268,16 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     assert_eq!(browser.count("#tiles .tile.failed").await, 1, "node-05");
     browser.screenshot(&shots.join("machines.png")).await;
 
-    // The workflow page: one bar per action, each succeeded.
+    // The tile leads to the machine's page, which links its latest workflow's page: one bar
+    // per action, each succeeded.
     browser.click("a[id='m/a/demo']").await;
+    browser
+        .wait_for(
+            "the machine page",
+            "return !!document.getElementById('latest-workflow');",
+        )
+        .await;
+    browser.click("#latest-workflow").await;
     browser
         .wait_for("the workflow page", &state_is("Succeeded"))
         .await;

@@ -66,6 +66,10 @@ pub struct ControllerConfig {
     /// The controller's own namespace, where it keeps the copies of valid agent secrets that
     /// Hegel reads (Hegel may read Secrets only there). Default `tink-system`.
     pub system_namespace: String,
+    /// The longest a BMC Job of `spec.bootOptions` may run before its Workflow fails with
+    /// `BootJobTimeout` (before dispatch) or the after-success step is given up. Default 15 min
+    /// (a Job's power operations each wait up to the BMC controller's power wait).
+    pub boot_job_timeout: Duration,
     /// The Cluster API infrastructure provider (off by default here; the binary's `--capi`
     /// defaults to auto).
     pub capi: crate::capi::CapiConfig,
@@ -94,6 +98,7 @@ impl ControllerConfig {
             forget_after: Duration::from_secs(3600),
             agent_secrets_sweep: Duration::from_secs(30),
             system_namespace: tink_api::agent_secret::DEFAULT_SYSTEM_NAMESPACE.into(),
+            boot_job_timeout: Duration::from_secs(15 * 60),
             capi: crate::capi::CapiConfig::default(),
         }
     }

@@ -2,7 +2,7 @@
 //! dispatches to one machine from being written at once.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use jiff::Timestamp;
 use kube::ResourceExt as _;
@@ -87,16 +87,7 @@ impl Dispatch {
         {
             return Choice::Busy;
         }
-        let mut siblings = wake.workflows_of_hardware(&namespace, &w.spec.hardware_ref.name);
-        siblings.retain(|s| key_of(s) != me);
-        let mut candidates: Vec<Candidate> = ledger
-            .fresh_all(&siblings)
-            .iter()
-            .map(|s| Candidate::from_workflow(s, Some(&hw.spec)))
-            .collect();
-        let mut mine = w.clone();
-        mine.status = Some(status.clone());
-        candidates.push(Candidate::from_workflow(&mine, Some(&hw.spec)));
+        let candidates = candidates(w, status, &hw, ledger, wake);
         let connected: Vec<(String, String)> = machine
             .iter()
             .filter_map(|id| presence.connected(id, now).map(|p| (id.clone(), p)))
@@ -128,4 +119,78 @@ impl Dispatch {
             },
         )
     }
+
+    /// Whether `w` (with the candidate `status`) may take its boot steps before dispatch now
+    /// (`spec.bootOptions`: they power-cycle the machine): the machine is idle (nothing
+    /// Scheduled, Running or Cancelling on it, no dispatch in flight) and `w` is its oldest
+    /// runnable Pending Workflow. No agent needs to be connected: the machine may be off, and
+    /// the steps are what boots it. When an older Workflow should go first, it is woken.
+    pub fn boot_turn(
+        &self,
+        w: &Workflow,
+        status: &WorkflowStatus,
+        now: Timestamp,
+        ledger: &Ledger,
+        wake: &Wake,
+    ) -> BootTurn {
+        let namespace = w.namespace().unwrap_or_default();
+        let hw_ref = ObjectRef::new(&w.spec.hardware_ref.name).within(&namespace);
+        let Some(hw) = self.hardware.get(&hw_ref) else {
+            return BootTurn::Wait;
+        };
+        let machine = agent_ids(&hw.spec);
+        let me = key_of(w);
+        if lock(&self.claims)
+            .iter()
+            .any(|(id, k)| *k != me && machine.contains(id))
+        {
+            return BootTurn::Busy;
+        }
+        let candidates = candidates(w, status, &hw, ledger, wake);
+        // Every agent id of the machine counted as connected: the pick is then the machine's
+        // oldest runnable Workflow if the machine is idle, whatever is connected.
+        let picks = pick_dispatches(&candidates, machine.iter(), now);
+        match picks.into_iter().next() {
+            Some((key, _)) if key == me => BootTurn::Mine(hw),
+            Some((key, _)) => {
+                wake.trigger(&key);
+                BootTurn::Wait
+            }
+            None => BootTurn::Wait,
+        }
+    }
+}
+
+/// The dispatcher's answer for the boot steps of one Workflow.
+pub(crate) enum BootTurn {
+    /// Take them now; the Hardware as cached.
+    Mine(Arc<Hardware>),
+    /// Not now (the machine is busy, or another Workflow goes first); something wakes it.
+    Wait,
+    /// A dispatch to the same machine is being written right now.
+    Busy,
+}
+
+/// The dispatch candidates of `w`'s machine: its sibling Workflows as this term last saw them,
+/// and `w` itself with the candidate `status`.
+fn candidates(
+    w: &Workflow,
+    status: &WorkflowStatus,
+    hw: &Hardware,
+    ledger: &Ledger,
+    wake: &Wake,
+) -> Vec<Candidate> {
+    let namespace = w.namespace().unwrap_or_default();
+    let me = key_of(w);
+    let mut siblings = wake.workflows_of_hardware(&namespace, &w.spec.hardware_ref.name);
+    siblings.retain(|s| key_of(s) != me);
+    let mut candidates: Vec<Candidate> = ledger
+        .fresh_all(&siblings)
+        .iter()
+        .map(|s| Candidate::from_workflow(s, Some(&hw.spec)))
+        .collect();
+    let mut mine = w.clone();
+    mine.status = Some(status.clone());
+    candidates.push(Candidate::from_workflow(&mine, Some(&hw.spec)));
+    candidates
 }

@@ -136,6 +136,21 @@ pub(crate) async fn lead(
 
     let (workflows, wf_writer) = reflector::store::<Workflow>();
 
+    // The BMC Jobs of spec.bootOptions (only ours: they carry the Workflow label), when the
+    // BMC API is served.
+    let jobs = if crate::boot::jobs_served(&client).await {
+        let (store, writer) = reflector::store::<tink_api::bmc::Job>();
+        let stream = watcher(
+            api::<tink_api::bmc::Job>(&client, ns),
+            wc.clone().labels(crate::boot::WORKFLOW_LABEL),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects();
+        Some((store, stream))
+    } else {
+        None
+    };
     let (trigger_tx, trigger_rx) = mpsc::channel(config.trigger_queue.max(1));
     let (kube_events, event_rx) = KubeEvents::new(config.kube_events, metrics.clone(), 4096);
     let ctx = Arc::new(Term::new(
@@ -149,6 +164,7 @@ pub(crate) async fn lead(
         bus.clone(),
         trigger_tx,
         kube_events.clone(),
+        jobs.as_ref().map(|(store, _)| store.clone()),
     ));
     let resets = Arc::new(AgentResets::new(
         client.clone(),
@@ -237,9 +253,21 @@ pub(crate) async fn lead(
             pending(ctx.wake.workflows_of_hardware(&namespace, &h.name_any()))
         }
     };
-    let controller = controller
+    let mut controller = controller
         .watches_stream(tpl_stream, by_template)
-        .watches_stream(hw_stream, by_hardware)
+        .watches_stream(hw_stream, by_hardware);
+    if let Some((_, job_stream)) = jobs {
+        // A boot Job that changed wakes the Workflow owning it.
+        controller = controller.watches_stream(job_stream, |job: tink_api::bmc::Job| {
+            let namespace = job.namespace().unwrap_or_default();
+            job.owner_references()
+                .iter()
+                .filter(|o| o.kind == "Workflow")
+                .map(|o| ObjectRef::new(&o.name).within(&namespace))
+                .collect::<Vec<_>>()
+        });
+    }
+    let controller = controller
         .reconcile_on(tokio_stream::wrappers::ReceiverStream::new(trigger_rx))
         .graceful_shutdown_on(term.clone().cancelled_owned());
 

@@ -36,6 +36,7 @@
 mod admitted;
 pub mod agent_reset;
 pub mod agent_secrets;
+mod boot;
 pub mod capi;
 mod config;
 mod dispatch;

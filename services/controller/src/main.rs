@@ -70,6 +70,10 @@ struct Args {
     /// Secrets only there.
     #[arg(long, env = "TINK_SYSTEM_NAMESPACE", default_value = "tink-system")]
     system_namespace: String,
+    /// Seconds a BMC Job of a Workflow's spec.bootOptions may run before the Workflow fails
+    /// with BootJobTimeout.
+    #[arg(long, env = "TINK_BOOT_JOB_TIMEOUT_SECONDS", default_value_t = 900)]
+    boot_job_timeout_seconds: u64,
     /// The Cluster API infrastructure provider (TinkerbellCluster, TinkerbellMachine): `auto`
     /// runs it when the API server serves Cluster API's Machines (checked when a replica starts
     /// leading; restart the controller after installing Cluster API), `on` always, `off` never.
@@ -114,6 +118,7 @@ async fn main() -> anyhow::Result<()> {
     config.agent_secrets_sweep = Duration::from_secs(args.agent_secrets_sweep_seconds.max(1));
     config.system_namespace = args.system_namespace;
     config.trigger_queue = args.trigger_queue.max(1);
+    config.boot_job_timeout = Duration::from_secs(args.boot_job_timeout_seconds.max(1));
     config.capi.mode = args.capi;
     config.capi.core_version = args.capi_core_version;
     config.forget_after = Duration::from_secs(args.forget_after_seconds.max(60));

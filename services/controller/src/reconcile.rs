@@ -15,7 +15,8 @@ use tink_api::v1alpha2::{Workflow, WorkflowState};
 use tink_workflow::{Input, StepContext, agent_verdict, step_all};
 use tracing::{Instrument as _, debug};
 
-use crate::dispatch::{Choice, Claim};
+use crate::boot::{self, Phase};
+use crate::dispatch::{BootTurn, Choice, Claim};
 use crate::error::{StepError, report};
 use crate::keys::{has_finalizer, key_of};
 use crate::render;
@@ -42,7 +43,7 @@ pub(crate) async fn reconcile(obj: Arc<Workflow>, term: Arc<Term>) -> Result<Act
             Stepped::Applied {
                 transition: t,
                 written,
-                value: (ctx, claim),
+                value: (ctx, claim, boot_wait),
             } => {
                 if claim.is_some() && woken_by_resync {
                     term.metrics.resync_dispatches.inc();
@@ -52,7 +53,7 @@ pub(crate) async fn reconcile(obj: Arc<Workflow>, term: Arc<Term>) -> Result<Act
                 if let Some(verdict) = agent_verdict(&t.status, &ctx) {
                     term.effects.publish_verdict(&written, &verdict).await?;
                 }
-                Ok(requeue(t.requeue_at))
+                Ok(requeue(t.requeue_at, boot_wait))
             }
             Stepped::Done(action) => Ok(action),
             Stepped::Gone => Ok(Action::await_change()),
@@ -80,33 +81,54 @@ pub(crate) fn error_policy(_obj: Arc<Workflow>, e: &StepError, term: Arc<Term>) 
     Action::requeue(Duration::from_secs(1))
 }
 
-/// When to look again after a transition: at its next deadline.
-fn requeue(at: Option<Timestamp>) -> Action {
-    match at {
-        Some(at) => {
-            let wait = Timestamp::now().duration_until(at);
-            let wait = Duration::try_from(wait).unwrap_or_default();
-            // Whole-second deadlines: a little slack so the tick lands after them.
-            Action::requeue(wait + Duration::from_millis(20))
-        }
-        None => Action::await_change(),
+/// When to look again after a transition: at its next deadline, or sooner when a boot step
+/// waits for its BMC Job (`boot_wait`).
+fn requeue(at: Option<Timestamp>, boot_wait: Option<Duration>) -> Action {
+    let deadline = at.map(|at| {
+        let wait = Timestamp::now().duration_until(at);
+        // Whole-second deadlines: a little slack so the tick lands after them.
+        Duration::try_from(wait).unwrap_or_default() + Duration::from_millis(20)
+    });
+    match (deadline, boot_wait) {
+        (Some(a), Some(b)) => Action::requeue(a.min(b)),
+        (Some(a), None) | (None, Some(a)) => Action::requeue(a),
+        (None, None) => Action::await_change(),
     }
 }
+
+/// What a reconcile hands back with the written Workflow: the step's context (for the
+/// verdict), the claim on the machine of a dispatch (held until the status is written), and
+/// how soon to look again for a running boot Job.
+type Decided<'a> = (StepContext, Option<Claim<'a>>, Option<Duration>);
 
 /// How soon an active Workflow is looked at again while the events backlog of the term is
 /// still being applied.
 const BACKLOG_WAIT: Duration = Duration::from_millis(500);
 
-/// What the transition of `w` is: the step's context goes back with the written Workflow
-/// (for the verdict), and so does the claim on the machine of a dispatch (held until the
-/// status is written).
-async fn decide(
-    term: &Term,
-    w: Arc<Workflow>,
-) -> Result<Plan<(StepContext, Option<Claim<'_>>), Action>, StepError> {
+/// What the transition of `w` is (see [`Decided`]).
+async fn decide(term: &Term, w: Arc<Workflow>) -> Result<Plan<Decided<'_>, Action>, StepError> {
     let now = Timestamp::now();
     let status = w.status.clone().unwrap_or_default();
     let uid = w.uid().unwrap_or_default();
+    if status.state == WorkflowState::Succeeded && !boot::finished(&w, &status) {
+        // The steps after success (spec.bootOptions): netboot off, eject, postActions.
+        let namespace = w.namespace().unwrap_or_default();
+        let hw_ref = ObjectRef::new(&w.spec.hardware_ref.name).within(&namespace);
+        if let Some(hw) = term.hardware.get(&hw_ref) {
+            let progress = term
+                .boot
+                .advance(&w, &hw, &status, Phase::Finish, now)
+                .await?;
+            if !progress.inputs.is_empty() {
+                let ctx = term.step_context(&w, now);
+                let t = step_all(&status, progress.inputs, &ctx);
+                return Ok(Plan::Apply(t, (ctx, None, progress.wait)));
+            }
+            if let Some(wait) = progress.wait {
+                return Ok(Plan::Done(Action::requeue(wait)));
+            }
+        }
+    }
     if status.state.is_terminal() {
         if has_finalizer(&w) {
             term.writes.remove_finalizer(&w).await?;
@@ -147,11 +169,37 @@ async fn decide(
     inputs.push(Input::Tick);
     let mut t = step_all(&status, inputs.clone(), &ctx);
 
-    // Dispatch in the same status write as the preparation when the machine is free.
+    // Dispatch in the same status write as the preparation when the machine is free; before
+    // it, the boot steps of spec.bootOptions (in the same write when they are done at once).
     let mut claim = None;
+    let mut boot_wait = None;
     let due = t.status.next_attempt_at.as_ref().is_none_or(|n| n.0 <= now);
-    if !deleting && t.status.state == WorkflowState::Pending && !t.status.actions.is_empty() && due
-    {
+    let runnable = |t: &tink_workflow::Transition| {
+        !deleting && t.status.state == WorkflowState::Pending && !t.status.actions.is_empty()
+    };
+    let mut booted = boot::prepared(&w, &t.status);
+    if runnable(&t) && due && !booted {
+        match term.boot_turn(&w, &t.status, now) {
+            BootTurn::Mine(hw) => {
+                let progress = term
+                    .boot
+                    .advance(&w, &hw, &t.status, Phase::Prepare, now)
+                    .await?;
+                if !progress.inputs.is_empty() {
+                    let tick = inputs.len() - 1;
+                    for (i, input) in progress.inputs.into_iter().enumerate() {
+                        inputs.insert(tick + i, input);
+                    }
+                    t = step_all(&status, inputs.clone(), &ctx);
+                }
+                booted = progress.done;
+                boot_wait = progress.wait;
+            }
+            BootTurn::Wait => {}
+            BootTurn::Busy => return Ok(Plan::Done(Action::requeue(Duration::from_millis(200)))),
+        }
+    }
+    if runnable(&t) && due && booted {
         match term.choose_agent(&w, &t.status, now) {
             Choice::Go(agent_id, c) => {
                 let tick = inputs.len() - 1;
@@ -165,7 +213,7 @@ async fn decide(
         }
     }
     debug!(state = %t.status.state, outcome = ?t.outcome, effects = t.effects.len(), "stepped");
-    Ok(Plan::Apply(t, (ctx, claim)))
+    Ok(Plan::Apply(t, (ctx, claim, boot_wait)))
 }
 
 /// The preparation input: the rendered actions, a render failure, or what is missing.

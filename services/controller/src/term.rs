@@ -22,8 +22,9 @@ use tink_hardware_index::Index;
 use tink_workflow::{Effect, StepContext, Transition, WorkflowKey};
 use tokio::sync::mpsc;
 
+use crate::boot::Boot;
 use crate::config::ControllerConfig;
-use crate::dispatch::{Choice, Dispatch};
+use crate::dispatch::{BootTurn, Choice, Dispatch};
 use crate::effects::Effects;
 use crate::error::StepError;
 use crate::keys::{has_finalizer, is_active, ref_of};
@@ -86,6 +87,8 @@ pub(crate) struct Term {
     pub writes: Writes,
     pub effects: Effects,
     pub kube_events: KubeEvents,
+    /// The boot steps of `spec.bootOptions` (BMC Jobs, the Hardware's netboot toggle).
+    pub boot: Boot,
     /// Whether the events that were stored when this term bound its consumer are all applied.
     /// Until then no Resume, timeout or verdict acts on an active Workflow: an outage's
     /// backlog may hold its end.
@@ -105,9 +108,11 @@ impl Term {
         bus: tink_bus::Bus,
         triggers: mpsc::Sender<ObjectRef<Workflow>>,
         kube_events: KubeEvents,
+        jobs: Option<Store<tink_api::bmc::Job>>,
     ) -> Self {
         let ledger = Arc::new(Ledger::new(client.clone(), workflows));
         Self {
+            boot: Boot::new(client.clone(), jobs, config.boot_job_timeout),
             wake: Wake::new(metrics.clone(), ledger.clone(), hardware_index, triggers),
             presence: Presence::new(config.bus.presence_ttl, config.forget_after),
             dispatch: Dispatch::new(hardware.clone()),
@@ -147,6 +152,12 @@ impl Term {
     /// Marks the events stored when this term began as applied.
     pub fn set_backlog_applied(&self) {
         self.backlog_applied.store(true, Ordering::Release);
+    }
+
+    /// See [`Dispatch::boot_turn`].
+    pub fn boot_turn(&self, w: &Workflow, status: &WorkflowStatus, now: Timestamp) -> BootTurn {
+        self.dispatch
+            .boot_turn(w, status, now, &self.ledger, &self.wake)
     }
 
     /// See [`Dispatch::choose_agent`].

@@ -3,6 +3,8 @@
 //! the provider creates are run by the real Workflow controller, driven by the simulated
 //! agents' events (no Workflow status is written by the tests).
 
+#[path = "common/bmc.rs"]
+mod bmc;
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -1308,5 +1310,76 @@ async fn auto_mode_runs_the_provider_only_when_cluster_api_is_served() {
     )
     .await;
     ctl.stop().await;
+    capi.stack.stop().await;
+}
+
+/// A Hardware with a BMC: the provisioning Workflow boots it through the BMC (bootOptions
+/// netboot, so the emulator's machine is On with a Pxe override before the agent gets the
+/// Workflow, and netboot is off after success), and deleting the machine powers it off (the
+/// `<machine>-poweroff` Job) before the Hardware is released. Real BMC controller and
+/// sushy-tools.
+#[tokio::test]
+async fn a_machine_with_a_bmc_is_powered_on_through_its_workflow_and_off_on_delete() {
+    use bmc::{BmcController, bmc_machine, bmc_secret, redfish};
+    use tink_api::bmc::{Job, PowerState};
+    use tink_bmc::Bmc as _;
+    use tink_testkit::bmc::{BMC_PASSWORD, Sushy};
+
+    let sushy = Sushy::start().await.expect("sushy-emulator");
+    let capi = Capi::start().await;
+    bmc_secret(&capi.stack, "bmc-creds", BMC_PASSWORD).await;
+    bmc_machine(&capi.stack, "bmc-0", &sushy.host(), "bmc-creds").await;
+    capi.create_hardware("hw-0", 0, json!({})).await;
+    let patch = json!({"spec": {"bmcRef": {"name": "bmc-0"}}});
+    capi.hardware()
+        .patch("hw-0", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("bmcRef");
+    capi.cluster(false, json!({})).await;
+    capi.cluster_infrastructure_provisioned().await;
+    let bmc = BmcController::start(&capi.stack, sushy.cert_pem());
+    let _ctl = capi.leader().await;
+    let emulator = redfish(&sushy);
+    let mut agent = capi.stack.agent(&mac(0)).await;
+
+    capi.machine("m-0", None, json!({"imageURL": IMAGE}), true)
+        .await;
+    let (wf, actions) = agent.next_start().await;
+    // The Workflow asked for a netboot through the BMC, and it ran before the dispatch.
+    let w = capi.stack.workflows().get("m-0").await.expect("workflow");
+    let boot = w.spec.boot_options.clone().expect("bootOptions");
+    assert!(boot.toggle_allow_netboot);
+    assert_eq!(boot.boot_mode, Some(tink_api::v1alpha2::BootMode::Netboot));
+    assert_eq!(emulator.power_state().await.expect("power"), PowerState::On);
+    assert_eq!(emulator.boot_override().await.expect("override").0, "Pxe");
+    agent.received(&wf).await;
+    agent.run_all(&wf, &actions).await;
+    capi.wait_machine("m-0", "provisioned", provisioned).await;
+
+    capi.dynamic("Machine")
+        .delete("m-0", &DeleteParams::background())
+        .await
+        .expect("delete");
+    capi.wait_machine_gone("m-0").await;
+    // Powered off before the Hardware was released: the Job completed (the machine's finalizer
+    // waited for it) and the emulator says Off.
+    assert_eq!(
+        emulator.power_state().await.expect("power"),
+        PowerState::Off
+    );
+    let h = capi.hw("hw-0").await;
+    assert_eq!(h.labels().get(HARDWARE_CLAIM_LABEL), None, "released");
+    let jobs: Api<Job> = Api::namespaced(capi.stack.client.clone(), NS);
+    if let Some(j) = jobs.get_opt("m-0-poweroff").await.expect("read job") {
+        assert!(
+            j.status.as_ref().is_some_and(|s| s.has_condition(
+                tink_api::bmc::JobConditionType::Completed,
+                tink_api::bmc::ConditionStatus::True
+            )),
+            "{:?}",
+            j.status
+        );
+    }
+    bmc.stop().await;
     capi.stack.stop().await;
 }

@@ -2,6 +2,9 @@
 //! the OSIE kernel, initrd and disk images other tools put there. Files are streamed in 64 KiB
 //! chunks with their `Content-Length`; a single `Range` (`bytes=a-b`, `bytes=a-`, `bytes=-n`) is
 //! answered with 206 (iPXE and curl resume with it), several ranges with the whole file.
+//!
+//! `/iso/<mac>/<name>.iso`: the source ISO with that machine's kernel parameters in its
+//! placeholder ([`crate::iso`]), streamed the same way (BMCs read virtual media with `Range`).
 
 use std::sync::Arc;
 
@@ -12,43 +15,68 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::files::{FileError, Root};
+use crate::index::{Index, Lookup};
+use crate::iso::{IsoSource, overlay};
 use crate::metrics::Metrics;
 
 const CHUNK: usize = 64 * 1024;
+
+/// What the ISO route needs: the source ISO (none: the route answers 404), the Hardware index
+/// and the values of the kernel parameters.
+#[derive(Clone)]
+pub struct IsoRoute {
+    /// The source ISO.
+    pub source: Option<Arc<IsoSource>>,
+    /// The Hardware index.
+    pub index: Arc<Index>,
+    /// The values Hegel's flags give the iPXE script.
+    pub kernel: Arc<hegel::IpxeConfig>,
+}
 
 #[derive(Clone)]
 struct FileState {
     root: Arc<Root>,
     metrics: Metrics,
+    iso: Option<IsoRoute>,
 }
 
 /// The file routes.
 pub fn router(root: Root, metrics: Metrics) -> Router {
+    routes(root, metrics, None)
+}
+
+/// The file routes, and `/iso/{mac}/{file}` (404 "no ISO configured" when `iso` has no source,
+/// or is `None`).
+pub fn routes(root: Root, metrics: Metrics, iso: Option<IsoRoute>) -> Router {
     Router::new()
+        .route("/iso/{mac}/{file}", get(iso_file))
         .route("/{*path}", get(file))
         .fallback(not_found)
         .with_state(FileState {
             root: Arc::new(root),
             metrics,
+            iso,
         })
 }
 
-/// Serves [`router`] on `listener` until `shutdown`.
+/// Serves [`routes`] on `listener` until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
     root: Root,
     metrics: Metrics,
+    iso: Option<IsoRoute>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, dir = %root.dir().display(), "HTTP listening");
     }
-    axum::serve(listener, router(root, metrics))
+    axum::serve(listener, routes(root, metrics, iso))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
 }
@@ -126,11 +154,7 @@ async fn file(
         Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, a, b - a + 1),
         Some(Err(())) => {
             state.metrics.http(m, 416);
-            return (
-                StatusCode::RANGE_NOT_SATISFIABLE,
-                [(header::CONTENT_RANGE, format!("bytes */{len}"))],
-            )
-                .into_response();
+            return unsatisfiable(len);
         }
     };
     if start > 0
@@ -144,7 +168,34 @@ async fn file(
     let body = if method == Method::HEAD {
         Body::empty()
     } else {
-        let stream = futures::stream::unfold((f, count), |(mut f, left)| async move {
+        stream(f, start, count, None, None)
+    };
+    ranged(body, status, start, count, len)
+}
+
+fn unsatisfiable(len: u64) -> Response {
+    (
+        StatusCode::RANGE_NOT_SATISFIABLE,
+        [(header::CONTENT_RANGE, format!("bytes */{len}"))],
+    )
+        .into_response()
+}
+
+/// Bytes written over the file's as they stream: `(offset, bytes)`.
+type Overlay = (u64, Arc<[u8]>);
+
+/// `count` bytes of `f` (positioned at `start`) in chunks of [`CHUNK`], with `overlay` written
+/// over them, counting the bytes sent in `sent`.
+fn stream(
+    f: tokio::fs::File,
+    start: u64,
+    count: u64,
+    overlay_with: Option<Overlay>,
+    sent: Option<Counter>,
+) -> Body {
+    let s = futures::stream::unfold((f, start, count), move |(mut f, at, left)| {
+        let (overlay_with, sent) = (overlay_with.clone(), sent.clone());
+        async move {
             if left == 0 {
                 return None;
             }
@@ -155,16 +206,26 @@ async fn file(
                 Ok(0) => None,
                 Ok(n) => {
                     buf.truncate(n);
+                    if let Some((region, bytes)) = &overlay_with {
+                        overlay(&mut buf, at, *region, bytes);
+                    }
+                    if let Some(c) = &sent {
+                        c.inc_by(n as u64);
+                    }
                     Some((
                         Ok::<_, std::io::Error>(Bytes::from(buf)),
-                        (f, left - n as u64),
+                        (f, at + n as u64, left - n as u64),
                     ))
                 }
-                Err(e) => Some((Err(e), (f, 0))),
+                Err(e) => Some((Err(e), (f, at, 0))),
             }
-        });
-        Body::from_stream(stream)
-    };
+        }
+    });
+    Body::from_stream(s)
+}
+
+/// The response for `count` bytes from `start` of a file of `len` bytes.
+fn ranged(body: Body, status: StatusCode, start: u64, count: u64, len: u64) -> Response {
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
     let h = resp.headers_mut();
@@ -184,6 +245,216 @@ async fn file(
         h.insert(header::CONTENT_RANGE, v);
     }
     resp
+}
+
+fn iso_text(state: &FileState, m: &'static str, status: StatusCode, body: String) -> Response {
+    state.metrics.iso(m, status.as_u16());
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// A MAC in any usual spelling (`-` or `:`, any case) in its one canonical form (lower case,
+/// `:`-separated), which is how Hardware keys are spelled.
+fn canonical_mac(s: &str) -> Option<String> {
+    tink_api::AgentId::normalize(s)
+        .ok()
+        .filter(tink_api::AgentId::is_mac)
+        .map(tink_api::AgentId::into_string)
+}
+
+async fn iso_file(
+    method: Method,
+    Path((mac, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    State(state): State<FileState>,
+) -> Response {
+    let m = method_label(&method);
+    let Some((route, source)) = state
+        .iso
+        .as_ref()
+        .and_then(|r| r.source.as_ref().map(|s| (r, s)))
+    else {
+        return iso_text(
+            &state,
+            m,
+            StatusCode::NOT_FOUND,
+            "no ISO configured: tink-netboot runs without --iso-source\n".into(),
+        );
+    };
+    if !name.ends_with(".iso") {
+        return iso_text(
+            &state,
+            m,
+            StatusCode::NOT_FOUND,
+            "only /iso/<mac>/<name>.iso is served\n".into(),
+        );
+    }
+    let Some(mac) = canonical_mac(&mac) else {
+        return iso_text(
+            &state,
+            m,
+            StatusCode::BAD_REQUEST,
+            format!(
+                "{:?} is not a MAC address (expected aa-bb-cc-dd-ee-ff or aa:bb:cc:dd:ee:ff)\n",
+                mac.chars().take(64).collect::<String>()
+            ),
+        );
+    };
+    if !route.index.synced() {
+        return iso_text(
+            &state,
+            m,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the Hardware index is not loaded yet; try again\n".into(),
+        );
+    }
+    let (machine, i) = match route.index.by_mac(&mac) {
+        Lookup::Found(machine, i) => (machine, i),
+        Lookup::Unknown => {
+            tracing::info!(%mac, "ISO: no Hardware has this MAC");
+            return iso_text(
+                &state,
+                m,
+                StatusCode::NOT_FOUND,
+                format!("no Hardware has the MAC {mac} (spec.networkInterfaces)\n"),
+            );
+        }
+        Lookup::Conflict(keys) => {
+            tracing::warn!(%mac, hardware = ?keys, "ISO: several Hardware claim one MAC; serving none");
+            return iso_text(
+                &state,
+                m,
+                StatusCode::CONFLICT,
+                format!(
+                    "the MAC {mac} is claimed by several Hardware ({}); no ISO is served\n",
+                    keys.join(", ")
+                ),
+            );
+        }
+    };
+    let Some(iface) = machine.interface(i) else {
+        return iso_text(
+            &state,
+            m,
+            StatusCode::NOT_FOUND,
+            format!("no Hardware has the MAC {mac} (spec.networkInterfaces)\n"),
+        );
+    };
+    // The rule the iPXE script and DHCP follow: disableDhcp implies disableNetboot.
+    if !iface.netboot_allowed() {
+        let field = if iface.disable_dhcp {
+            "disableDhcp"
+        } else {
+            "disableNetboot"
+        };
+        tracing::info!(hardware = %machine.key, %mac, field, "ISO refused: netboot is disabled");
+        return iso_text(
+            &state,
+            m,
+            StatusCode::NOT_FOUND,
+            format!(
+                "Hardware {}: interface {mac} has {field}: true; it gets no ISO\n",
+                machine.key
+            ),
+        );
+    }
+    // The secret would be in an ISO anyone who knows the MAC can read (its BMC reads it, not
+    // the machine): Hegel serves it only to the machine's own address.
+    if machine.boot.agent_secret.is_some() {
+        tracing::warn!(hardware = %machine.key, "ISO refused: the Hardware has an agent secret");
+        return iso_text(
+            &state,
+            m,
+            StatusCode::FORBIDDEN,
+            format!(
+                "Hardware {} has an agent secret ({}): its kernel parameters are served only to \
+                 the machine's own address (Hegel's iPXE script), never in an ISO its BMC reads\n",
+                machine.key,
+                tink_api::agent_secret::AGENT_SECRET_ANNOTATION
+            ),
+        );
+    }
+    let params = match hegel::ipxe::kernel_params(
+        &machine.boot,
+        iface,
+        &machine.kernel_params,
+        &route.kernel,
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(hardware = %machine.key, error = %e, "ISO: cannot make the kernel parameters");
+            return iso_text(
+                &state,
+                m,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("{e}\n"),
+            );
+        }
+    };
+    let opened = match source.open().await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(error = %e, "ISO: cannot read the source ISO");
+            return iso_text(
+                &state,
+                m,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("{e}\n"),
+            );
+        }
+    };
+    let patch = match crate::iso::patch(&params, opened.placeholder) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(hardware = %machine.key, error = %e, "ISO: the kernel parameters do not fit");
+            return iso_text(
+                &state,
+                m,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("Hardware {}: {e}\n", machine.key),
+            );
+        }
+    };
+    let len = opened.len;
+    let (status, start, count) = match range(&headers, len) {
+        None => (StatusCode::OK, 0, len),
+        Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, a, b - a + 1),
+        Some(Err(())) => {
+            state.metrics.iso(m, 416);
+            return unsatisfiable(len);
+        }
+    };
+    let mut f = tokio::fs::File::from_std(opened.file);
+    if start > 0
+        && let Err(error) = f.seek(std::io::SeekFrom::Start(start)).await
+    {
+        tracing::warn!(path = %source.path().display(), %error, "ISO seek error");
+        return iso_text(
+            &state,
+            m,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "read error\n".into(),
+        );
+    }
+    // BMCs read an ISO in thousands of ranges: one debug line each.
+    tracing::debug!(hardware = %machine.key, %mac, start, count, "ISO");
+    state.metrics.iso(m, status.as_u16());
+    let body = if method == Method::HEAD {
+        Body::empty()
+    } else {
+        stream(
+            f,
+            start,
+            count,
+            Some((opened.placeholder.offset, Arc::from(patch))),
+            Some(state.metrics.iso_bytes.clone()),
+        )
+    };
+    ranged(body, status, start, count, len)
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ pub mod dhcp;
 pub mod files;
 pub mod http;
 pub mod index;
+pub mod iso;
 pub mod machine;
 mod metrics;
 pub mod server;
@@ -46,6 +47,7 @@ pub use metrics::{IndexMetrics, Metrics};
 use crate::dhcp::{BootFiles, DEFAULT_LEASE_SECONDS, DhcpConfig, DhcpMode};
 use crate::files::Root;
 use crate::index::Index;
+use crate::iso::{IsoConfig, IsoSource};
 use crate::tftp::TftpConfig;
 
 /// The DHCP server's settings.
@@ -74,6 +76,8 @@ pub struct NetbootConfig {
     pub files_dir: PathBuf,
     /// Only Hardware of this namespace (all when `None`).
     pub namespace: Option<String>,
+    /// The ISO route's source ISO and kernel parameter values (`None`: `/iso/...` answers 404).
+    pub iso: Option<IsoConfig>,
 }
 
 impl NetbootConfig {
@@ -97,6 +101,7 @@ impl NetbootConfig {
             http: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
             files_dir,
             namespace: None,
+            iso: None,
         }
     }
 }
@@ -121,6 +126,9 @@ pub enum Error {
     /// A background task stopped on its own.
     #[error("{0}")]
     Stopped(String),
+    /// The source ISO cannot be served.
+    #[error("{0}")]
+    Iso(#[from] iso::IsoError),
 }
 
 /// Every listener, bound.
@@ -129,6 +137,7 @@ pub struct Bound {
     tftp: Option<UdpSocket>,
     http: Option<TcpListener>,
     root: Option<Root>,
+    iso: Option<Arc<IsoSource>>,
 }
 
 impl Bound {
@@ -214,11 +223,23 @@ pub async fn bind(config: &NetbootConfig) -> Result<Bound, Error> {
     } else {
         None
     };
+    // The ISO is scanned for its placeholder now: a missing file or marker stops the start.
+    let iso = match (&config.iso, &http) {
+        (Some(c), Some(_)) => {
+            let c = c.clone();
+            let source = tokio::task::spawn_blocking(move || IsoSource::load(&c))
+                .await
+                .map_err(|e| Error::Stopped(format!("loading the ISO: {e}")))??;
+            Some(Arc::new(source))
+        }
+        _ => None,
+    };
     Ok(Bound {
         dhcp,
         tftp,
         http,
         root,
+        iso,
     })
 }
 
@@ -290,8 +311,13 @@ impl Bound {
         }
         if let (Some(listener), Some(root)) = (self.http, &self.root) {
             let (root, metrics, tasks) = (root.clone(), metrics.clone(), tasks.clone());
+            let iso = config.iso.as_ref().map(|c| http::IsoRoute {
+                source: self.iso.clone(),
+                index: index.clone(),
+                kernel: Arc::new(c.kernel.clone()),
+            });
             set.spawn_critical("HTTP server", async move {
-                http::serve(listener, root, metrics, tasks)
+                http::serve(listener, root, metrics, iso, tasks)
                     .await
                     .map_err(|source| Error::Serve {
                         what: "HTTP",

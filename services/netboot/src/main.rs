@@ -129,9 +129,82 @@ struct Args {
     #[arg(long, env = "TINK_REPLICA_ID")]
     replica_id: Option<String>,
     #[command(flatten)]
+    iso: IsoArgs,
+    #[command(flatten)]
     admin: tink_runtime::AdminArgs,
     #[command(flatten)]
     telemetry: tink_telemetry::TelemetryArgs,
+}
+
+/// ISO boot: `/iso/<mac>/<name>.iso` serves the source ISO with the machine's kernel parameters
+/// in its placeholder. The parameters are the iPXE script's (the same function makes them): give
+/// these flags the values of Hegel's flags of the same names.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "ISO boot")]
+struct IsoArgs {
+    /// The OSIE ISO to serve (`osie/build.sh --iso` makes one); unset, `/iso/...` answers 404.
+    #[arg(long, env = "TINK_NETBOOT_ISO_SOURCE")]
+    iso_source: Option<PathBuf>,
+    /// The marker that starts the kernel parameter placeholder in the ISO (it must occur once).
+    #[arg(long, env = "TINK_NETBOOT_ISO_PLACEHOLDER_MARKER", default_value = tink_netboot::iso::DEFAULT_MARKER)]
+    iso_placeholder_marker: String,
+    /// `grpc_authority=`: the tink-server address the agent dials (required with --iso-source).
+    #[arg(long, env = "TINK_NETBOOT_GRPC_AUTHORITY")]
+    grpc_authority: Option<String>,
+    /// `tinkerbell_tls=`.
+    #[arg(long, env = "TINK_NETBOOT_TINKERBELL_TLS", default_value_t = true, action = ArgAction::Set)]
+    tinkerbell_tls: bool,
+    /// `tinkerbell_insecure_tls=`.
+    #[arg(long, env = "TINK_NETBOOT_TINKERBELL_INSECURE_TLS", default_value_t = false, action = ArgAction::Set)]
+    tinkerbell_insecure_tls: bool,
+    /// `syslog_host=`; left out when unset.
+    #[arg(long, env = "TINK_NETBOOT_SYSLOG_HOST")]
+    syslog_host: Option<String>,
+    /// `facility=` for Hardware without a migrated facility code; left out when unset.
+    #[arg(long, env = "TINK_NETBOOT_FACILITY")]
+    facility: Option<String>,
+    /// Kernel consoles, one `console=` each, in order (space separated, or the flag repeated).
+    #[arg(long = "console", env = "TINK_NETBOOT_CONSOLES", value_delimiter = ' ', default_values_t = ["tty0".to_string(), "ttyS1,115200".to_string()])]
+    consoles: Vec<String>,
+    /// Parameters after the generated ones and before each Hardware's osie.kernelParams.
+    #[arg(
+        long = "extra-kernel-params",
+        env = "TINK_NETBOOT_EXTRA_KERNEL_PARAMS",
+        value_delimiter = ' '
+    )]
+    extra_kernel_params: Vec<String>,
+}
+
+impl IsoArgs {
+    fn config(self) -> anyhow::Result<Option<tink_netboot::iso::IsoConfig>> {
+        let Some(source) = self.iso_source.filter(|p| !p.as_os_str().is_empty()) else {
+            return Ok(None);
+        };
+        let Some(authority) = self.grpc_authority.filter(|a| !a.trim().is_empty()) else {
+            anyhow::bail!(
+                "--iso-source needs --grpc-authority (TINK_NETBOOT_GRPC_AUTHORITY): the \
+                 tink-server address the agent dials, as Hegel's --grpc-authority"
+            );
+        };
+        let mut kernel = hegel::IpxeConfig::new(authority);
+        kernel.tinkerbell_tls = self.tinkerbell_tls;
+        kernel.tinkerbell_insecure_tls = self.tinkerbell_insecure_tls;
+        kernel.syslog_host = self.syslog_host.filter(|s| !s.trim().is_empty());
+        kernel.facility = self.facility.filter(|s| !s.trim().is_empty());
+        kernel.console = self
+            .consoles
+            .into_iter()
+            .filter(|c| !c.is_empty())
+            .collect();
+        kernel.extra_kernel_params = self
+            .extra_kernel_params
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .collect();
+        let mut config = tink_netboot::iso::IsoConfig::new(source, kernel);
+        config.marker = self.iso_placeholder_marker;
+        Ok(Some(config))
+    }
 }
 
 #[tokio::main]
@@ -185,7 +258,11 @@ async fn main() -> anyhow::Result<()> {
         http: args.http.then_some(args.http_listen),
         files_dir: args.files_dir,
         namespace: args.namespace,
+        iso: args.iso.config()?,
     };
+    if config.iso.is_some() && config.http.is_none() {
+        anyhow::bail!("--iso-source is served over HTTP: it needs --http true");
+    }
     if config.dhcp.is_none() && config.tftp.is_none() && config.http.is_none() {
         anyhow::bail!("DHCP, TFTP and HTTP are all turned off: nothing to serve");
     }

@@ -59,6 +59,10 @@ pub struct Metrics {
     pub tftp_bytes: Counter,
     /// HTTP requests by method and status.
     pub http_requests: Family<HttpLabels, Counter>,
+    /// ISO route requests (`/iso/<mac>/<name>.iso`) by method and status.
+    pub iso_requests: Family<HttpLabels, Counter>,
+    /// Bytes of ISO sent.
+    pub iso_bytes: Counter,
 }
 
 impl Metrics {
@@ -97,6 +101,12 @@ impl Metrics {
             "HTTP file requests by method and status",
             m.http_requests.clone(),
         );
+        r.register(
+            "iso_requests",
+            "ISO route requests (/iso/<mac>/<name>.iso) by method and status",
+            m.iso_requests.clone(),
+        );
+        r.register("iso_bytes", "Bytes of ISO sent", m.iso_bytes.clone());
         m
     }
 
@@ -146,6 +156,20 @@ impl Metrics {
     pub fn tftp_of(&self, result: &'static str) -> u64 {
         self.tftp_transfers
             .get_or_create(&ResultLabels { result })
+            .get()
+    }
+
+    /// Counts an ISO route request.
+    pub fn iso(&self, method: &'static str, status: u16) {
+        self.iso_requests
+            .get_or_create(&HttpLabels { method, status })
+            .inc();
+    }
+
+    /// ISO route requests so far with `method` and `status`.
+    pub fn iso_of(&self, method: &'static str, status: u16) -> u64 {
+        self.iso_requests
+            .get_or_create(&HttpLabels { method, status })
             .get()
     }
 

@@ -18,6 +18,7 @@
 mod action;
 pub mod job;
 pub mod machine;
+pub mod plan;
 pub mod task;
 
 pub use action::{

@@ -389,4 +389,7 @@ pub mod conditions {
     pub const NO_ENDPOINT: &str = "WaitingForControlPlaneEndpoint";
     /// Provisioned.
     pub const PROVISIONED_REASON: &str = "Provisioned";
+    /// Deleting: powering the Hardware off through its BMC failed (retried after the wait
+    /// period; the message has the BMC's error).
+    pub const DELETING_POWER_OFF_FAILED: &str = "PowerOffFailed";
 }

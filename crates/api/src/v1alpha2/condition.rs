@@ -20,6 +20,19 @@ pub enum ConditionType {
     /// Addition: the Template rendered with the Hardware and `templateData`. `False`/`Error`
     /// with the render error as message when it did not.
     TemplateRendered,
+    /// Addition, for `spec.bootOptions.toggleAllowNetboot`: `True` (`NetbootAllowed`) once the
+    /// controller allowed netboot on the Hardware before the Workflow ran, `False`
+    /// (`NetbootDisallowed`) once it disallowed it after the Workflow succeeded.
+    NetbootAllowed,
+    /// Addition, for `spec.bootOptions.bootMode`: the BMC Job that boots the Hardware into the
+    /// OSIE before dispatch. `False`/`Info` while it runs (`BootJobRunning`), `True` when it
+    /// completed (`BootJobCompleted`), `False`/`Error` when it failed (`BootJobFailed`,
+    /// `BootJobTimeout`, `NoBMC`: the Workflow fails with the same reason and message).
+    BootPrepared,
+    /// Addition, for `spec.bootOptions.bootMode` `isoboot` (eject) and `customboot`
+    /// (`postActions`): the BMC Job run after the Workflow succeeded, with the reasons of
+    /// `BootPrepared`. Its failure leaves the Workflow `Succeeded` (every action did).
+    BootFinished,
 }
 
 impl ConditionType {
@@ -29,6 +42,9 @@ impl ConditionType {
             Self::Started => "Started",
             Self::Succeeded => "Succeeded",
             Self::TemplateRendered => "TemplateRendered",
+            Self::NetbootAllowed => "NetbootAllowed",
+            Self::BootPrepared => "BootPrepared",
+            Self::BootFinished => "BootFinished",
         }
     }
 }

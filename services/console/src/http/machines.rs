@@ -1,24 +1,33 @@
 //! The machines page (`/`) and its live stream (`/live/machines`): tiles coloured by each
-//! machine's latest workflow, filtered by namespace and labels. The handlers check access and
-//! read the cache; [`tiles`] and [`counts`] are pure.
+//! machine's latest workflow, with their BMC's power state, filtered by namespace and labels;
+//! a machine's page (`/machines/{ns}/{name}`) with its BMC's power state and last Job, its live
+//! stream, and the power actions (`POST /machines/{ns}/{name}/power`: a `bmc.tinkerbell.org`
+//! Job created with the user's own token). The handlers check access and read the cache;
+//! [`tiles`], [`counts`] and [`PowerChoice`] are pure.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use http::{HeaderMap, StatusCode};
+use kube::api::{Api, PostParams};
 use serde::Deserialize;
+use tink_api::bmc::plan::Plan;
+use tink_api::bmc::{BootDevice, Job as BmcJob, PowerAction};
 use tink_api::v1alpha2::{Hardware, Workflow};
 
-use super::error::{PageError, PageResult, encode, html};
+use super::error::{PageError, PageResult, encode, html, kube_error, redirect};
 use super::query::{namespaces_of, nonempty, object_name};
-use super::session::Session;
-use super::state::AppState;
-use crate::cache::{Key, key_of};
-use crate::live::{Filter, Namespaces};
-use crate::pages::MachinesPage;
-use crate::views::{Selector, Tile};
+use super::session::{Session, check_post, field, form};
+use super::state::{AppState, TinkKind};
+use super::workflows::LiveQuery;
+use crate::access::Permission;
+use crate::cache::{BmcApi, Key, key_of};
+use crate::live::{Filter, Namespaces, bmc_permission};
+use crate::pages::{MachinePage, MachinesPage, PowerConfirmPage};
+use crate::views::{Bmc, Selector, Tile};
 
 /// Query of the machines page.
 #[derive(Debug, Default, Deserialize)]
@@ -58,14 +67,18 @@ impl MachinesQuery {
 
 /// The tiles of the machines in `hardware` that `filter` keeps and the user may see
 /// (`hw_visible`), sorted by namespace and name; each names its `latest` workflow only where
-/// the user may list workflows (`wf_visible`).
+/// the user may list workflows (`wf_visible`), and shows its `bmc` only where the user may list
+/// BMC Machines and Jobs (`bmc_visible`).
+#[allow(clippy::too_many_arguments)] // each a part of what a tile shows, or of who may see it
 pub fn tiles(
     hardware: &[Arc<Hardware>],
     latest: &HashMap<Key, Arc<Workflow>>,
     hw_visible: &Namespaces,
     wf_visible: &Namespaces,
+    bmc_visible: &Namespaces,
     filter: &MachineFilter,
     agent: impl Fn(&Hardware) -> &'static str,
+    bmc: impl Fn(&Hardware) -> Bmc,
 ) -> Vec<Tile> {
     let mut tiles: Vec<Tile> = hardware
         .iter()
@@ -85,7 +98,12 @@ pub fn tiles(
             } else {
                 None
             };
-            Tile::new(h, w, agent(h))
+            let tile = Tile::new(h, w, agent(h));
+            if h.spec.bmc_ref.is_some() && bmc_visible.contains(&key.0) {
+                tile.with_bmc(&bmc(h))
+            } else {
+                tile
+            }
         })
         .collect();
     tiles.sort_unstable_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
@@ -119,6 +137,7 @@ struct MachinesView {
     counts: Vec<(&'static str, usize)>,
     hw_visible: Namespaces,
     wf_visible: Namespaces,
+    bmc_visible: Namespaces,
     filter: MachineFilter,
 }
 
@@ -150,10 +169,21 @@ impl AppState {
                 known.iter().cloned(),
             )
             .await?;
+        let bmc_visible = self
+            .bmc_visible(&s.user, filter.namespace.as_deref(), &known)
+            .await?;
         let latest = cache.latest_workflows();
-        let tiles = tiles(&all, &latest, &hw_visible, &wf_visible, &filter, |h| {
-            cache.presence.of(h)
-        });
+        let now = jiff::Timestamp::now();
+        let tiles = tiles(
+            &all,
+            &latest,
+            &hw_visible,
+            &wf_visible,
+            &bmc_visible,
+            &filter,
+            |h| cache.presence.of(h),
+            |h| cache.bmc(h, now),
+        );
         let counts = counts(&tiles);
         let namespaces = known
             .into_iter()
@@ -165,6 +195,7 @@ impl AppState {
             counts,
             hw_visible,
             wf_visible,
+            bmc_visible,
             filter,
         })
     }
@@ -217,6 +248,7 @@ pub(super) async fn live(
             Filter::Machines {
                 namespaces: v.hw_visible,
                 workflows: v.wf_visible,
+                bmc: v.bmc_visible,
                 namespace: v.filter.namespace,
                 selector: v.filter.selector,
             },
@@ -225,6 +257,302 @@ pub(super) async fn live(
     }
     .await;
     st.done("live", r)
+}
+
+/// A power action of the machine page's form (`action=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerChoice {
+    /// Power on.
+    On,
+    /// Graceful (ACPI) power off.
+    Soft,
+    /// Hard power off.
+    Off,
+    /// Power off, then on.
+    Cycle,
+    /// Hard reset.
+    Reset,
+    /// A one-time PXE boot, then a power cycle (boot into the OSIE now).
+    PxeCycle,
+}
+
+impl PowerChoice {
+    /// Every action, in the form's order.
+    pub const ALL: [PowerChoice; 6] = [
+        PowerChoice::On,
+        PowerChoice::Soft,
+        PowerChoice::Off,
+        PowerChoice::Cycle,
+        PowerChoice::Reset,
+        PowerChoice::PxeCycle,
+    ];
+
+    /// The form value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PowerChoice::On => "on",
+            PowerChoice::Soft => "soft",
+            PowerChoice::Off => "off",
+            PowerChoice::Cycle => "cycle",
+            PowerChoice::Reset => "reset",
+            PowerChoice::PxeCycle => "pxe-cycle",
+        }
+    }
+
+    /// The button's label.
+    pub fn label(self) -> &'static str {
+        match self {
+            PowerChoice::On => "Power on",
+            PowerChoice::Soft => "Shut down (soft)",
+            PowerChoice::Off => "Power off",
+            PowerChoice::Cycle => "Power cycle",
+            PowerChoice::Reset => "Reset",
+            PowerChoice::PxeCycle => "PXE boot once + cycle",
+        }
+    }
+
+    /// What it does to a running machine, when it takes it down (then the form asks first).
+    pub fn warning(self) -> Option<&'static str> {
+        match self {
+            PowerChoice::On => None,
+            PowerChoice::Soft => Some(
+                "The operating system is asked to shut down (ACPI); whatever runs on the machine stops.",
+            ),
+            PowerChoice::Off => Some(
+                "Power is cut at once, without shutting the operating system down: unsaved data is lost.",
+            ),
+            PowerChoice::Cycle => Some(
+                "Power is cut, then restored: the machine restarts without shutting its operating system down.",
+            ),
+            PowerChoice::Reset => {
+                Some("The machine is reset at once, without shutting its operating system down.")
+            }
+            PowerChoice::PxeCycle => Some(
+                "The next boot is set to the network (PXE), then power is cut and restored: the machine restarts into whatever netboot offers it.",
+            ),
+        }
+    }
+
+    /// `action=`: one of [`PowerChoice::ALL`], exactly.
+    pub fn parse(text: Option<&str>) -> Result<PowerChoice, PageError> {
+        let text = text.unwrap_or("");
+        PowerChoice::ALL
+            .into_iter()
+            .find(|c| c.as_str() == text)
+            .ok_or_else(|| {
+                PageError::BadRequest(format!(
+                    "form field `action`: {text:?} is not one of {}",
+                    PowerChoice::ALL.map(PowerChoice::as_str).join(", ")
+                ))
+            })
+    }
+
+    /// The Job's tasks and name (`tinkctl bmc` makes the same Jobs); `efi`: a UEFI PXE boot.
+    pub fn plan(self, efi: bool) -> Plan {
+        match self {
+            PowerChoice::On => Plan::power(PowerAction::On),
+            PowerChoice::Soft => Plan::power(PowerAction::Soft),
+            PowerChoice::Off => Plan::power(PowerAction::Off),
+            PowerChoice::Cycle => Plan::power(PowerAction::Cycle),
+            PowerChoice::Reset => Plan::power(PowerAction::Reset),
+            PowerChoice::PxeCycle => Plan::boot(BootDevice::Pxe, efi, true),
+        }
+    }
+}
+
+/// Query of a machine's page.
+#[derive(Debug, Default, Deserialize)]
+pub struct MachineQuery {
+    /// A notice key after an action (`power`).
+    pub notice: Option<String>,
+    /// The Job the action created.
+    pub job: Option<String>,
+}
+
+pub(super) async fn machine(
+    State(st): State<AppState>,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<MachineQuery>,
+    session: Result<Session, PageError>,
+) -> Response {
+    let r = async {
+        let s = st
+            .object_request(session, TinkKind::Hardware, (&ns, &name), "get", |_| {
+                st.synced()
+            })
+            .await?;
+        let cache = &st.inner.cache;
+        let seq = st.inner.live.seq();
+        let hw = cache
+            .machine(&ns, &name)
+            .ok_or_else(|| PageError::NotFound(format!("machine {ns}/{name} does not exist")))?;
+        let access = &st.inner.access;
+        let workflows_allowed = access
+            .may(&s.user, &Permission::tink("list", "workflows", &ns, ""))
+            .await?;
+        let bmc = cache.bmc(&hw, jiff::Timestamp::now());
+        // Where the API is unavailable the page says so to anyone: it names no object.
+        let bmc_allowed =
+            matches!(bmc, Bmc::Unavailable(_)) || st.bmc_allowed(&s.user, &ns).await?;
+        let latest = if workflows_allowed {
+            cache.latest_workflow(&ns, &name)
+        } else {
+            None
+        };
+        let mut tile = Tile::new(&hw, latest.as_deref(), cache.presence.of(&hw));
+        if bmc_allowed {
+            tile = tile.with_bmc(&bmc);
+        }
+        let notice = match (q.notice.as_deref(), nonempty(&q.job)) {
+            (Some("power"), Some(job)) if object_name("job", job).is_ok() => {
+                format!("Job {job} created: the BMC controller runs it; its progress shows below.")
+            }
+            _ => String::new(),
+        };
+        let page = MachinePage {
+            layout: st.layout(
+                &s,
+                format!("Machine {name}"),
+                "machines",
+                format!("/live/machines/{ns}/{name}?since={seq}"),
+            ),
+            namespace: ns.clone(),
+            name: name.clone(),
+            t: &tile,
+            workflows_allowed,
+            has_bmc: bmc != Bmc::None,
+            bmc_allowed,
+            b: &bmc,
+            actions: PowerChoice::ALL
+                .iter()
+                .map(|c| (c.as_str(), c.label(), c.warning().is_some()))
+                .collect(),
+            notice,
+        };
+        Ok(html(StatusCode::OK, &page))
+    }
+    .await;
+    st.done("machine", r)
+}
+
+pub(super) async fn live_machine(
+    State(st): State<AppState>,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<LiveQuery>,
+    session: Result<Session, PageError>,
+) -> Response {
+    let r = async {
+        let s = st
+            .object_request(session, TinkKind::Hardware, (&ns, &name), "get", |_| Ok(()))
+            .await?;
+        let workflows = st
+            .inner
+            .access
+            .may(&s.user, &Permission::tink("list", "workflows", &ns, ""))
+            .await?;
+        let bmc = st.bmc_allowed(&s.user, &ns).await?;
+        st.sse(
+            &s,
+            Filter::Machine {
+                namespace: ns,
+                name,
+                workflows,
+                bmc,
+            },
+            q.since,
+        )
+    }
+    .await;
+    st.done("live", r)
+}
+
+/// `POST /machines/{ns}/{name}/power`: a BMC Job for the machine's `bmcRef` Machine, created
+/// with the user's own token (the user needs `create` on `jobs.bmc.tinkerbell.org` there), after
+/// a confirmation for the actions that take the machine down.
+pub(super) async fn power(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((ns, name)): Path<(String, String)>,
+    session: Result<Session, PageError>,
+    body: Bytes,
+) -> Response {
+    let r = async {
+        let fields = form(&body);
+        let s = st
+            .object_request(session, TinkKind::Hardware, (&ns, &name), "get", |s| {
+                check_post(&headers, Some(s), &fields)?;
+                st.synced()
+            })
+            .await?;
+        let choice = PowerChoice::parse(field(&fields, "action"))?;
+        let efi = field(&fields, "efi") == Some("1");
+        let cache = &st.inner.cache;
+        let hw = cache
+            .machine(&ns, &name)
+            .ok_or_else(|| PageError::NotFound(format!("machine {ns}/{name} does not exist")))?;
+        let machine = hw
+            .spec
+            .bmc_ref
+            .as_ref()
+            .map(|r| r.name.clone())
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                PageError::BadRequest(format!(
+                    "machine {ns}/{name} has no spec.bmcRef: there is no BMC to act on"
+                ))
+            })?;
+        if let BmcApi::Unavailable(why) = cache.bmc_api() {
+            return Err(PageError::Unavailable(why));
+        }
+        if cache.bmc_machine(&ns, &machine).is_none() {
+            return Err(PageError::NotFound(format!(
+                "the BMC Machine {ns}/{machine} that machine {ns}/{name} names (spec.bmcRef) does not exist"
+            )));
+        }
+        // A clear refusal naming the permission before anything else; the API server decides
+        // again when the Job is created with the user's token.
+        st.inner
+            .access
+            .authorize(&s.user, &bmc_permission("create", "jobs", &ns))
+            .await?;
+        if let Some(warning) = choice.warning()
+            && field(&fields, "confirm") != Some("yes")
+        {
+            let page = PowerConfirmPage {
+                layout: st.layout(&s, choice.label(), "machines", String::new()),
+                namespace: ns.clone(),
+                name: name.clone(),
+                action: choice.as_str(),
+                label: choice.label(),
+                warning: warning.to_string(),
+                efi,
+            };
+            return Ok(html(StatusCode::OK, &page));
+        }
+        let job = choice.plan(efi).job(&ns, &machine);
+        let api: Api<BmcJob> = Api::namespaced(st.user_client(&s.token)?, &ns);
+        let created = api.create(&PostParams::default(), &job).await.map_err(|e| {
+            kube_error(
+                &format!("cannot create a BMC Job for Machine {ns}/{machine}"),
+                e,
+            )
+        })?;
+        let job_name = created.metadata.name.unwrap_or_default();
+        tracing::info!(
+            user = %s.user.name,
+            machine = %format!("{ns}/{name}"),
+            bmc = %machine,
+            job = %job_name,
+            action = choice.as_str(),
+            "power action from the console"
+        );
+        Ok(redirect(&format!(
+            "/machines/{ns}/{name}?notice=power&job={}",
+            encode(&job_name)
+        )))
+    }
+    .await;
+    st.done("power", r)
 }
 
 #[cfg(test)]
@@ -283,8 +611,10 @@ mod tests {
             &latest,
             &some(&["a", "b"]),
             &Namespaces::All,
+            &Namespaces::All,
             &all_of,
             |_| "unknown",
+            |_| Bmc::None,
         );
         assert_eq!(names(&t), ["a/m1", "a/m9", "b/m2"], "c is not visible");
         assert_eq!(t[0].class, "failed");
@@ -296,8 +626,10 @@ mod tests {
             &latest,
             &Namespaces::All,
             &some(&["a"]),
+            &Namespaces::All,
             &all_of,
             |_| "connected",
+            |_| Bmc::None,
         );
         assert_eq!(names(&t), ["a/m1", "a/m9", "b/m2", "c/m0"]);
         assert_eq!(t[2].workflow, None);
@@ -317,8 +649,10 @@ mod tests {
             &latest,
             &Namespaces::All,
             &Namespaces::All,
+            &Namespaces::All,
             &filter,
             |_| "unknown",
+            |_| Bmc::None,
         );
         assert_eq!(names(&t), ["a/m1"]);
         assert_eq!(
@@ -327,8 +661,10 @@ mod tests {
                 &latest,
                 &Namespaces::All,
                 &Namespaces::All,
+                &Namespaces::All,
                 &all_of,
-                |_| "unknown"
+                |_| "unknown",
+                |_| Bmc::None,
             )),
             [
                 ("provisioning", 1),

@@ -6,11 +6,13 @@
 //! makes), `error` ([`PageError`] and how it is answered), `query` (input helpers) and
 //! `stream` (opening a live stream within its caps).
 //!
-//! Pages (GET): `/` machines, `/workflows`, `/workflows/{ns}/{name}`, `/templates`,
-//! `/templates/{ns}/{name}?hardware=`, `/search?q=`, `/login`. Live streams (GET, server-sent
-//! events): `/live/machines`, `/live/workflows`, `/live/workflows/{ns}/{name}`. Actions (POST,
-//! with the session's anti-CSRF value when the session is a cookie): `/login`, `/logout`,
-//! `/workflows/{ns}/{name}/cancel`, `/workflows/{ns}/{name}/rerun`.
+//! Pages (GET): `/` machines, `/machines/{ns}/{name}`, `/workflows`,
+//! `/workflows/{ns}/{name}`, `/templates`, `/templates/{ns}/{name}?hardware=`, `/search?q=`,
+//! `/login`. Live streams (GET, server-sent events): `/live/machines`,
+//! `/live/machines/{ns}/{name}`, `/live/workflows`, `/live/workflows/{ns}/{name}`. Actions
+//! (POST, with the session's anti-CSRF value when the session is a cookie): `/login`,
+//! `/logout`, `/workflows/{ns}/{name}/cancel`, `/workflows/{ns}/{name}/rerun`,
+//! `/machines/{ns}/{name}/power` (a BMC Job, created with the user's token).
 
 mod error;
 pub mod machines;
@@ -34,7 +36,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use error::{BadQuery, COOKIE, PageError, PageResult};
-pub use machines::MachinesQuery;
+pub use machines::{MachineQuery, MachinesQuery, PowerChoice};
 pub use query::paginate;
 pub use search::{MAX_HITS, SearchQuery};
 pub use session::{LoginQuery, Session, request_token};
@@ -51,6 +53,9 @@ const CSS: &str = include_str!("../../static/console.css");
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(machines::page))
+        .route("/machines/{ns}/{name}", get(machines::machine))
+        .route("/machines/{ns}/{name}/power", post(machines::power))
+        .route("/live/machines/{ns}/{name}", get(machines::live_machine))
         .route("/workflows", get(workflows::list))
         .route("/workflows/{ns}/{name}", get(workflows::page))
         .route("/workflows/{ns}/{name}/cancel", post(workflows::cancel))

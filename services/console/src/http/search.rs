@@ -12,7 +12,7 @@ use tink_api::v1alpha2::{Hardware, Template, Workflow};
 /// The most search hits.
 pub const MAX_HITS: usize = 200;
 
-use super::error::{PageError, encode, html};
+use super::error::{PageError, html};
 use super::query::{namespaces_of, nonempty, paginate};
 use super::session::Session;
 use super::state::AppState;
@@ -97,7 +97,7 @@ pub fn hits(
             let name = h.metadata.name.clone().unwrap_or_default();
             hits.push(Hit {
                 kind: "Hardware",
-                href: format!("/?ns={}#{}", encode(&ns), crate::views::tile_id(&ns, &name)),
+                href: format!("/machines/{ns}/{name}"),
                 namespace: ns,
                 name,
                 matched,
@@ -238,6 +238,6 @@ mod tests {
         assert_eq!(found("10.1.0.7")[0], "Hardware a/node-7 IP 10.1.0.7");
         assert!(found("nothing").is_empty());
         let h = &hits("node-8", &hardware, &workflows, &templates, &visible)[0];
-        assert_eq!(h.href, "/?ns=b#m/b/node-8");
+        assert_eq!(h.href, "/machines/b/node-8");
     }
 }

@@ -147,6 +147,9 @@ pub fn return_to(route: &str, params: &[(String, String)], query: Option<&str>) 
         "/workflows/{ns}/{name}/logs" => {
             format!("/workflows/{}/{}/logs", param("ns"), param("name"))
         }
+        "/machines/{ns}/{name}" | "/machines/{ns}/{name}/power" | "/live/machines/{ns}/{name}" => {
+            format!("/machines/{}/{}", param("ns"), param("name"))
+        }
         "/templates" => "/templates".to_string(),
         "/templates/{ns}/{name}" => format!("/templates/{}/{}", param("ns"), param("name")),
         "/search" => {
@@ -165,7 +168,7 @@ pub(super) fn form(body: &Bytes) -> Vec<(String, String)> {
     form_urlencoded::parse(body).into_owned().collect()
 }
 
-fn field<'a>(fields: &'a [(String, String)], key: &str) -> Option<&'a str> {
+pub(super) fn field<'a>(fields: &'a [(String, String)], key: &str) -> Option<&'a str> {
     fields
         .iter()
         .find(|(k, _)| k == key)

@@ -27,6 +27,8 @@ pub(super) enum TinkKind {
     Workflow,
     /// A Template.
     Template,
+    /// A Hardware (a machine).
+    Hardware,
 }
 
 impl TinkKind {
@@ -35,6 +37,7 @@ impl TinkKind {
         match self {
             TinkKind::Workflow => "workflow",
             TinkKind::Template => "template",
+            TinkKind::Hardware => "hardware",
         }
     }
 
@@ -43,6 +46,7 @@ impl TinkKind {
         match self {
             TinkKind::Workflow => "workflows",
             TinkKind::Template => "templates",
+            TinkKind::Hardware => "hardware",
         }
     }
 }
@@ -155,6 +159,49 @@ impl AppState {
             Err(PageError::Forbidden(_)) => Ok(Namespaces::Some(HashSet::new())),
             r => r,
         }
+    }
+
+    /// The namespaces where `user` may see machines' BMCs: list both BMC Machines and Jobs
+    /// (none while the BMC API is unavailable: tiles show nothing of it then).
+    pub(super) async fn bmc_visible(
+        &self,
+        user: &User,
+        filter: Option<&str>,
+        known: &BTreeSet<String>,
+    ) -> Result<Namespaces, PageError> {
+        if self.inner.cache.bmc_api() != crate::cache::BmcApi::Ready {
+            return Ok(Namespaces::Some(HashSet::new()));
+        }
+        let group = tink_api::bmc::GROUP;
+        let mut out = Vec::new();
+        for resource in ["machines", "jobs"] {
+            out.push(
+                match self
+                    .visible(user, group, resource, filter, known.iter().cloned())
+                    .await
+                {
+                    Err(PageError::Forbidden(_)) => Namespaces::Some(HashSet::new()),
+                    r => r?,
+                },
+            );
+        }
+        Ok(match (&out[0], &out[1]) {
+            (Namespaces::All, other) | (other, Namespaces::All) => other.clone(),
+            (Namespaces::Some(a), Namespaces::Some(b)) => {
+                Namespaces::Some(a.intersection(b).cloned().collect())
+            }
+        })
+    }
+
+    /// Whether `user` may see the BMCs of namespace `ns`'s machines (list BMC Machines and
+    /// Jobs there).
+    pub(super) async fn bmc_allowed(&self, user: &User, ns: &str) -> Result<bool, PageError> {
+        for p in crate::live::bmc_needs(ns) {
+            if !self.inner.access.may(user, &p).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// The namespaces in which `user` may list `resource` (of `group`): all, or those of

@@ -24,6 +24,7 @@ alice-token,alice,uid-alice
 bob-token,bob,uid-bob,\"developers\"
 carol-token,carol,uid-carol
 dave-token,dave,uid-dave
+console-token,system:serviceaccount:tink-system:tink-console,uid-console
 ";
 
 pub async fn within<F: Future>(what: &str, f: F) -> F::Output {
@@ -74,6 +75,30 @@ pub async fn stack_configured(
     logs: Option<SocketAddr>,
     configure: impl FnOnce(&mut tink_console::ConsoleConfig),
 ) -> Stack {
+    stack_full(nats, logs, false, None, configure).await
+}
+
+/// [`stack`] with the bmc.tinkerbell.org CRDs (Machines, Jobs, Tasks) installed too.
+pub async fn stack_bmc() -> Stack {
+    stack_full(None, None, true, None, |_| {}).await
+}
+
+/// [`stack_bmc`] with the console running as its ServiceAccount (`console-token`), with the
+/// RBAC documents of `rbac` (deploy/rbac/console.yaml, as is or edited) applied.
+pub async fn stack_as_console(rbac: &str) -> Stack {
+    stack_full(None, None, true, Some(rbac), |_| {}).await
+}
+
+/// [`stack_configured`], with the bmc.tinkerbell.org CRDs when `bmc`; with `console_rbac`
+/// (ServiceAccount, ClusterRole and ClusterRoleBinding documents) applied and the console
+/// running as `console-token`, else as kube-lite's admin.
+pub async fn stack_full(
+    nats: Option<(String, tink_bus::NatsAuth)>,
+    logs: Option<SocketAddr>,
+    bmc: bool,
+    console_rbac: Option<&str>,
+    configure: impl FnOnce(&mut tink_console::ConsoleConfig),
+) -> Stack {
     let dir = tempfile::tempdir().expect("tempdir");
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, TOKENS).expect("token file");
@@ -85,7 +110,11 @@ pub async fn stack_configured(
     .expect("kube-lite");
     let admin = kube.client().expect("client");
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    for f in ["hardware", "templates", "workflows"] {
+    let mut files = vec!["hardware", "templates", "workflows"];
+    if bmc {
+        files.extend(["machines.bmc", "jobs.bmc", "tasks.bmc"]);
+    }
+    for f in files {
         let text =
             std::fs::read_to_string(repo().join(format!("deploy/crds/{f}.tinkerbell.org.yaml")))
                 .expect("CRD file");
@@ -100,6 +129,9 @@ pub async fn stack_configured(
             .create(&PostParams::default(), &ns)
             .await
             .expect("namespace");
+    }
+    if let Some(text) = console_rbac {
+        apply_rbac(&admin, text).await;
     }
     let role: Role = serde_json::from_value(json!({
         "metadata": {"name": "operator", "namespace": "a"},
@@ -146,6 +178,9 @@ pub async fn stack_configured(
         max_lines: 1000,
         timeout: Duration::from_secs(10),
     });
+    if console_rbac.is_some() {
+        config.kube.auth_info.token = Some("console-token".to_string().into());
+    }
     configure(&mut config);
     let health = tink_runtime::Health::new();
     let metrics = tink_console::Metrics::default();
@@ -171,6 +206,42 @@ pub async fn stack_configured(
         shutdown,
         task,
         _dir: dir,
+    }
+}
+
+/// Creates the ServiceAccount, ClusterRole and ClusterRoleBinding documents of `text`.
+async fn apply_rbac(admin: &kube::Client, text: &str) {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use serde::Deserialize as _;
+    let pp = PostParams::default();
+    for d in serde_yaml::Deserializer::from_str(text) {
+        let v = serde_json::Value::deserialize(d).expect("YAML document");
+        let ns = v["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("tink-system")
+            .to_string();
+        match v["kind"].as_str().unwrap_or_default() {
+            "ServiceAccount" => drop(
+                Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+                    .create(&pp, &serde_json::from_value(v).expect("ServiceAccount"))
+                    .await
+                    .expect("ServiceAccount"),
+            ),
+            "ClusterRole" => drop(
+                Api::<ClusterRole>::all(admin.clone())
+                    .create(&pp, &serde_json::from_value(v).expect("ClusterRole"))
+                    .await
+                    .expect("ClusterRole"),
+            ),
+            "ClusterRoleBinding" => drop(
+                Api::<ClusterRoleBinding>::all(admin.clone())
+                    .create(&pp, &serde_json::from_value(v).expect("ClusterRoleBinding"))
+                    .await
+                    .expect("ClusterRoleBinding"),
+            ),
+            other => panic!("unexpected kind {other:?} in the console's RBAC"),
+        }
     }
 }
 

@@ -10,14 +10,17 @@
 //!    a 409 and tries the next candidate. No ownerReference is put on the Hardware: the
 //!    garbage collector would delete the inventory record with the machine;
 //! 4. the bootstrap data in the Hardware's `spec.instance.userdata` (Hegel serves it);
-//! 5. a Template and a Workflow named after the machine, owned by it;
+//! 5. a Template and a Workflow named after the machine, owned by it; a Hardware with a BMC
+//!    (`spec.bmcRef`) gets Workflows with `bootOptions` `{toggleAllowNetboot: true, bootMode:
+//!    netboot}`, so the workflow controller powers it on into the OSIE (crate::boot);
 //! 6. on `Succeeded`: `spec.providerID` (`tinkerbell://<namespace>/<hardware>`), addresses,
 //!    `status.initialization.provisioned` and `status.ready`; on `Failed`: the `Provisioned`
 //!    condition False with the Workflow's reason and message.
 //!
 //! Deletion: the Workflow and Template are deleted (and waited for, so nothing still runs on
-//! the machine), the optional deprovision Template runs as a Workflow of its own, the user data
-//! is cleared, the claim removed, then the finalizer. A Hardware already deleted skips the
+//! the machine), the optional deprovision Template runs as a Workflow of its own, a Hardware
+//! with a BMC is powered off (the `<machine>-poweroff` Job), the user data is cleared, the claim
+//! removed, then the finalizer. A Hardware already deleted skips the
 //! steps that need it: deletion always finishes.
 
 use std::collections::BTreeMap;
@@ -30,6 +33,9 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Pos
 use kube::runtime::controller::Action;
 use kube::{Api, Resource as _, ResourceExt as _};
 use serde_json::{Value, json};
+use tink_api::bmc::{
+    ConditionStatus as BmcStatus, Job, JobConditionType, JobSpec, MachineRef, PowerAction,
+};
 use tink_api::capi::selection::{Candidate, FailureDomainFilter, rank};
 use tink_api::capi::v1beta1::{
     Initialization, MachineAddress, TemplateOverride, TinkerbellCluster, TinkerbellMachine,
@@ -40,7 +46,8 @@ use tink_api::capi::{
     HARDWARE_CLUSTER_LABEL, MACHINE_FINALIZER, provider_id,
 };
 use tink_api::v1alpha2::{
-    ConditionType, Hardware, LocalObjectReference, Template, TemplateSpec, Workflow, WorkflowState,
+    BootMode, BootOptions, ConditionType, Hardware, LocalObjectReference, Template, TemplateSpec,
+    Workflow, WorkflowState,
 };
 use tracing::{Instrument as _, debug, info, warn};
 
@@ -294,7 +301,7 @@ impl<'a> Machine<'a> {
             }
         };
         let wf = self
-            .ensure_workflow(&self.name.clone(), &hw_name, template, &cluster_name)
+            .ensure_workflow(&self.name.clone(), &hw, template, &cluster_name)
             .await?;
         let state = wf.status.as_ref().map(|s| s.state).unwrap_or_default();
         match state {
@@ -683,14 +690,19 @@ impl<'a> Machine<'a> {
         }
     }
 
-    /// The Template and Workflow `name`, created when missing (owned by the machine).
+    /// The Template and Workflow `name`, created when missing (owned by the machine). A
+    /// Hardware with a BMC (`spec.bmcRef`) is booted through it: the Workflow asks for a
+    /// netboot (power off, one-time PXE, power on before dispatch) and for netboot to be turned
+    /// off after success, as CAPT does.
     async fn ensure_workflow(
         &self,
         name: &str,
-        hardware: &str,
+        hw: &Hardware,
         template: TemplateSpec,
         cluster: &str,
     ) -> Result<Workflow, Error> {
+        let hw_name = hw.name_any();
+        let hardware = hw_name.as_str();
         let wfs = self.api::<Workflow>();
         if let Some(w) = wfs
             .get_opt(name)
@@ -733,7 +745,11 @@ impl<'a> Machine<'a> {
                 template_ref: LocalObjectReference::new(name),
                 template_data: data,
                 timeout: None,
-                boot_options: None,
+                boot_options: hw.spec.bmc_ref.is_some().then(|| BootOptions {
+                    toggle_allow_netboot: true,
+                    boot_mode: Some(BootMode::Netboot),
+                    ..BootOptions::default()
+                }),
             },
         );
         w.metadata.namespace = Some(self.ns.clone());
@@ -837,9 +853,7 @@ impl<'a> Machine<'a> {
                     return Ok(Action::requeue(self.ctx.config.wait_period));
                 }
             };
-            let wf = self
-                .ensure_workflow(&name, &h.name_any(), spec, &cluster)
-                .await?;
+            let wf = self.ensure_workflow(&name, h, spec, &cluster).await?;
             match wf.status.as_ref().map(|s| s.state).unwrap_or_default() {
                 WorkflowState::Succeeded => {
                     if !self.gone(&name).await? {
@@ -863,17 +877,90 @@ impl<'a> Machine<'a> {
                 _ => return Ok(Action::await_change()),
             }
         }
-        // 3. User data cleared and the claim released (only while it is still ours: the
+        // 3. A Hardware with a BMC is powered off (the `<machine>-poweroff` Job, as CAPT
+        //    names it), so a removed node does not keep running its old system.
+        for h in &hw {
+            if let Some(wait) = self.power_off(h).await? {
+                return Ok(wait);
+            }
+        }
+        // 4. User data cleared and the claim released (only while it is still ours: the
         //    patch carries the resourceVersion of the read that found it claimed).
         for h in &hw {
             if !release(&self.api::<Hardware>(), h).await? {
                 return Ok(Action::requeue(Duration::from_millis(200)));
             }
         }
-        // 4. Done.
+        // 5. Done.
         self.remove_finalizer().await?;
         info!("TinkerbellMachine deleted");
         Ok(Action::await_change())
+    }
+
+    /// Powers `hw` off through its BMC when it has one: creates the `<machine>-poweroff` Job
+    /// (owned by the machine) and waits for it. `Some(action)`: look again then. A failed Job
+    /// is reported in the `Ready` condition and created again after the wait period; removing
+    /// the Hardware's `bmcRef` lets the deletion go on without it.
+    async fn power_off(&mut self, hw: &Hardware) -> Result<Option<Action>, Error> {
+        let Some(bmc) = hw.spec.bmc_ref.as_ref() else {
+            return Ok(None);
+        };
+        let name = format!("{}-poweroff", self.name);
+        let jobs = self.api::<Job>();
+        let existing = jobs
+            .get_opt(&name)
+            .await
+            .map_err(kube_err("reading the power-off Job"))?
+            .filter(|j| j.owner_references().iter().any(|o| o.uid == self.uid));
+        let Some(job) = existing else {
+            let mut job = Job::new(
+                &name,
+                JobSpec {
+                    machine_ref: MachineRef {
+                        name: bmc.name.clone(),
+                        namespace: hw.namespace().unwrap_or_default(),
+                    },
+                    tasks: vec![tink_api::bmc::Action::power(PowerAction::Off)],
+                },
+            );
+            job.metadata.namespace = Some(self.ns.clone());
+            job.metadata.owner_references = Some(vec![self.owner_ref()]);
+            match jobs.create(&PostParams::default(), &job).await {
+                Ok(_) => info!(job = %name, machine = %bmc.name, "powering the Hardware off"),
+                // A Job of that name owned by something else: it goes first.
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    jobs.delete(&name, &DeleteParams::background())
+                        .await
+                        .map_err(kube_err("deleting a stale power-off Job"))?;
+                }
+                Err(e) => return Err(kube_err("creating the power-off Job")(e)),
+            }
+            return Ok(Some(Action::requeue(Duration::from_secs(1))));
+        };
+        let status = job.status.clone().unwrap_or_default();
+        if status.has_condition(JobConditionType::Completed, BmcStatus::True) {
+            return Ok(None);
+        }
+        if let Some(failed) = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == JobConditionType::Failed && c.status == BmcStatus::True)
+        {
+            let why = format!(
+                "powering Hardware {} off through BMC {} failed: {}",
+                hw.name_any(),
+                bmc.name,
+                failed.message
+            );
+            warn!(%why, "retrying after the wait period");
+            self.cond(c::READY, false, c::DELETING_POWER_OFF_FAILED, why);
+            self.write_status().await?;
+            jobs.delete(&name, &DeleteParams::background())
+                .await
+                .map_err(kube_err("deleting the failed power-off Job"))?;
+            return Ok(Some(Action::requeue(self.ctx.config.wait_period)));
+        }
+        Ok(Some(Action::requeue(Duration::from_secs(1))))
     }
 
     /// Deletes the Workflow and the Template `name`; whether the Workflow is gone (its own

@@ -1,0 +1,230 @@
+//! `spec.bootOptions` against the real parts: kube-lite with every CRD, NATS, a tink-server, the
+//! workflow controller, the BMC controller (services/bmc) and sushy-tools' Redfish emulator
+//! (fake driver, TLS, checked credentials). The agent is the test's scripted agent.
+//!
+//! - netboot: netboot is allowed on the Hardware and the emulator's machine is On with a Pxe
+//!   boot override before the Workflow is dispatched; after success the Hardware's netboot is
+//!   off;
+//! - a BMC that refuses the credentials fails the Workflow with the provider's reason, and no
+//!   agent ever receives it;
+//! - a Hardware without a BMC fails a Workflow that asks for one (`NoBMC`).
+
+#[path = "common/bmc.rs"]
+mod bmc;
+mod common;
+
+use std::time::Duration;
+
+use bmc::*;
+use common::*;
+use kube::api::PostParams;
+use kube::{Api, ResourceExt as _};
+use serde_json::json;
+use tink_api::bmc::{Job, JobConditionType, PowerState};
+use tink_api::v1alpha2::{ConditionStatus, ConditionType, Hardware, Workflow, WorkflowState};
+use tink_bmc::Bmc as _;
+use tink_testkit::bmc::{BMC_PASSWORD, Sushy};
+
+const MAC: &str = "52:54:00:be:00:01";
+
+/// A Hardware whose only interface starts with netboot disabled (as the previous Workflow's
+/// after-success step leaves it), linked to BMC Machine `bmc`.
+async fn hardware(stack: &Stack, name: &str, bmc: Option<&str>) {
+    let mut spec = json!({
+        "networkInterfaces": {MAC: {"dhcp": {"ip": "10.0.0.2", "netmask": "255.255.255.0"},
+                                     "disableNetboot": true}},
+        "storageDevices": ["/dev/nvme0n1"],
+    });
+    if let Some(bmc) = bmc {
+        spec["bmcRef"] = json!({"name": bmc});
+    }
+    let hw: Hardware = tink_api::from_value(json!({
+        "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }))
+    .expect("hardware");
+    Api::<Hardware>::namespaced(stack.client.clone(), NS)
+        .create(&PostParams::default(), &hw)
+        .await
+        .expect("create hardware");
+}
+
+async fn netboot_disabled(stack: &Stack, name: &str) -> bool {
+    let hw = Api::<Hardware>::namespaced(stack.client.clone(), NS)
+        .get(name)
+        .await
+        .expect("hardware");
+    hw.spec.network_interfaces[MAC].disable_netboot
+}
+
+fn condition(w: &Workflow, t: ConditionType) -> Option<(ConditionStatus, String, String)> {
+    w.status.as_ref()?.condition(t).map(|c| {
+        (
+            c.status,
+            c.reason.clone().unwrap_or_default(),
+            c.message.clone().unwrap_or_default(),
+        )
+    })
+}
+
+#[tokio::test]
+async fn netboot_powers_the_machine_on_with_pxe_before_dispatch_and_turns_netboot_off_after_success()
+ {
+    let sushy = Sushy::start().await.expect("sushy-emulator");
+    let stack = Stack::start().await;
+    bmc_secret(&stack, "bmc-creds", BMC_PASSWORD).await;
+    bmc_machine(&stack, "m1", &sushy.host(), "bmc-creds").await;
+    hardware(&stack, "hw1", Some("m1")).await;
+    stack.create_template("tpl", three_actions()).await;
+    let bmc = BmcController::start(&stack, sushy.cert_pem());
+    let controller = stack.leader("c0").await;
+    // The machine's agent is connected (it sits in an OSIE): still nothing is dispatched
+    // before the BMC Job booted the machine.
+    let mut agent = stack.agent(MAC).await;
+    let emulator = redfish(&sushy);
+    assert_eq!(
+        emulator.power_state().await.expect("power"),
+        PowerState::Off
+    );
+
+    stack
+        .create_workflow(
+            "wf",
+            "hw1",
+            "tpl",
+            json!({"bootOptions": {"toggleAllowNetboot": true, "bootMode": "netboot"}}),
+        )
+        .await;
+
+    let (workflow_id, actions) =
+        within("the StartWorkflow after the boot Job", agent.next_start()).await;
+    // At dispatch the Job had completed: the emulator's machine is On and boots PXE once, and
+    // netboot is allowed on the Hardware.
+    let (target, _mode) = emulator.boot_override().await.expect("boot override");
+    assert_eq!(target, "Pxe");
+    assert_eq!(emulator.power_state().await.expect("power"), PowerState::On);
+    assert!(!netboot_disabled(&stack, "hw1").await);
+    let w = stack.workflows().get("wf").await.expect("wf");
+    let status = w.status.clone().expect("status");
+    assert_eq!(status.state, WorkflowState::Scheduled);
+    let job = &status.boot_options.jobs["netboot-wf"];
+    assert!(job.complete && job.uid.is_some(), "{job:?}");
+    assert!(status.boot_options.allow_netboot.toggled_true);
+    let (s, reason, message) = condition(&w, ConditionType::BootPrepared).expect("BootPrepared");
+    assert_eq!(
+        (s, reason.as_str()),
+        (ConditionStatus::True, "BootJobCompleted")
+    );
+    assert!(
+        message.contains("power off, one-time pxe, power on"),
+        "{message}"
+    );
+    let jobs: Api<Job> = Api::namespaced(stack.client.clone(), NS);
+    let j = jobs.get("netboot-wf").await.expect("the Job");
+    assert_eq!(j.owner_references()[0].uid, w.uid().expect("uid"));
+    assert_eq!(j.spec.machine_ref.name, "m1");
+    assert!(j.status.as_ref().is_some_and(|s| s.has_condition(
+        JobConditionType::Completed,
+        tink_api::bmc::ConditionStatus::True
+    )));
+
+    agent.run_all(&workflow_id, &actions).await;
+    stack.wait_state("wf", WorkflowState::Succeeded).await;
+    // After success: netboot off, so the machine's next boot reaches its disk.
+    let w = stack
+        .wait_for("wf", "netboot disallowed after success", |w| {
+            w.status
+                .as_ref()
+                .is_some_and(|s| s.boot_options.allow_netboot.toggled_false)
+        })
+        .await;
+    assert!(netboot_disabled(&stack, "hw1").await);
+    let (s, reason, _) = condition(&w, ConditionType::NetbootAllowed).expect("NetbootAllowed");
+    assert_eq!(
+        (s, reason.as_str()),
+        (ConditionStatus::False, "NetbootDisallowed")
+    );
+    assert_eq!(state_of(&w), WorkflowState::Succeeded);
+    stack.wait_event("wf", "BootJobCompleted").await;
+    stack.wait_event("wf", "NetbootDisallowed").await;
+
+    controller.stop().await;
+    bmc.stop().await;
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn a_bmc_that_refuses_the_credentials_fails_the_workflow_before_any_dispatch() {
+    let sushy = Sushy::start().await.expect("sushy-emulator");
+    let stack = Stack::start().await;
+    bmc_secret(&stack, "wrong-creds", "not-the-password").await;
+    bmc_machine(&stack, "m1", &sushy.host(), "wrong-creds").await;
+    hardware(&stack, "hw1", Some("m1")).await;
+    stack.create_template("tpl", three_actions()).await;
+    let bmc = BmcController::start(&stack, sushy.cert_pem());
+    let controller = stack.leader("c0").await;
+    let mut agent = stack.agent(MAC).await;
+
+    stack
+        .create_workflow(
+            "wf",
+            "hw1",
+            "tpl",
+            json!({"bootOptions": {"bootMode": "netboot"}}),
+        )
+        .await;
+    let w = stack.wait_state("wf", WorkflowState::Failed).await;
+    let (_, reason, message) = condition(&w, ConditionType::Succeeded).expect("Succeeded");
+    assert_eq!(reason, "BootJobFailed");
+    assert!(message.contains("netboot-wf"), "{message}");
+    // The provider's reason reaches the Workflow.
+    assert!(
+        message.contains("401")
+            || message.to_lowercase().contains("unauthorized")
+            || message.to_lowercase().contains("credentials"),
+        "{message}"
+    );
+    let (s, reason, _) = condition(&w, ConditionType::BootPrepared).expect("BootPrepared");
+    assert_eq!(
+        (s, reason.as_str()),
+        (ConditionStatus::False, "BootJobFailed")
+    );
+    assert!(
+        agent.try_command(Duration::from_secs(2)).await.is_none(),
+        "a Workflow whose machine did not boot is never dispatched"
+    );
+    stack.wait_event("wf", "BootJobFailed").await;
+
+    controller.stop().await;
+    bmc.stop().await;
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn a_hardware_without_a_bmc_fails_a_workflow_that_needs_one() {
+    let stack = Stack::start().await;
+    hardware(&stack, "hw1", None).await;
+    stack.create_template("tpl", three_actions()).await;
+    let controller = stack.leader("c0").await;
+    stack
+        .create_workflow(
+            "wf",
+            "hw1",
+            "tpl",
+            json!({"bootOptions": {"toggleAllowNetboot": true, "bootMode": "netboot"}}),
+        )
+        .await;
+    let w = stack.wait_state("wf", WorkflowState::Failed).await;
+    let (_, reason, message) = condition(&w, ConditionType::Succeeded).expect("Succeeded");
+    assert_eq!(reason, "NoBMC");
+    assert!(message.contains("spec.bmcRef"), "{message}");
+    // What was done before the failure is recorded with it.
+    assert!(
+        w.status
+            .as_ref()
+            .is_some_and(|s| s.boot_options.allow_netboot.toggled_true)
+    );
+    controller.stop().await;
+    stack.stop().await;
+}
