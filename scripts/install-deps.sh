@@ -15,6 +15,8 @@
 #   (wrk and nginx-light only for Hegel's benchmark: apt-get install wrk nginx-light)
 #   kubernetes-validate (PyPI, in a venv at /opt/kubernetes-validate) upstream schemas for the deploy/ test
 #   chromium and chromium-driver (no recommends) the web console's real-browser test (services/console/tests/browser.rs)
+#   the BMC emulators (openipmi, ipmitool, sushy-tools) and, for the BMC-powered VM runs, libvirt's daemons
+#   and libvirt-python in sushy-tools' venv (see the end of this file)
 # Docker must already be installed and running; tests that need it fail when it does not answer,
 # unless TINK_SKIP_DOCKER_TESTS=1 is set.
 set -euo pipefail
@@ -76,4 +78,20 @@ if [ ${#bmc[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${bmc[@]}" >/dev/null
 fi
 [ -x /opt/sushy-tools/bin/sushy-emulator ] || { python3 -c 'import venv, ensurepip' 2>/dev/null || apt-get install -y -qq python3-venv >/dev/null; python3 -m venv /opt/sushy-tools && /opt/sushy-tools/bin/pip install -q sushy-tools; }
+# The BMC-powered VM runs (scripts/netboot-demo.sh --bmc redfish|ipmi, scripts/lib/bmc-vm.sh):
+# libvirtd and virtlogd (started by hand, no systemd) behind sushy-tools' libvirt driver, which
+# needs libvirt-python, built in the venv against libvirt-dev with pkg-config and python3-dev.
+# libvirtd wants its QEMU user to exist even when configured to run QEMU as root (the
+# libvirt-daemon-system package would create it, and bring services this run does not use).
+bmcvm=()
+command -v libvirtd >/dev/null 2>&1 || bmcvm+=(libvirt-daemon libvirt-daemon-driver-qemu)
+command -v virsh >/dev/null 2>&1 || bmcvm+=(libvirt-clients)
+pkg-config --exists libvirt 2>/dev/null || bmcvm+=(libvirt-dev pkg-config)
+ls /usr/include/python3*/Python.h >/dev/null 2>&1 || bmcvm+=(python3-dev)
+if [ ${#bmcvm[@]} -gt 0 ]; then
+  echo "installing (BMC-powered VM runs): ${bmcvm[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${bmcvm[@]}" >/dev/null
+fi
+getent passwd libvirt-qemu >/dev/null 2>&1 || useradd --system --user-group --no-create-home --home-dir /var/lib/libvirt --shell /usr/sbin/nologin libvirt-qemu
+/opt/sushy-tools/bin/python3 -c 'import libvirt' 2>/dev/null || /opt/sushy-tools/bin/pip install -q libvirt-python
 # --- end BMC emulators ---

@@ -15,19 +15,62 @@
 #   5. the VM boots from that disk: its OS takes a lease, fetches user-data from Hegel and prints
 #      it on the serial console, which must match the Hardware's spec.instance.userdata.
 #
+# With --bmc redfish|ipmi the machine is powered by its BMC, as a rack is (scripts/lib/bmc-vm.sh):
+#   3. the VM starts powered off behind an emulated BMC (Redfish: sushy-tools' libvirt driver in
+#      front of a libvirtd started by hand; IPMI: OpenIPMI's ipmi_sim whose chassis program runs
+#      QEMU); the Hardware names a bmc.tinkerbell.org Machine (spec.bmcRef, an auth Secret) and
+#      starts with netboot off; the Workflow has bootOptions {toggleAllowNetboot: true,
+#      bootMode: netboot}: the controller allows netboot and has the BMC controller set a
+#      one-time PXE boot and power the machine on. Checked: the emulator reports it On with the
+#      PXE boot before the workflow is dispatched;
+#   4. the workflow Succeeded and the controller turned the Hardware's netboot off
+#      (disableNetboot on its interfaces); the machine's reboot (no -no-reboot: the BMC owns
+#      it) tries the network, gets a lease without boot information, and falls through to its
+#      disk, whose OS prints the user-data from Hegel and powers off; the emulator reports Off;
+#   5. the disk's contents, as in the plain run.
+#
 # Each stage prints its duration. On failure the serial consoles, the DHCP/TFTP (netboot),
 # Hegel, server, controller and registry logs are printed, so the output says where the chain
 # broke; everything stays in the output folder.
 #
 #   sudo bash scripts/netboot-demo.sh            (root: namespaces, taps, ports 67 and 69)
+#   sudo bash scripts/netboot-demo.sh --bmc redfish|ipmi [--reuse DIR]
 #
-# Environment: TINK_NETBOOT_OUT (output folder, default target/netboot-demo),
+# --reuse DIR: the output folder of an earlier run (the plain one in .ci/run): its stack CA,
+# the OSIE built for that CA, the action image's registry storage and the accelerator choice
+# are taken from there instead of built again.
+#
+# Environment: TINK_NETBOOT_OUT (output folder, default target/netboot-demo, with --bmc
+# target/netboot-demo-bmc-KIND),
 # TINK_NETBOOT_ACCEL (kvm or tcg; default: kvm when a probe kernel boots under it, else tcg),
 # TINK_NETBOOT_TIMEOUT (seconds for the provisioning boot, default 600).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-out="${TINK_NETBOOT_OUT:-$repo/target/netboot-demo}"
+bmc=""
+reuse=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bmc) bmc=${2:-}; shift 2 || { echo "error: --bmc needs redfish or ipmi" >&2; exit 2; } ;;
+    --reuse) reuse=${2:-}; shift 2 || { echo "error: --reuse needs a folder" >&2; exit 2; } ;;
+    *) echo "usage: $0 [--bmc redfish|ipmi] [--reuse DIR]" >&2; exit 2 ;;
+  esac
+done
+case "$bmc" in ""|redfish|ipmi) ;; *) echo "error: --bmc takes redfish or ipmi, not '$bmc'" >&2; exit 2 ;; esac
+if [ -n "$reuse" ]; then
+  reuse=$(cd "$reuse" 2>/dev/null && pwd) || { echo "error: --reuse: no folder $reuse" >&2; exit 2; }
+  for f in stack/pki/ca.crt files/vmlinuz files/initramfs files/disk.img.gz registry accel; do
+    [ -e "$reuse/$f" ] || { echo "error: --reuse: $reuse/$f missing (run the plain demo into it first)" >&2; exit 2; }
+  done
+fi
+if [ -n "$bmc" ]; then
+  out="${TINK_NETBOOT_OUT:-$repo/target/netboot-demo-bmc-$bmc}"
+else
+  out="${TINK_NETBOOT_OUT:-$repo/target/netboot-demo}"
+fi
+[ "$out" != "$reuse" ] || { echo "error: --reuse names the output folder itself" >&2; exit 2; }
+# shellcheck source=lib/bmc-vm.sh
+. "$repo/scripts/lib/bmc-vm.sh"
 timeout_s="${TINK_NETBOOT_TIMEOUT:-600}"
 ns="tinknb$$"
 bridge_ip=10.99.0.1
@@ -84,11 +127,23 @@ cleanup() {
     for f in "$out/registry.log" "$out/registry-push.log"; do
       [ -f "$f" ] && { echo "--- last lines of $f"; tail -n 10 "$f"; }
     done
+    if [ -n "$bmc" ]; then
+      echo "--- the BMC ($bmc): what it did"
+      bmc_vm_log
+      for f in "$out/stack/logs/bmc-controller.log"; do
+        [ -f "$f" ] && { echo "--- last lines of $f"; tail -n 25 "$f"; }
+      done
+      if [ -f "$out/stack/env" ]; then
+        echo "--- BMC Jobs"
+        ip netns exec "$ns" env KUBECONFIG="$out/stack/kubeconfig" kubectl get jobs.bmc.tinkerbell.org -n netboot-demo 2>/dev/null
+      fi
+    fi
     if [ -f "$out/stack/env" ]; then
       echo "--- workflow"
       ip netns exec "$ns" env KUBECONFIG="$out/stack/kubeconfig" kubectl get workflow -n netboot-demo -o yaml 2>/dev/null | sed -n '/^status:/,$p' | head -60
     fi
   fi
+  bmc_vm_stop
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   if [ -f "$out/stack/state.json" ]; then
     ip netns exec "$ns" "$bins/tinkctl" dev down --data-dir "$out/stack" >/dev/null 2>&1
@@ -99,13 +154,15 @@ cleanup() {
 trap cleanup EXIT
 
 stage "build the binaries"
-cargo build -q -p tinkctl -p kube-lite -p tink-webhook -p tink-controller -p tink-server -p hegel -p tink-agent -p tink-netboot
+cargo build -q -p tinkctl -p kube-lite -p tink-webhook -p tink-controller -p tink-server -p hegel -p tink-agent -p tink-netboot \
+  ${bmc:+-p tink-bmc-controller}
 for tool in qemu-system-x86_64 qemu-img docker-registry mtype sfdisk; do
   command -v "$tool" >/dev/null || { echo "error: $tool missing: run scripts/install-deps.sh" >&2; exit 1; }
 done
 rm -rf "$out"
 mkdir -p "$out"
 osie="$repo/target/osie"
+if [ -n "$bmc" ]; then bmc_vm_prepare "$bmc"; fi
 
 stage "network namespace, bridge and tap"
 ip netns add "$ns"
@@ -120,6 +177,11 @@ ip -n "$ns" link set tap0 up
 stage "the stack on $bridge_ip (tinkctl dev up)"
 files="$out/files"
 mkdir -p "$files"
+if [ -n "$reuse" ]; then
+  # the CA the reused OSIE trusts (tinkctl dev up keeps certificates it finds)
+  mkdir -p "$out/stack"
+  cp -a "$reuse/stack/pki" "$out/stack/pki"
+fi
 # Hegel's kernel consoles: the VM's first serial port (Smee's default, tty0 and ttyS1, leaves a
 # QEMU serial log empty).
 NO_COLOR=1 TINK_HEGEL_CONSOLES="ttyS0,115200" nsx "$bins/tinkctl" dev up --data-dir "$out/stack" --bin-dir "$bins" --machine-ip "$bridge_ip" \
@@ -129,12 +191,20 @@ NO_COLOR=1 TINK_HEGEL_CONSOLES="ttyS0,115200" nsx "$bins/tinkctl" dev up --data-
 . "$out/stack/env"
 echo "   Hegel $HEGEL_URL, servers $TINK_SERVER, files $TINK_NETBOOT_URL"
 
-stage "OSIE and disk image (osie/build.sh, the stack's CA)"
-bash osie/build.sh --out "$osie" --ca-cert "$out/stack/pki/ca.crt"
-cp "$osie/vmlinuz" "$osie/initramfs" "$osie/disk.img.gz" "$files/"
+if [ -n "$reuse" ]; then
+  stage "OSIE and disk image: reused from $reuse"
+  cmp -s "$reuse/stack/pki/ca.crt" "$out/stack/pki/ca.crt" || { echo "error: the stack's CA is not the reused one" >&2; exit 1; }
+  cp "$reuse/files/vmlinuz" "$reuse/files/initramfs" "$reuse/files/disk.img.gz" "$files/"
+  cmp -s "$reuse/files/disk.img.gz" "$osie/disk.img.gz" || { echo "error: $osie changed since $reuse was made (its marker would not match)" >&2; exit 1; }
+else
+  stage "OSIE and disk image (osie/build.sh, the stack's CA)"
+  bash osie/build.sh --out "$osie" --ca-cert "$out/stack/pki/ca.crt"
+  cp "$osie/vmlinuz" "$osie/initramfs" "$osie/disk.img.gz" "$files/"
+fi
 
 stage "choose the accelerator"
 accel="${TINK_NETBOOT_ACCEL:-}"
+if [ -z "$accel" ] && [ -n "$reuse" ]; then accel=$(cat "$reuse/accel"); fi
 if [ -z "$accel" ]; then
   accel=tcg
   if [ -w /dev/kvm ]; then
@@ -150,40 +220,72 @@ case "$accel" in
   *) qemu_accel=(-accel tcg) ;;
 esac
 echo "   QEMU accelerator: $accel"
+echo "$accel" > "$out/accel"
 
-stage "action image into docker-registry"
-img_root=$(mktemp -d)
-mkdir -p "$img_root/bin" "$img_root/usr/local/bin" "$img_root/tmp" "$img_root/mnt"
-cp "$(command -v busybox)" "$img_root/bin/busybox"
-for a in sh wget gunzip dd sync blockdev ls tr mount umount mkdir printf wc sleep echo cat; do
-  ln -s busybox "$img_root/bin/$a"
-done
-cp osie/actions/* "$img_root/usr/local/bin/"
-tar -C "$img_root" -c . | docker import --change 'ENV PATH=/usr/local/bin:/bin' - tink-netboot-demo/actions:latest >/dev/null
-rm -rf "$img_root"
-mkdir -p "$out/registry"
-cat > "$out/registry-push.yml" <<EOF
+if [ -n "$reuse" ]; then
+  stage "action image: the registry storage of $reuse"
+  cp -a "$reuse/registry" "$out/registry"
+else
+  stage "action image into docker-registry"
+  img_root=$(mktemp -d)
+  mkdir -p "$img_root/bin" "$img_root/usr/local/bin" "$img_root/tmp" "$img_root/mnt"
+  cp "$(command -v busybox)" "$img_root/bin/busybox"
+  for a in sh wget gunzip dd sync blockdev ls tr mount umount mkdir printf wc sleep echo cat; do
+    ln -s busybox "$img_root/bin/$a"
+  done
+  cp osie/actions/* "$img_root/usr/local/bin/"
+  tar -C "$img_root" -c . | docker import --change 'ENV PATH=/usr/local/bin:/bin' - tink-netboot-demo/actions:latest >/dev/null
+  rm -rf "$img_root"
+  mkdir -p "$out/registry"
+  cat > "$out/registry-push.yml" <<EOF
 version: 0.1
 log: {level: warn}
 storage: {filesystem: {rootdirectory: $out/registry}}
 http: {addr: 127.0.0.1:$push_port}
 EOF
-sed "s|127.0.0.1:$push_port|$bridge_ip:$registry_port|" "$out/registry-push.yml" > "$out/registry.yml"
-# Pushed from the host's engine through a registry on the host's loopback (an insecure
-# registry there is allowed by default), then served in the namespace from the same storage.
-docker-registry serve "$out/registry-push.yml" >"$out/registry-push.log" 2>&1 &
-push_pid=$!
-for i in $(seq 1 50); do curl -sf "http://127.0.0.1:$push_port/v2/" >/dev/null && break; sleep 0.2; done
-docker tag tink-netboot-demo/actions:latest "127.0.0.1:$push_port/tink/actions:demo"
-docker push -q "127.0.0.1:$push_port/tink/actions:demo" >/dev/null
-docker rmi "127.0.0.1:$push_port/tink/actions:demo" >/dev/null
-kill "$push_pid"; wait "$push_pid" 2>/dev/null || true
+  # Pushed from the host's engine through a registry on the host's loopback (an insecure
+  # registry there is allowed by default), then served in the namespace from the same storage.
+  docker-registry serve "$out/registry-push.yml" >"$out/registry-push.log" 2>&1 &
+  push_pid=$!
+  for i in $(seq 1 50); do curl -sf "http://127.0.0.1:$push_port/v2/" >/dev/null && break; sleep 0.2; done
+  docker tag tink-netboot-demo/actions:latest "127.0.0.1:$push_port/tink/actions:demo"
+  docker push -q "127.0.0.1:$push_port/tink/actions:demo" >/dev/null
+  docker rmi "127.0.0.1:$push_port/tink/actions:demo" >/dev/null
+  kill "$push_pid"; wait "$push_pid" 2>/dev/null || true
+fi
+cat > "$out/registry.yml" <<EOF
+version: 0.1
+log: {level: warn}
+storage: {filesystem: {rootdirectory: $out/registry}}
+http: {addr: $bridge_ip:$registry_port}
+EOF
 # `ip netns exec` itself, not the nsx function: a backgrounded function is a subshell, and
 # killing it at the end would leave the registry running.
 ip netns exec "$ns" docker-registry serve "$out/registry.yml" >"$out/registry.log" 2>&1 &
 pids+=($!)
 for i in $(seq 1 50); do nsx curl -sf "http://$bridge_ip:$registry_port/v2/tink/actions/tags/list" >/dev/null && break; sleep 0.2; done
 nsx curl -sf "http://$bridge_ip:$registry_port/v2/tink/actions/tags/list"; echo
+
+hw_bmc=""
+wf_boot=""
+bmc_objects=""
+iface_netboot=""
+if [ -n "$bmc" ]; then
+  stage "the VM, powered off, behind its BMC ($bmc)"
+  qemu-img create -q -f qcow2 "$out/disk.qcow2" 1G
+  bmc_vm_start "$out/disk.qcow2"
+  state_now=$(bmc_vm_state)
+  echo "   the emulator: $state_now"
+  case "$state_now" in "power Off"*|"power off"*) ;; *) echo "error: the VM is not off at the start" >&2; exit 1 ;; esac
+  ! bmc_vm_qemu_pid >/dev/null || { echo "error: QEMU runs before anyone powered the machine on" >&2; exit 1; }
+  # The machine as a provisioned one is left: its netboot off; the Workflow's
+  # toggleAllowNetboot turns it on for the run and off again after success.
+  hw_bmc="  bmcRef: {name: demo-vm}"
+  iface_netboot="      disableNetboot: true"
+  wf_boot="  bootOptions: {toggleAllowNetboot: true, bootMode: netboot}"
+  bmc_objects="$(bmc_vm_objects netboot-demo)
+---"
+fi
 
 stage "Hardware, OSIE, Template and Workflow"
 userdata="#cloud-config
@@ -194,6 +296,7 @@ apiVersion: v1
 kind: Namespace
 metadata: {name: netboot-demo}
 ---
+$bmc_objects
 apiVersion: tinkerbell.org/v1alpha2
 kind: OSIE
 metadata: {name: test-osie, namespace: netboot-demo}
@@ -213,6 +316,8 @@ spec:
         gateway: $bridge_ip
         hostname: demo-vm
         leaseTime: 3600
+$iface_netboot
+$hw_bmc
   osie:
     osieRef: {name: test-osie}
     kernelParams: ["insecure_registries=$bridge_ip:$registry_port"]
@@ -257,10 +362,57 @@ spec:
     image_url: $TINK_NETBOOT_URL/disk.img.gz
     hegel_url: $HEGEL_URL
   timeout: 15m
+$wf_boot
 EOF
 nsx kubectl apply -f "$out/objects.yaml" >/dev/null
 printf '%s\n' "$userdata" > "$out/userdata.expected"
 
+wf_state() { nsx kubectl get workflow install-demo-vm -n netboot-demo -o jsonpath='{.status.state}' 2>/dev/null || true; }
+hw_netboot_disabled() { # the Hardware's interface: true when netboot is off
+  nsx kubectl get hardware demo-vm -n netboot-demo -o jsonpath="{.spec.networkInterfaces['$vm_mac'].disableNetboot}" 2>/dev/null || true
+}
+# What the provisioning boot did, and where its time went, from the services' own timestamps.
+report_provisioning() {
+  console_text "$out/serial-1.log" | grep -a "tink-osie:" | awk 'NR <= 12 {print "   " $0}' || true
+  nsx kubectl get workflow install-demo-vm -n netboot-demo \
+    -o jsonpath='{range .status.actions[*]}   action {.rendered.name}: {.state}, started {.startedAt}, last change {.lastTransitioned}{"\n"}{end}' 2>/dev/null || true
+  local dhcp_at agent_at first_action last_action
+  dhcp_at=$(first_ts "DHCP answered" "$out/stack/logs/netboot.log")
+  agent_at=$(first_ts "agent stream opened" "$out"/stack/logs/server-*.log)
+  first_action=$(nsx kubectl get workflow install-demo-vm -n netboot-demo -o jsonpath='{.status.actions[0].startedAt}')
+  last_action=$(nsx kubectl get workflow install-demo-vm -n netboot-demo -o jsonpath='{.status.actions[-1:].lastTransitioned}')
+  echo "   seconds after the VM started: first DHCP answer $(since_boot "$dhcp_at"), agent connected $(since_boot "$agent_at"), first action started $(since_boot "$first_action"), last action done $(since_boot "$last_action")$1"
+}
+since_boot() { # an RFC 3339 time -> seconds after the VM started
+  [ -n "$1" ] || { echo "?"; return; }
+  python3 -c 'import sys, datetime; t = datetime.datetime.fromisoformat(sys.argv[1].replace("Z", "+00:00")).timestamp(); print(f"{t - float(sys.argv[2]):.1f}")' "$1" "$boot_start"
+}
+first_ts() { grep -ah "$1" "${@:2}" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' | awk '{print $1}' | sort | head -n 1; }
+check_disk() {
+  qemu-img convert -O raw "$out/disk.qcow2" "$out/disk.raw"
+  sfdisk -d "$out/disk.raw" | sed 's/^/   /'
+  got_marker=$(mtype -i "$out/disk.raw@@1M" ::marker.txt)
+  want_marker=$(cat "$osie/marker.txt")
+  [ "$got_marker" = "$want_marker" ] || { echo "error: marker.txt is '$got_marker', want '$want_marker'" >&2; exit 1; }
+  echo "   marker.txt: $got_marker"
+  got_cfg=$(mtype -i "$out/disk.raw@@1M" ::tinkerbell.cfg)
+  [ "$got_cfg" = "hegel_url=$HEGEL_URL" ] || { echo "error: tinkerbell.cfg is '$got_cfg'" >&2; exit 1; }
+  echo "   tinkerbell.cfg (written by the workflow): $got_cfg"
+  rm -f "$out/disk.raw"
+}
+check_userdata() { # SERIAL_LOG: the installed OS printed the Hardware's user-data
+  console_text "$1" | grep -a "installed-os:" | sed 's/^/   /'
+  console_text "$1" | sed -n '/^--- user-data begin ---$/,/^--- user-data end ---$/p' \
+    | sed '1d;$d' | sed '${/^$/d}' > "$out/userdata.got"
+  if ! diff -u "$out/userdata.expected" "$out/userdata.got"; then
+    echo "error: the user-data printed by the installed OS differs from the Hardware's" >&2
+    exit 1
+  fi
+  echo "   the installed OS printed the Hardware's user-data:"
+  sed 's/^/     | /' "$out/userdata.got"
+}
+
+if [ -z "$bmc" ]; then
 stage "provisioning boot: PXE, OSIE, workflow, reboot ($accel)"
 qemu-img create -q -f qcow2 "$out/disk.qcow2" 1G
 ip netns exec "$ns" timeout "$timeout_s" qemu-system-x86_64 "${qemu_accel[@]}" -m 2048 -smp 2 \
@@ -274,7 +426,7 @@ pids+=($qemu)
 boot_start=$(date +%s.%N)
 state=""
 while kill -0 "$qemu" 2>/dev/null; do
-  state=$(nsx kubectl get workflow install-demo-vm -n netboot-demo -o jsonpath='{.status.state}' 2>/dev/null || true)
+  state=$(wf_state)
   case "$state" in Failed|Canceled) break ;; esac
   sleep 2
 done
@@ -283,37 +435,14 @@ if kill -0 "$qemu" 2>/dev/null; then
   exit 1
 fi
 wait "$qemu" || { echo "error: QEMU ended with status $? (timeout ${timeout_s}s?)" >&2; exit 1; }
-state=$(nsx kubectl get workflow install-demo-vm -n netboot-demo -o jsonpath='{.status.state}')
+state=$(wf_state)
 echo "   workflow: $state"
 [ "$state" = Succeeded ] || { echo "error: the workflow is $state after the machine stopped" >&2; exit 1; }
-console_text "$out/serial-1.log" | grep -a "tink-osie:" | awk 'NR <= 12 {print "   " $0}' || true
-nsx kubectl get workflow install-demo-vm -n netboot-demo \
-  -o jsonpath='{range .status.actions[*]}   action {.rendered.name}: {.state}, started {.startedAt}, last change {.lastTransitioned}{"\n"}{end}' 2>/dev/null || true
-
 boot_end=$(date +%s.%N)
-# Where the provisioning boot's time went, from the services' own timestamps.
-since_boot() { # an RFC 3339 time -> seconds after the VM started
-  [ -n "$1" ] || { echo "?"; return; }
-  python3 -c 'import sys, datetime; t = datetime.datetime.fromisoformat(sys.argv[1].replace("Z", "+00:00")).timestamp(); print(f"{t - float(sys.argv[2]):.1f}")' "$1" "$boot_start"
-}
-first_ts() { grep -ah "$1" "${@:2}" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' | awk '{print $1}' | sort | head -n 1; }
-dhcp_at=$(first_ts "DHCP answered" "$out/stack/logs/netboot.log")
-agent_at=$(first_ts "agent stream opened" "$out"/stack/logs/server-*.log)
-first_action=$(nsx kubectl get workflow install-demo-vm -n netboot-demo -o jsonpath='{.status.actions[0].startedAt}')
-last_action=$(nsx kubectl get workflow install-demo-vm -n netboot-demo -o jsonpath='{.status.actions[-1:].lastTransitioned}')
-echo "   seconds after the VM started: first DHCP answer $(since_boot "$dhcp_at"), agent connected $(since_boot "$agent_at"), first action started $(since_boot "$first_action"), last action done $(since_boot "$last_action"), machine stopped $(python3 -c "print(f'{$boot_end - $boot_start:.1f}')")"
+report_provisioning ", machine stopped $(python3 -c "print(f'{$boot_end - $boot_start:.1f}')")"
 
 stage "the disk after the machine stopped (qemu-img, mtools)"
-qemu-img convert -O raw "$out/disk.qcow2" "$out/disk.raw"
-sfdisk -d "$out/disk.raw" | sed 's/^/   /'
-got_marker=$(mtype -i "$out/disk.raw@@1M" ::marker.txt)
-want_marker=$(cat "$osie/marker.txt")
-[ "$got_marker" = "$want_marker" ] || { echo "error: marker.txt is '$got_marker', want '$want_marker'" >&2; exit 1; }
-echo "   marker.txt: $got_marker"
-got_cfg=$(mtype -i "$out/disk.raw@@1M" ::tinkerbell.cfg)
-[ "$got_cfg" = "hegel_url=$HEGEL_URL" ] || { echo "error: tinkerbell.cfg is '$got_cfg'" >&2; exit 1; }
-echo "   tinkerbell.cfg (written by the workflow): $got_cfg"
-rm -f "$out/disk.raw"
+check_disk
 
 stage "boot from the disk: user-data from Hegel"
 nsx timeout 300 qemu-system-x86_64 "${qemu_accel[@]}" -m 512 -smp 1 \
@@ -323,15 +452,86 @@ nsx timeout 300 qemu-system-x86_64 "${qemu_accel[@]}" -m 512 -smp 1 \
   -device virtio-net-pci,netdev=n0,mac="$vm_mac" \
   -serial file:"$out/serial-2.log" -monitor none -display none </dev/null >"$out/qemu-2.log" 2>&1 \
   || { echo "error: the second boot did not power off in time" >&2; exit 1; }
-console_text "$out/serial-2.log" | grep -a "installed-os:" | sed 's/^/   /'
-console_text "$out/serial-2.log" | sed -n '/^--- user-data begin ---$/,/^--- user-data end ---$/p' \
-  | sed '1d;$d' | sed '${/^$/d}' > "$out/userdata.got"
-if ! diff -u "$out/userdata.expected" "$out/userdata.got"; then
-  echo "error: the user-data printed by the installed OS differs from the Hardware's" >&2
-  exit 1
+check_userdata "$out/serial-2.log"
+
+else
+stage "powered on through its BMC: a one-time PXE boot ($bmc)"
+# Nobody but the BMC starts the VM: the controller's Job (bootOptions) through the BMC
+# controller. Checked as soon as the emulator reports it on: the workflow is still Pending, or
+# Scheduled at that very moment (the controller dispatches in the status write that records
+# the Job completed, which needs the BMC to report the machine on), long before the OSIE's
+# agent could connect.
+deadline=$(($(date +%s) + 180))
+until [ "$(bmc_vm_power 2>/dev/null)" = On ]; do
+  state=$(wf_state)
+  case "$state" in Failed|Canceled) echo "error: the workflow is $state before the machine was powered on" >&2; exit 1 ;; esac
+  [ "$(date +%s)" -lt "$deadline" ] || { echo "error: the BMC did not report the machine on within 180 s" >&2; exit 1; }
+  sleep 1
+done
+boot_start=$(date +%s.%N)
+bmc_now=$(bmc_vm_state)
+state=$(wf_state)
+echo "   the emulator: $bmc_now"
+echo "   QEMU boots with: $(bmc_vm_boot_config)"
+echo "   workflow: ${state:-(no state yet)}; the Hardware's disableNetboot: $(hw_netboot_disabled)"
+nsx kubectl get jobs.bmc.tinkerbell.org -n netboot-demo 2>/dev/null | sed 's/^/   /' || true
+case "$bmc_now" in
+  *"boot override Pxe"*|*"boot device Force PXE"*) ;;
+  *) echo "error: the emulator holds no PXE boot for the machine: $bmc_now" >&2; exit 1 ;;
+esac
+case "$state" in ""|Pending|Scheduled) ;; *) echo "error: the workflow was $state when the machine was powered on" >&2; exit 1 ;; esac
+
+stage "provisioning boot: PXE, OSIE, workflow ($accel, the BMC's VM)"
+deadline=$(($(date +%s) + timeout_s))
+state=""
+while :; do
+  state=$(wf_state)
+  case "$state" in Succeeded) break ;; Failed|Canceled) echo "error: the workflow is $state" >&2; exit 1 ;; esac
+  bmc_vm_qemu_pid >/dev/null || { echo "error: the machine stopped while the workflow is ${state:-Pending}" >&2; exit 1; }
+  [ "$(date +%s)" -lt "$deadline" ] || { echo "error: the workflow is still ${state:-Pending} after ${timeout_s}s" >&2; exit 1; }
+  sleep 2
+done
+echo "   workflow: $state"
+report_provisioning ""
+nsx kubectl get workflow install-demo-vm -n netboot-demo \
+  -o jsonpath='{range .status.conditions[*]}   condition {.type}={.status} {.reason}{"\n"}{end}' 2>/dev/null || true
+
+stage "after success: netboot off, the machine reboots itself to its disk"
+# The controller turns netboot off; the workflow's last action rebooted the machine, whose
+# firmware tries the network first: a lease without boot information, then its disk, whose
+# OS prints the user-data and powers off.
+deadline=$(($(date +%s) + 60))
+until [ "$(hw_netboot_disabled)" = true ]; do
+  [ "$(date +%s)" -lt "$deadline" ] || { echo "error: the Hardware's netboot is still on 60 s after the workflow succeeded" >&2; exit 1; }
+  sleep 1
+done
+echo "   the Hardware's interface $vm_mac: disableNetboot: $(hw_netboot_disabled)"
+deadline=$(($(date +%s) + 300))
+while bmc_vm_qemu_pid >/dev/null; do
+  [ "$(date +%s)" -lt "$deadline" ] || { echo "error: the installed OS did not power the machine off within 300 s" >&2; exit 1; }
+  sleep 2
+done
+deadline=$(($(date +%s) + 30))
+until [ "$(bmc_vm_power 2>/dev/null)" = Off ]; do
+  [ "$(date +%s)" -lt "$deadline" ] || { echo "error: the BMC does not report the machine off after it powered off" >&2; exit 1; }
+  sleep 1
+done
+echo "   the machine powered itself off; the emulator: $(bmc_vm_state)"
+# Every DHCP answer since the workflow succeeded (the reboot's PXE ROM, then the installed
+# OS) carries no boot information: netboot was refused.
+succeeded_at=$(nsx kubectl get workflow install-demo-vm -n netboot-demo -o jsonpath='{.status.actions[-1:].lastTransitioned}')
+grep -a "DHCP answered" "$out/stack/logs/netboot.log" | sed 's/\x1b\[[0-9;]*m//g' \
+  | awk -v t="$succeeded_at" '$1 >= t' > "$out/dhcp-after-success.log" || true
+with_boot=$(grep -av 'boot_file=""' "$out/dhcp-after-success.log" | grep -c . || true)
+echo "   DHCP answers since the workflow succeeded: $(grep -c . "$out/dhcp-after-success.log" || true), with boot information: $with_boot"
+[ "$with_boot" = 0 ] || { echo "error: the machine was offered a network boot after the workflow succeeded:" >&2; cat "$out/dhcp-after-success.log" >&2; exit 1; }
+check_userdata "$out/serial-1.log"
+echo "   what the BMC did:"
+bmc_vm_log | sed 's/^/     /'
+
+stage "the disk after the machine stopped (qemu-img, mtools)"
+check_disk
 fi
-echo "   the installed OS printed the Hardware's user-data:"
-sed 's/^/     | /' "$out/userdata.got"
 
 ok=1
 summary
