@@ -135,7 +135,22 @@ pub fn jsonpath<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
             let Some(end) = r.find(']') else {
                 return Vec::new();
             };
-            ("", Some(r[..end].trim_matches(['\'', '"'])), &r[end + 1..])
+            let inner = &r[..end];
+            if let Some(filter) = inner.strip_prefix("?(").and_then(|f| f.strip_suffix(')')) {
+                // A filter as CRD printer columns use them: `[?(@.type=="Ready")]`.
+                let Some((field, want)) = parse_filter(filter) else {
+                    return Vec::new();
+                };
+                rest = &r[end + 1..];
+                cur = cur
+                    .into_iter()
+                    .filter_map(|v| v.as_array())
+                    .flatten()
+                    .filter(|e| jsonpath(e, field).first().and_then(|x| x.as_str()) == Some(want))
+                    .collect();
+                continue;
+            }
+            ("", Some(inner.trim_matches(['\'', '"'])), &r[end + 1..])
         } else {
             return Vec::new();
         };
@@ -165,6 +180,18 @@ pub fn jsonpath<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
         cur = next;
     }
     cur
+}
+
+/// `@.path=="value"` (or single quotes) -> (`.path`, `value`).
+fn parse_filter(filter: &str) -> Option<(&str, &str)> {
+    let (lhs, rhs) = filter.split_once("==")?;
+    let field = lhs.trim().strip_prefix('@')?;
+    let rhs = rhs.trim();
+    let want = rhs
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .or_else(|| rhs.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))?;
+    Some((field, want))
 }
 
 /// Kubernetes' `HumanDuration`.
@@ -337,6 +364,19 @@ mod tests {
         assert_eq!(jsonpath(&o, "{.spec.list[0].n}"), vec![&json!(1)]);
         assert!(jsonpath(&o, ".spec.missing.x").is_empty());
         assert!(jsonpath(&o, "spec").is_empty());
+        // Filters, as CRD printer columns use them.
+        let j = json!({"status": {"conditions": [
+            {"type": "Running", "status": "False"}, {"type": "Completed", "status": "True"}]}});
+        assert_eq!(
+            jsonpath(&j, r#".status.conditions[?(@.type=="Completed")].status"#),
+            vec![&json!("True")]
+        );
+        assert_eq!(
+            jsonpath(&j, ".status.conditions[?(@.type=='Running')].status"),
+            vec![&json!("False")]
+        );
+        assert!(jsonpath(&j, r#".status.conditions[?(@.type=="Failed")].status"#).is_empty());
+        assert!(jsonpath(&j, r#".status.conditions[?(@.type)].status"#).is_empty());
     }
 
     #[test]
