@@ -85,11 +85,8 @@ pub async fn get(url: &url::Url, offset: u64, stall: Duration) -> Result<Downloa
         .host_str()
         .ok_or_else(|| HttpError::BadUrl(format!("{url}: no host")))?;
     let port = url.port_or_known_default().unwrap_or(80);
-    let addr = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
+    // host_str() keeps the brackets of an IPv6 address, so this is a valid socket address.
+    let addr = format!("{host}:{port}");
     let stream = tokio::time::timeout(stall, TcpStream::connect(&addr))
         .await
         .map_err(|_| HttpError::Transport(format!("connecting to {addr}: timed out")))?

@@ -176,7 +176,6 @@ struct Downloaded {
     sha256: [u8; 32],
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn download(
     cfg: &Config,
     log: &Log,
