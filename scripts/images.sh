@@ -84,6 +84,8 @@ docker build -q -t "tinkerbell/actions/tink-actions:$actions_tag" "$ctx" >/dev/n
 for a in image2disk writefile cexec kexec; do
   printf 'FROM tinkerbell/actions/tink-actions:%s\nENTRYPOINT ["/usr/local/bin/tink-actions", "%s"]\n' "$actions_tag" "$a" > "$ctx/Dockerfile"
   docker build -q -t "tinkerbell/actions/$a:$actions_tag" "$ctx" >/dev/null
+  # The older quay.io/tinkerbell-actions/<name> path of many published templates.
+  docker tag "tinkerbell/actions/$a:$actions_tag" "tinkerbell-actions/$a:$actions_tag"
 done
 rm -rf "$ctx"
 docker run --rm --entrypoint /usr/local/bin/tink-actions "tinkerbell/actions/image2disk:$actions_tag" --version

@@ -6,6 +6,7 @@
 
 mod cexec;
 mod common;
+mod grubcfg;
 mod http;
 mod image2disk;
 mod kexec;

@@ -879,7 +879,35 @@ fn kexec_fails_on_a_missing_kernel_and_hands_over_through_the_power_contract() -
         std::fs::create_dir_all(m.path().join("boot"))?;
         std::fs::write(m.path().join("boot/vmlinuz"), b"not really a kernel")?;
         std::fs::write(m.path().join("boot/initrd.img"), b"not really an initrd")?;
+        std::fs::write(m.path().join("boot/extra.img"), b"second initrd")?;
     }
+    // Without KERNEL_PATH and without a grub.cfg: nothing to load.
+    let r = run(
+        "kexec",
+        &[("BLOCK_DEVICE", disk.dev.as_str()), ("FS_TYPE", "ext4")],
+    )?;
+    assert_failed(&r, "KernelNotFound", "no KERNEL_PATH");
+    {
+        let m = Mounted::new(&disk.dev)?;
+        std::fs::create_dir_all(m.path().join("boot/grub"))?;
+        std::fs::write(
+            m.path().join("boot/grub/grub.cfg"),
+            "set default=\"1\"\nmenuentry 'a' {\n linux /boot/vmlinuz-missing ro\n initrd /boot/initrd.img\n}\n\
+             menuentry 'b' {\n\tlinux\t/boot/vmlinuz root=/dev/sda1 ro quiet\n\tinitrd\t/boot/initrd.img /boot/extra.img\n}\n",
+        )?;
+    }
+    // The published templates' form: BLOCK_DEVICE and FS_TYPE only; grub.cfg's default entry.
+    let r = run(
+        "kexec",
+        &[
+            ("BLOCK_DEVICE", disk.dev.as_str()),
+            ("FS_TYPE", "ext4"),
+            ("KEXEC_DRY_RUN", "true"),
+        ],
+    )?;
+    assert_ok(&r);
+    assert!(r.stdout.contains("kernel=/boot/vmlinuz initrd=/boot/initrd.img /boot/extra.img cmdline=root=/dev/sda1 ro quiet"), "{}", r.stdout);
+    assert_eq!(r.power.as_deref(), Some("kexec"));
     let base = [
         ("BLOCK_DEVICE", disk.dev.as_str()),
         ("FS_TYPE", "ext4"),
