@@ -84,6 +84,13 @@ impl Config {
     }
 }
 
+pub(crate) fn parse_sha256_named(var: &str, v: &str) -> Result<[u8; 32], ActionError> {
+    parse_sha256(v).map_err(|e| ActionError {
+        message: e.message.replace("IMG_CHECKSUM", var),
+        ..e
+    })
+}
+
 fn parse_sha256(v: &str) -> Result<[u8; 32], ActionError> {
     let hex = v.strip_prefix("sha256:").unwrap_or(v).trim();
     let bad = || ActionError::invalid("IMG_CHECKSUM", v, "expected sha256:<64 hex digits>");
@@ -668,6 +675,60 @@ fn decode_and_write(
             (Ok(n), Ok(())) => Ok(n),
         }
     })
+}
+
+/// Downloads `cfg.url` (no retries) and hands the byte stream to `consume`: for actions that
+/// unpack rather than write a disk (archive2disk). A failed download wins over the consumer's
+/// error; the digest is returned when `cfg.sha256` asked for one.
+pub(crate) fn fetch<R>(
+    cfg: &Config,
+    log: &Log,
+    consume: impl FnOnce(&mut dyn Read) -> Result<R, ActionError>,
+) -> Result<(R, Option<[u8; 32]>), ActionError> {
+    let (tx, rx) = sync_channel::<Msg>(DOWNLOAD_QUEUE);
+    let handle = {
+        let (cfg, log) = (cfg.clone(), *log);
+        thread::spawn(move || -> Result<Downloaded, Failure> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Failure::Fatal(ActionError::new("RuntimeError", e.to_string())))?;
+            rt.block_on(download(
+                &cfg,
+                &log,
+                Instant::now(),
+                &tx,
+                &AtomicU64::new(0),
+            ))
+        })
+    };
+    let mut reader = ChannelReader {
+        rx,
+        cur: Bytes::new(),
+    };
+    let result = consume(&mut reader);
+    drop(reader);
+    let dl = handle.join().unwrap_or_else(|_| {
+        Err(Failure::Fatal(ActionError::new(
+            "RuntimeError",
+            "the download thread panicked",
+        )))
+    });
+    match (result, dl) {
+        (Err(e), Err(Failure::Stopped)) => Err(e),
+        (Ok(_), Err(Failure::Stopped)) => Err(ActionError::new(
+            "DownloadFailed",
+            "the archive ended before the download did (trailing data)",
+        )),
+        (_, Err(Failure::Retry(e) | Failure::Fatal(e))) => Err(e),
+        (Err(e), Ok(_)) => Err(e),
+        (Ok(r), Ok(d)) => Ok((r, d.sha256)),
+    }
+}
+
+/// Lower-case hex.
+pub(crate) fn hex_string(b: &[u8]) -> String {
+    hex(b)
 }
 
 #[cfg(test)]

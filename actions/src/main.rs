@@ -4,6 +4,7 @@
 //! from the hub's environment variables (docs/actions.md). On failure the action writes the
 //! agent's `/tinkerbell/failure-reason` and `failure-message` and exits non-zero.
 
+mod archive2disk;
 mod cexec;
 mod common;
 mod grubcfg;
@@ -15,7 +16,7 @@ mod writefile;
 
 use common::{ActionError, Env, Log};
 
-const ACTIONS: [&str; 4] = ["image2disk", "writefile", "cexec", "kexec"];
+const ACTIONS: [&str; 5] = ["image2disk", "archive2disk", "writefile", "cexec", "kexec"];
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -51,6 +52,7 @@ fn main() {
     };
     let result: Result<(), ActionError> = match action {
         "image2disk" => image2disk::run(&env, &log),
+        "archive2disk" => archive2disk::run(&env, &log),
         "writefile" => writefile::run(&env, &log),
         "cexec" => cexec::run(&env, &log),
         _ => kexec::run(&env, &log),

@@ -961,3 +961,104 @@ fn unknown_action_is_a_usage_error() -> TestResult {
     assert!(r.stdout.contains("usage"));
     Ok(())
 }
+
+// ---------- archive2disk ----------
+
+fn tarball() -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut dir = tar::Header::new_gnu();
+    dir.set_entry_type(tar::EntryType::Directory);
+    dir.set_mode(0o750);
+    dir.set_uid(1000);
+    dir.set_gid(1001);
+    dir.set_size(0);
+    b.append_data(&mut dir, "etc/app", std::io::empty())?;
+    let body = b"hello from the archive\n";
+    let mut file = tar::Header::new_gnu();
+    file.set_mode(0o640);
+    file.set_uid(1000);
+    file.set_gid(1001);
+    file.set_size(body.len() as u64);
+    b.append_data(&mut file, "etc/app/motd", &body[..])?;
+    let mut link = tar::Header::new_gnu();
+    link.set_entry_type(tar::EntryType::Symlink);
+    link.set_size(0);
+    link.set_mode(0o777);
+    link.set_uid(0);
+    link.set_gid(0);
+    b.append_link(&mut link, "etc/app/link", "motd")?;
+    Ok(b.into_inner()?)
+}
+
+#[test]
+fn archive2disk_unpacks_with_owners_modes_and_links_and_checks_the_digest() -> TestResult {
+    if !can_run() {
+        return Ok(());
+    }
+    let server = Server::start()?;
+    let tar = tarball()?;
+    let tgz = {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&tar)?;
+        e.finish()?
+    };
+    let sum = format!("sha256:{}", sha256_hex(&tgz));
+    let url = server.add("/root.tar.gz", tgz, Mode::Normal);
+    let disk = Loop::new(16 << 20)?;
+    mkfs("ext4", &disk.dev)?;
+    let base = [
+        ("DEST_DISK", disk.dev.as_str()),
+        ("FS_TYPE", "ext4"),
+        ("DEST_PATH", "/srv"),
+        ("ARCHIVE_URL", url.as_str()),
+        ("ARCHIVE_TYPE", "targz"),
+    ];
+
+    let r = run("archive2disk", &base)?;
+    assert_failed(&r, "MissingVariable", "TARFILE_CHECKSUM");
+    let mut env = base.to_vec();
+    let bad = format!("sha256:{}", "1".repeat(64));
+    env.push(("TARFILE_CHECKSUM", &bad));
+    let r = run("archive2disk", &env)?;
+    assert_failed(&r, "ChecksumMismatch", "TARFILE_CHECKSUM");
+
+    let mut env = base.to_vec();
+    env.push(("TARFILE_CHECKSUM", &sum));
+    let r = run("archive2disk", &env)?;
+    assert_ok(&r);
+    assert!(!mounted(&disk.dev)?, "archive2disk left a mount behind");
+    {
+        let m = Mounted::new(&disk.dev)?;
+        let motd = m.path().join("srv/etc/app/motd");
+        assert_eq!(std::fs::read_to_string(&motd)?, "hello from the archive\n");
+        let meta = std::fs::metadata(&motd)?;
+        assert_eq!(
+            (meta.uid(), meta.gid(), meta.mode() & 0o7777),
+            (1000, 1001, 0o640)
+        );
+        let dir = std::fs::metadata(m.path().join("srv/etc/app"))?;
+        assert_eq!((dir.uid(), dir.mode() & 0o7777), (1000, 0o750));
+        assert_eq!(
+            std::fs::read_link(m.path().join("srv/etc/app/link"))?,
+            PathBuf::from("motd")
+        );
+    }
+
+    // A plain tar without a digest, when the template says so explicitly.
+    let url = server.add("/root.tar", tar, Mode::Normal);
+    let r = run(
+        "archive2disk",
+        &[
+            ("DEST_DISK", disk.dev.as_str()),
+            ("FS_TYPE", "ext4"),
+            ("DEST_PATH", "/opt"),
+            ("ARCHIVE_URL", url.as_str()),
+            ("ARCHIVE_TYPE", "tar"),
+            ("INSECURE_NO_TARFILE_CHECKSUM_VERIFICATION", "true"),
+        ],
+    )?;
+    assert_ok(&r);
+    let m = Mounted::new(&disk.dev)?;
+    assert!(m.path().join("opt/etc/app/motd").exists());
+    Ok(())
+}
