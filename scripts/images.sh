@@ -54,3 +54,38 @@ docker run --rm "$image" /usr/local/bin/tinkctl --version
 # The BMC controller and the ipmitool its IPMI provider runs.
 docker run --rm "$image" /usr/local/bin/tink-bmc-controller --version
 docker run --rm "$image" ipmitool -V
+
+# The actions (docs/actions.md): one static tink-actions binary (musl, when the target and
+# musl-gcc are installed; else the host build on the Debian base) and one image per action,
+# named the way Tinkerbell's are (quay.io/tinkerbell/actions/image2disk:latest ->
+# tinkerbell/actions/image2disk:latest), so a published template needs only its registry host
+# changed once the demos push them to their registry.
+actions_tag="${TINK_ACTIONS_TAG:-latest}"
+echo "== actions (tinkerbell/actions/*:$actions_tag)"
+ctx=$(mktemp -d /tmp/tink-actions-image.XXXXXX)
+if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl && command -v musl-gcc >/dev/null 2>&1; then
+  cargo build -q --release --target x86_64-unknown-linux-musl -p tink-actions
+  cp "$(dirname "$target")/x86_64-unknown-linux-musl/release/tink-actions" "$ctx/"
+  actions_base=scratch
+else
+  echo "   (no musl target or musl-gcc: the host build on $base)"
+  cargo build -q "${flag[@]}" -p tink-actions
+  cp "$target/tink-actions" "$ctx/"
+  actions_base="$base"
+fi
+strip "$ctx/tink-actions" 2>/dev/null || true
+mkdir -p "$ctx/tmp" && chmod 1777 "$ctx/tmp"
+{
+  echo "FROM $actions_base"
+  echo "COPY tink-actions /usr/local/bin/tink-actions"
+  echo "COPY tmp /tmp"
+} > "$ctx/Dockerfile"
+docker build -q -t "tinkerbell/actions/tink-actions:$actions_tag" "$ctx" >/dev/null
+for a in image2disk archive2disk writefile cexec kexec; do
+  printf 'FROM tinkerbell/actions/tink-actions:%s\nENTRYPOINT ["/usr/local/bin/tink-actions", "%s"]\n' "$actions_tag" "$a" > "$ctx/Dockerfile"
+  docker build -q -t "tinkerbell/actions/$a:$actions_tag" "$ctx" >/dev/null
+  # The older quay.io/tinkerbell-actions/<name> path of many published templates.
+  docker tag "tinkerbell/actions/$a:$actions_tag" "tinkerbell-actions/$a:$actions_tag"
+done
+rm -rf "$ctx"
+docker run --rm --entrypoint /usr/local/bin/tink-actions "tinkerbell/actions/image2disk:$actions_tag" --version
