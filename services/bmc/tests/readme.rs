@@ -1,6 +1,6 @@
 //! The README's Machine and Job (the "Power and boot through the BMC" section) are what an
 //! operator pastes: they must be accepted by the CRDs as written, and the Job must name the
-//! Machine it sits beside.
+//! Machine it sits beside. The section's Workflow with bootOptions must be a valid one.
 
 mod common;
 
@@ -35,7 +35,19 @@ fn readme_documents() -> Vec<serde_json::Value> {
 async fn the_readme_machine_and_job_apply_as_written() {
     let docs = readme_documents();
     let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
-    assert_eq!(kinds, ["Secret", "Machine", "Job"]);
+    assert_eq!(kinds, ["Secret", "Machine", "Job", "Workflow"]);
+    let wf: tink_api::v1alpha2::Workflow =
+        tink_api::from_value(docs[3].clone()).expect("the README's Workflow");
+    let boot = wf.spec.boot_options.clone().expect("bootOptions");
+    assert!(boot.problems().is_empty(), "{:?}", boot.problems());
+    assert_eq!(boot.boot_mode, Some(tink_api::v1alpha2::BootMode::Netboot));
+    assert!(boot.toggle_allow_netboot);
+    assert_eq!(
+        wf.metadata.namespace,
+        docs[1]["metadata"]["namespace"]
+            .as_str()
+            .map(str::to_string)
+    );
     let stack = Stack::start().await;
     let ns = docs[1]["metadata"]["namespace"]
         .as_str()
