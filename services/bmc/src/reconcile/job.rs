@@ -65,8 +65,7 @@ async fn fail(ctx: &Ctx, job: &Job, message: &str) -> Result<Action, Error> {
     status.set_condition(JobConditionType::Failed, ConditionStatus::True, message);
     set_status(ctx, job, &status).await?;
     info!(job = %job.name_any(), message, "Job failed");
-    ctx.event(&job.object_ref(&()), true, "Failed", message)
-        .await;
+    ctx.event(&job.object_ref(&()), true, "Failed", message);
     Ok(Action::await_change())
 }
 
@@ -116,8 +115,7 @@ pub(crate) async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Er
                 job.spec.tasks.len(),
                 target.name
             ),
-        )
-        .await;
+        );
         // Straight on to the first task, in the same pass.
         job.status = Some(status);
         step = next_step(&job, machine.as_ref(), &tasks);
@@ -161,8 +159,7 @@ pub(crate) async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Er
                 false,
                 "Completed",
                 "every task completed",
-            )
-            .await;
+            );
             Ok(Action::await_change())
         }
         Step::Fail { message } => fail(&ctx, &job, &message).await,
