@@ -717,6 +717,61 @@ impl Bmc for Redfish {
 mod tests {
     use super::*;
 
+    /// What a provider learned is reused by the next, and a system path the BMC answers 404
+    /// to is found again (against sushy-tools, which names no session service).
+    #[tokio::test]
+    async fn learned_paths_are_reused_and_found_again_after_a_404() {
+        use tink_testkit::bmc::{BMC_PASSWORD, BMC_USER, Sushy};
+        let sushy = Sushy::builder()
+            .systems(["node-1"])
+            .start()
+            .await
+            .expect("sushy-emulator");
+        let limits = Limits::default();
+        let label = RedfishHost::parse(&sushy.host(), None)
+            .expect("host")
+            .base_url();
+        let client = || {
+            Redfish::new(
+                RedfishConfig {
+                    host: sushy.host(),
+                    port: None,
+                    credentials: Credentials::new(BMC_USER, BMC_PASSWORD),
+                    tls: TlsConfig {
+                        insecure: false,
+                        ca_pem: Some(sushy.cert_pem().to_vec()),
+                    },
+                    use_basic_auth: false,
+                    system_name: "node-1".into(),
+                },
+                Policy::default(),
+                limits.clone(),
+            )
+            .expect("client")
+        };
+        limits
+            .known
+            .set_system(&label, "node-1", "/redfish/v1/Systems/gone");
+        assert_eq!(
+            client().power_state().await.expect("status"),
+            PowerState::Off
+        );
+        assert_eq!(
+            limits.known.system(&label, "node-1").as_deref(),
+            Some("/redfish/v1/Systems/node-1")
+        );
+        assert!(limits.known.no_sessions(&label));
+        // A wrong password is refused even with what was learned (basic auth is still sent).
+        let mut bad = client();
+        bad.credentials = Credentials::new(BMC_USER, "wrong");
+        let e = bad.power_state().await.expect_err("refused");
+        assert!(matches!(e.kind, ErrorKind::Unauthorized(_)), "{e}");
+        assert_eq!(
+            client().power_state().await.expect("status"),
+            PowerState::Off
+        );
+    }
+
     #[test]
     fn the_session_resource_is_read_from_the_login_answer() {
         let s = "/redfish/v1/SessionService/Sessions/7";
