@@ -171,8 +171,11 @@ pub(crate) struct Known {
     /// TLS client configurations by (`insecure`, CA bundle): shared so TLS sessions are
     /// resumed across providers (a resumed handshake skips the BMC's signature and key
     /// exchange).
-    tls: Mutex<HashMap<(bool, Option<Vec<u8>>), Arc<tokio_rustls::rustls::ClientConfig>>>,
+    tls: Mutex<HashMap<TlsKey, Arc<tokio_rustls::rustls::ClientConfig>>>,
 }
+
+/// `insecure` and the CA bundle.
+type TlsKey = (bool, Option<Vec<u8>>);
 
 fn bounded_insert<K: std::hash::Hash + Eq, V>(map: &Mutex<HashMap<K, V>>, k: K, v: V) {
     let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
