@@ -6,7 +6,10 @@
 //! the host name.
 //!
 //! One connection per request keeps the failure modes simple (no pooled connection half-closed
-//! by a BMC that rebooted); BMC calls are rare next to what a pool would save.
+//! by a BMC that rebooted); BMC calls are rare next to what a pool would save, and many BMCs
+//! (sushy-tools' werkzeug server among them) answer `Connection: close` anyway. What makes a
+//! new connection cheap is TLS session resumption: the configuration is shared per TLS
+//! settings, so a BMC's next handshake resumes its last session.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -180,10 +183,12 @@ pub(crate) fn tls_config(insecure: bool, ca: Option<&[u8]>) -> Result<ClientConf
         .with_safe_default_protocol_versions()
         .map_err(|e| ErrorKind::Tls(e.to_string()))?;
     if insecure {
-        return Ok(builder
+        let mut config = builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AcceptAny(provider())))
-            .with_no_client_auth());
+            .with_no_client_auth();
+        config.resumption = resumption();
+        return Ok(config);
     }
     let mut roots = RootCertStore::empty();
     match ca {
@@ -204,7 +209,16 @@ pub(crate) fn tls_config(insecure: bool, ca: Option<&[u8]>) -> Result<ClientConf
             roots.add_parsable_certificates(native.certs);
         }
     }
-    Ok(builder.with_root_certificates(roots).with_no_client_auth())
+    let mut config = builder.with_root_certificates(roots).with_no_client_auth();
+    config.resumption = resumption();
+    Ok(config)
+}
+
+/// TLS sessions kept for resumption, by server name: one per BMC of a large site (rustls keeps
+/// 256 by default). A configuration is shared by every provider with the same TLS settings
+/// (see `Known::tls`), so a BMC's next connection resumes its last session.
+fn resumption() -> tokio_rustls::rustls::client::Resumption {
+    tokio_rustls::rustls::client::Resumption::in_memory_sessions(4096)
 }
 
 /// `insecureTLS`: any certificate is accepted (the handshake's signatures are still checked,

@@ -78,8 +78,13 @@ impl Policy {
 
 /// Concurrency bounds shared by every provider: at most `per_host` calls at once to one BMC
 /// and `overall` in all. Cheap to clone.
+///
+/// Also what providers learned about each BMC and may reuse across calls (see [`Known`]): a
+/// provider lives for one reconcile, a BMC for much longer, and each avoidable request to a
+/// BMC costs its whole round trip (a slow peer's, often).
 #[derive(Clone, Debug)]
 pub struct Limits {
+    pub(crate) known: Arc<Known>,
     overall: Arc<Semaphore>,
     overall_max: usize,
     per_host: usize,
@@ -108,6 +113,7 @@ impl Limits {
             overall_max: overall.max(1),
             per_host: per_host.max(1),
             hosts: Arc::default(),
+            known: Arc::default(),
         }
     }
 
@@ -148,6 +154,91 @@ impl Limits {
 }
 
 /// An error of `op` against `host` by `provider`.
+/// Entries kept per map of [`Known`] before it is emptied (a bound, not a working size: one
+/// entry per BMC of a large site).
+const KNOWN_MAX: usize = 65_536;
+
+/// What was learned about BMCs, by base URL: facts of the BMC itself (never of one Machine's
+/// credentials), each checked again when the BMC contradicts it.
+#[derive(Debug, Default)]
+pub(crate) struct Known {
+    /// The path of a Redfish system, by (base URL, `systemName`): forgotten when the BMC
+    /// answers 404 to it.
+    systems: Mutex<HashMap<(String, String), String>>,
+    /// Redfish BMCs whose service root names no session service: forgotten when the BMC
+    /// refuses basic auth.
+    no_sessions: Mutex<HashMap<String, ()>>,
+    /// TLS client configurations by (`insecure`, CA bundle): shared so TLS sessions are
+    /// resumed across providers (a resumed handshake skips the BMC's signature and key
+    /// exchange).
+    tls: Mutex<HashMap<TlsKey, Arc<tokio_rustls::rustls::ClientConfig>>>,
+}
+
+/// `insecure` and the CA bundle.
+type TlsKey = (bool, Option<Vec<u8>>);
+
+fn bounded_insert<K: std::hash::Hash + Eq, V>(map: &Mutex<HashMap<K, V>>, k: K, v: V) {
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    if map.len() >= KNOWN_MAX {
+        map.clear();
+    }
+    map.insert(k, v);
+}
+
+impl Known {
+    pub fn system(&self, base: &str, name: &str) -> Option<String> {
+        let map = self.systems.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&(base.to_string(), name.to_string())).cloned()
+    }
+
+    pub fn set_system(&self, base: &str, name: &str, path: &str) {
+        bounded_insert(
+            &self.systems,
+            (base.to_string(), name.to_string()),
+            path.to_string(),
+        );
+    }
+
+    /// Forgets every system path of `base` equal to `path` (a 404 to it).
+    pub fn forget_system(&self, base: &str, path: &str) {
+        let mut map = self.systems.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|(b, _), p| !(b == base && p == path));
+    }
+
+    pub fn no_sessions(&self, base: &str) -> bool {
+        let map = self.no_sessions.lock().unwrap_or_else(|p| p.into_inner());
+        map.contains_key(base)
+    }
+
+    pub fn set_no_sessions(&self, base: &str, none: bool) {
+        if none {
+            bounded_insert(&self.no_sessions, base.to_string(), ());
+        } else {
+            let mut map = self.no_sessions.lock().unwrap_or_else(|p| p.into_inner());
+            map.remove(base);
+        }
+    }
+
+    /// The shared TLS configuration for `insecure` and `ca`, made on first use.
+    pub fn tls(
+        &self,
+        insecure: bool,
+        ca: Option<&[u8]>,
+    ) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, ErrorKind> {
+        let key = (insecure, ca.map(<[u8]>::to_vec));
+        let mut map = self.tls.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = map.get(&key) {
+            return Ok(c.clone());
+        }
+        let config = Arc::new(crate::http::tls_config(insecure, ca)?);
+        if map.len() >= 64 {
+            map.clear();
+        }
+        map.insert(key, config.clone());
+        Ok(config)
+    }
+}
+
 pub(crate) fn err(
     provider: &'static str,
     host: &str,

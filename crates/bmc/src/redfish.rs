@@ -22,7 +22,6 @@
 //! slot until the BMC's own timeout (often 30 minutes). A session that expired and was renewed
 //! is not deleted (the BMC already dropped it).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -30,10 +29,10 @@ use base64::Engine;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use tink_api::bmc::{BootDevice, PowerState};
-use tokio::sync::{Mutex, OnceCell};
+use tokio::sync::Mutex;
 
 use crate::error::{Error, ErrorKind};
-use crate::http::{Endpoint, Response, tls_config};
+use crate::http::{Endpoint, Response};
 use crate::limit::{Limits, Policy, err};
 use crate::target::{RedfishHost, TlsConfig};
 use crate::{Bmc, Credentials, PowerChange};
@@ -121,7 +120,6 @@ pub struct Redfish {
     no_session_service: AtomicBool,
     session: Mutex<Option<Session>>,
     system_name: String,
-    system: OnceCell<String>,
     policy: Policy,
     limits: Limits,
 }
@@ -152,10 +150,12 @@ impl Redfish {
             .map_err(|k| err(NAME, &config.host, "configure", k))?;
         let label = host.base_url();
         let tls = if host.tls {
-            Some(Arc::new(
-                tls_config(config.tls.insecure, config.tls.ca_pem.as_deref())
+            Some(
+                limits
+                    .known
+                    .tls(config.tls.insecure, config.tls.ca_pem.as_deref())
                     .map_err(|k| err(NAME, &label, "configure", k))?,
-            ))
+            )
         } else {
             None
         };
@@ -173,7 +173,6 @@ impl Redfish {
             no_session_service: AtomicBool::new(false),
             session: Mutex::new(None),
             system_name: config.system_name,
-            system: OnceCell::new(),
             policy,
             limits,
         })
@@ -196,7 +195,9 @@ impl Redfish {
     }
 
     fn uses_basic(&self) -> bool {
-        self.use_basic_auth || self.no_session_service.load(Ordering::Relaxed)
+        self.use_basic_auth
+            || self.no_session_service.load(Ordering::Relaxed)
+            || self.limits.known.no_sessions(&self.label)
     }
 
     /// Where sessions are created: the service root's `Links.Sessions` (read without
@@ -280,6 +281,7 @@ impl Redfish {
             None => {
                 tracing::debug!(host = %self.label, "no Redfish session service; using basic auth");
                 self.no_session_service.store(true, Ordering::Relaxed);
+                self.limits.known.set_no_sessions(&self.label, true);
                 Ok(("authorization", self.basic()))
             }
         }
@@ -314,6 +316,19 @@ impl Redfish {
                 *self.session.lock().await = None;
                 renewed = true;
                 continue;
+            }
+            if r.status == StatusCode::UNAUTHORIZED
+                && !self.use_basic_auth
+                && !self.no_session_service.load(Ordering::Relaxed)
+                && self.limits.known.no_sessions(&self.label)
+            {
+                // basic auth only because an earlier provider found no session service: the
+                // BMC may have one now; the next provider looks again
+                self.limits.known.set_no_sessions(&self.label, false);
+            }
+            if r.status == StatusCode::NOT_FOUND {
+                // a system path learned earlier that the BMC no longer serves
+                self.limits.known.forget_system(&self.label, path);
             }
             return match r.status {
                 s if s.is_success() => Ok(r),
@@ -351,42 +366,96 @@ impl Redfish {
             .map_err(|e| self.fail(op, ErrorKind::Protocol(format!("GET {path}: {e}"))))
     }
 
-    /// The managed system's path, found once.
-    async fn system(&self) -> Result<&str, Error> {
-        self.system
-            .get_or_try_init(|| async {
-                let op = "find system";
-                let systems = self.get(op, "/redfish/v1/Systems").await?;
-                let members = links(&systems["Members"]);
-                if members.is_empty() {
-                    return Err(self.fail(op, ErrorKind::Protocol("no systems".into())));
+    /// The managed system's path: the one learned earlier for this BMC and `systemName`, else
+    /// found (see [`Self::find_system`]).
+    async fn system(&self) -> Result<String, Error> {
+        if let Some(path) = self.limits.known.system(&self.label, &self.system_name) {
+            return Ok(path);
+        }
+        Ok(self.find_system("find system").await?.0)
+    }
+
+    /// Finds the managed system: its path and, when it was read on the way, its document.
+    ///
+    /// A `systemName` that is a plain path segment is first tried as
+    /// `/redfish/v1/Systems/<systemName>` (what the collection lists on every BMC whose
+    /// system `Id` it is): one request, whose answer is also the system's state. Else, or on
+    /// 404, the `Systems` collection is read and matched by path, `Id` or `Name`. The path
+    /// found is remembered for this BMC (forgotten on a 404 to it).
+    async fn find_system(&self, op: &str) -> Result<(String, Option<Value>), Error> {
+        let name = self.system_name.as_str();
+        let plain = !name.is_empty()
+            && name != "."
+            && name != ".."
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if plain {
+            let path = format!("/redfish/v1/Systems/{name}");
+            match self.get(op, &path).await {
+                Ok(sys)
+                    if sys["Id"] == name
+                        || sys["@odata.id"].as_str().map(|p| p.trim_end_matches('/'))
+                            == Some(path.as_str()) =>
+                {
+                    self.limits.known.set_system(&self.label, name, &path);
+                    return Ok((path, Some(sys)));
                 }
-                if self.system_name.is_empty() {
-                    return Ok(members[0].clone());
+                Ok(_) => {}
+                Err(e) if matches!(e.kind, ErrorKind::Status { status: 404, .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let systems = self.get(op, "/redfish/v1/Systems").await?;
+        let members = links(&systems["Members"]);
+        if members.is_empty() {
+            return Err(self.fail(op, ErrorKind::Protocol("no systems".into())));
+        }
+        let mut found = None;
+        if name.is_empty() {
+            found = Some((members[0].clone(), None));
+        } else {
+            for m in &members {
+                if m.rsplit('/').next() == Some(name) {
+                    found = Some((m.clone(), None));
+                    break;
                 }
-                for m in &members {
-                    if m.rsplit('/').next() == Some(self.system_name.as_str()) {
-                        return Ok(m.clone());
-                    }
-                    let s = self.get(op, m).await?;
-                    if s["Name"] == self.system_name.as_str()
-                        || s["Id"] == self.system_name.as_str()
-                    {
-                        return Ok(m.clone());
-                    }
+                let s = self.get(op, m).await?;
+                if s["Name"] == name || s["Id"] == name {
+                    found = Some((m.clone(), Some(s)));
+                    break;
                 }
-                Err(self.fail(
-                    op,
-                    ErrorKind::Config(format!("no system named {:?}", self.system_name)),
-                ))
-            })
-            .await
-            .map(String::as_str)
+            }
+        }
+        let Some((path, sys)) = found else {
+            return Err(self.fail(op, ErrorKind::Config(format!("no system named {name:?}"))));
+        };
+        self.limits.known.set_system(&self.label, name, &path);
+        Ok((path, sys))
+    }
+
+    /// The system's document: one GET of the path learned earlier; found again when the BMC
+    /// answers 404 to it.
+    async fn read_system(&self, op: &str) -> Result<(String, Value), Error> {
+        if let Some(path) = self.limits.known.system(&self.label, &self.system_name) {
+            match self.get(op, &path).await {
+                Ok(sys) => return Ok((path, sys)),
+                // forgotten by `attempt`; found again below
+                Err(e) if matches!(e.kind, ErrorKind::Status { status: 404, .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match self.find_system(op).await? {
+            (path, Some(sys)) => Ok((path, sys)),
+            (path, None) => {
+                let sys = self.get(op, &path).await?;
+                Ok((path, sys))
+            }
+        }
     }
 
     async fn read_power(&self, op: &str) -> Result<(PowerState, Value), Error> {
-        let path = self.system().await?.to_string();
-        let sys = self.get(op, &path).await?;
+        let (_, sys) = self.read_system(op).await?;
         let state = match sys["PowerState"].as_str() {
             Some("On") => PowerState::On,
             Some("Off") => PowerState::Off,
@@ -397,8 +466,7 @@ impl Redfish {
 
     /// The CD-capable virtual media device's path: under the system, else its manager.
     async fn cd_device(&self, op: &str) -> Result<String, Error> {
-        let path = self.system().await?.to_string();
-        let sys = self.get(op, &path).await?;
+        let (_, sys) = self.read_system(op).await?;
         let collection = match sys["VirtualMedia"]["@odata.id"].as_str() {
             Some(c) => c.to_string(),
             None => {
@@ -434,8 +502,7 @@ impl Redfish {
     /// The boot override the BMC reports: `(BootSourceOverrideTarget, BootSourceOverrideMode)`.
     pub async fn boot_override(&self) -> Result<(String, Option<String>), Error> {
         let op = "read boot override";
-        let path = self.system().await?.to_string();
-        let sys = self.get(op, &path).await?;
+        let (_, sys) = self.read_system(op).await?;
         let boot = &sys["Boot"];
         Ok((
             boot["BootSourceOverrideTarget"]
@@ -546,7 +613,7 @@ impl Bmc for Redfish {
             (PowerChange::Cycle, _) if allowed("PowerCycle") => "PowerCycle",
             (PowerChange::Cycle | PowerChange::Reset, _) => "ForceRestart",
         };
-        let system = self.system().await?.to_string();
+        let system = self.system().await?;
         let target = sys["Actions"]["#ComputerSystem.Reset"]["target"]
             .as_str()
             .map(str::to_string)
@@ -568,7 +635,7 @@ impl Bmc for Redfish {
             self.fail(&op, ErrorKind::Unsupported(format!("boot device {device}")))
         })?;
         let mode = if efi_boot { "UEFI" } else { "Legacy" };
-        let system = self.system().await?.to_string();
+        let system = self.system().await?;
         let patch = json!({"Boot": {
             "BootSourceOverrideTarget": target,
             "BootSourceOverrideEnabled": "Once",
@@ -649,6 +716,61 @@ impl Bmc for Redfish {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a provider learned is reused by the next, and a system path the BMC answers 404
+    /// to is found again (against sushy-tools, which names no session service).
+    #[tokio::test]
+    async fn learned_paths_are_reused_and_found_again_after_a_404() {
+        use tink_testkit::bmc::{BMC_PASSWORD, BMC_USER, Sushy};
+        let sushy = Sushy::builder()
+            .systems(["node-1"])
+            .start()
+            .await
+            .expect("sushy-emulator");
+        let limits = Limits::default();
+        let label = RedfishHost::parse(&sushy.host(), None)
+            .expect("host")
+            .base_url();
+        let client = || {
+            Redfish::new(
+                RedfishConfig {
+                    host: sushy.host(),
+                    port: None,
+                    credentials: Credentials::new(BMC_USER, BMC_PASSWORD),
+                    tls: TlsConfig {
+                        insecure: false,
+                        ca_pem: Some(sushy.cert_pem().to_vec()),
+                    },
+                    use_basic_auth: false,
+                    system_name: "node-1".into(),
+                },
+                Policy::default(),
+                limits.clone(),
+            )
+            .expect("client")
+        };
+        limits
+            .known
+            .set_system(&label, "node-1", "/redfish/v1/Systems/gone");
+        assert_eq!(
+            client().power_state().await.expect("status"),
+            PowerState::Off
+        );
+        assert_eq!(
+            limits.known.system(&label, "node-1").as_deref(),
+            Some("/redfish/v1/Systems/node-1")
+        );
+        assert!(limits.known.no_sessions(&label));
+        // A wrong password is refused even with what was learned (basic auth is still sent).
+        let mut bad = client();
+        bad.credentials = Credentials::new(BMC_USER, "wrong");
+        let e = bad.power_state().await.expect_err("refused");
+        assert!(matches!(e.kind, ErrorKind::Unauthorized(_)), "{e}");
+        assert_eq!(
+            client().power_state().await.expect("status"),
+            PowerState::Off
+        );
+    }
 
     #[test]
     fn the_session_resource_is_read_from_the_login_answer() {

@@ -39,7 +39,6 @@
 //! element (the header would never change), and one whose output is not a valid header value.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use http::Method;
@@ -49,7 +48,7 @@ use tink_api::bmc::{BootDevice, PowerState, RpcOptions};
 
 use crate::error::{Error, ErrorKind, shorten};
 use crate::golayout::{GoLayout, RFC3339};
-use crate::http::{Endpoint, tls_config};
+use crate::http::Endpoint;
 use crate::limit::{Limits, Policy, err};
 use crate::target::{RedfishHost, TlsConfig};
 use crate::{Bmc, PowerChange, Secret};
@@ -132,9 +131,12 @@ impl Rpc {
             None => "/".to_string(),
         };
         let tls = if target.tls {
-            Some(Arc::new(
-                tls_config(config.tls.insecure, config.tls.ca_pem.as_deref()).map_err(cfg)?,
-            ))
+            Some(
+                limits
+                    .known
+                    .tls(config.tls.insecure, config.tls.ca_pem.as_deref())
+                    .map_err(cfg)?,
+            )
         } else {
             None
         };

@@ -212,9 +212,52 @@ impl Sushy {
         })
     }
 
-    /// Starts one and waits until it accepts connections.
+    /// Starts one with sushy's default system, listening on 127.0.0.1, and waits until it
+    /// accepts connections.
     pub async fn start() -> Result<Self, BmcEmuError> {
-        let bin = Self::binary()?;
+        SushyBuilder::default().start().await
+    }
+
+    /// A configured start: the systems, the listen address, where its state lives.
+    pub fn builder() -> SushyBuilder {
+        SushyBuilder::default()
+    }
+}
+
+/// How to start a [`Sushy`]: [`Sushy::start`]'s defaults unless set.
+#[derive(Clone, Debug, Default)]
+pub struct SushyBuilder {
+    systems: Vec<String>,
+    listen: Option<String>,
+    state_parent: Option<PathBuf>,
+}
+
+impl SushyBuilder {
+    /// Fake systems, each named and identified (`Id`, UUID) by its name, powered off; sushy's
+    /// one default system when none is given.
+    pub fn systems(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.systems = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The address it listens on (`0.0.0.0`: every address of this machine, so one emulator
+    /// can stand behind many BMC addresses 127.X.Y.Z); 127.0.0.1 by default.
+    pub fn listen(mut self, address: impl Into<String>) -> Self {
+        self.listen = Some(address.into());
+        self
+    }
+
+    /// The folder its state folder (certificates, auth file, its SQLite state) is made in:
+    /// `/dev/shm` keeps the fake driver's SQLite off the disk; the temporary folder by default.
+    pub fn state_in(mut self, parent: impl Into<PathBuf>) -> Self {
+        self.state_parent = Some(parent.into());
+        self
+    }
+
+    /// Starts it (its open-files limit raised to the hard limit, as a busy BMC emulator needs
+    /// one per connection and per SQLite open) and waits until it accepts connections.
+    pub async fn start(self) -> Result<Sushy, BmcEmuError> {
+        let bin = Sushy::binary()?;
         let python = bin.with_file_name("python3");
         let python = if python.is_file() {
             python
@@ -224,10 +267,13 @@ impl Sushy {
                 package: "Debian python3",
             })?
         };
-        let dir = tempfile::Builder::new()
-            .prefix("sushy-")
-            .tempdir()
-            .map_err(io("tempdir"))?;
+        let mut dir = tempfile::Builder::new();
+        dir.prefix("sushy-");
+        let dir = match &self.state_parent {
+            Some(parent) => dir.tempdir_in(parent),
+            None => dir.tempdir(),
+        }
+        .map_err(io("tempdir"))?;
         let (ca, cert, key) = test_certificates(dir.path()).await?;
         // sushy-tools accepts only bcrypt entries in its Apache-style auth file.
         let hash = run(
@@ -258,32 +304,44 @@ impl Sushy {
         let state = dir.path().join("state");
         std::fs::create_dir_all(&state).map_err(io("state dir"))?;
         let conf = dir.path().join("emulator.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "SUSHY_EMULATOR_AUTH_FILE = {:?}\nSUSHY_EMULATOR_STATE_DIR = {:?}\n",
-                htpasswd.display().to_string(),
-                state.display().to_string()
-            ),
-        )
-        .map_err(io("write emulator.conf"))?;
+        let mut config = format!(
+            "SUSHY_EMULATOR_AUTH_FILE = {:?}\nSUSHY_EMULATOR_STATE_DIR = {:?}\n",
+            htpasswd.display().to_string(),
+            state.display().to_string()
+        );
+        if !self.systems.is_empty() {
+            let fake: Vec<String> = self
+                .systems
+                .iter()
+                .map(|name| {
+                    format!(
+                        "{{'uuid': {name:?}, 'name': {name:?}, 'power_state': 'Off', 'external_notifier': False, 'nics': []}}"
+                    )
+                })
+                .collect();
+            config.push_str(&format!(
+                "SUSHY_EMULATOR_FAKE_SYSTEMS = [{}]\n",
+                fake.join(",\n")
+            ));
+        }
+        std::fs::write(&conf, config).map_err(io("write emulator.conf"))?;
         let cert_pem = std::fs::read(&ca).map_err(io("read CA"))?;
         let log = dir.path().join("emulator.log");
         let port = free_tcp_port()?;
         let logf = std::fs::File::create(&log).map_err(io("log file"))?;
         let errf = logf.try_clone().map_err(io("log file"))?;
         let port_s = port.to_string();
-        let child = Command::new(&bin)
+        let listen = self.listen.as_deref().unwrap_or("127.0.0.1");
+        // sh raises the soft open-files limit to the hard one, then becomes the emulator.
+        let child = Command::new("sh")
+            .args([
+                "-c",
+                "ulimit -n \"$(ulimit -Hn)\" 2>/dev/null; exec \"$0\" \"$@\"",
+            ])
+            .arg(&bin)
             .args(["--config"])
             .arg(&conf)
-            .args([
-                "--fake",
-                "-i",
-                "127.0.0.1",
-                "-p",
-                &port_s,
-                "--ssl-certificate",
-            ])
+            .args(["--fake", "-i", listen, "-p", &port_s, "--ssl-certificate"])
             .arg(&cert)
             .arg("--ssl-key")
             .arg(&key)
@@ -294,7 +352,7 @@ impl Sushy {
             .kill_on_drop(true)
             .spawn()
             .map_err(io(format!("start {}", bin.display())))?;
-        let mut s = Self {
+        let mut s = Sushy {
             child,
             dir,
             port,
@@ -311,7 +369,9 @@ impl Sushy {
             log: read_log(&log),
         })
     }
+}
 
+impl Sushy {
     async fn wait_ready(&mut self, timeout: Duration) -> bool {
         let start = Instant::now();
         while start.elapsed() < timeout {

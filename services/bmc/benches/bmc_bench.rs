@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -28,8 +27,7 @@ use tink_api::bmc::{
 use tink_bmc::redfish::{Redfish, RedfishConfig};
 use tink_bmc::{Bmc, Credentials, Limits, Policy, TlsConfig};
 use tink_bmc_controller::{BmcConfig, Metrics};
-use tink_testkit::bmc::{BMC_PASSWORD, BMC_USER, Sushy, free_tcp_port};
-use tokio::process::{Child, Command};
+use tink_testkit::bmc::{BMC_PASSWORD, BMC_USER, Sushy};
 use tokio_util::sync::CancellationToken;
 
 const NS: &str = "rack";
@@ -53,97 +51,24 @@ struct Args {
     bench: bool,
 }
 
-struct Emulator {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
+/// An emulator serving `systems`, on every address of this machine, its state (the fake
+/// driver's SQLite) on tmpfs.
+async fn start_emulator(systems: &[String]) -> Sushy {
+    Sushy::builder()
+        .systems(systems)
+        .listen("0.0.0.0")
+        .state_in("/dev/shm")
+        .start()
+        .await
+        .expect("sushy-emulator installed (scripts/install-deps.sh)")
 }
 
-async fn start_emulator(systems: &[String]) -> Emulator {
-    let bin = Sushy::binary().expect("sushy-emulator installed (scripts/install-deps.sh)");
-    let python = bin.with_file_name("python3");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (_ca, cert, key) = tink_testkit::bmc::test_certificates(dir.path())
-        .await
-        .expect("certificates");
-    let hash = Command::new(&python)
-        .args([
-            "-c",
-            "import bcrypt,sys; print(bcrypt.hashpw(sys.argv[1].encode(), bcrypt.gensalt(4)).decode())",
-            BMC_PASSWORD,
-        ])
-        .output()
-        .await
-        .expect("bcrypt");
-    let htpasswd = dir.path().join("htpasswd");
-    std::fs::write(
-        &htpasswd,
-        format!(
-            "{BMC_USER}:{}\n",
-            String::from_utf8_lossy(&hash.stdout).trim()
-        ),
-    )
-    .expect("htpasswd");
-    let fake: Vec<String> = systems
+/// HTTP requests the emulators answered so far (werkzeug logs one line per request).
+fn requests_served(emulators: &[Sushy]) -> usize {
+    emulators
         .iter()
-        .map(|name| {
-            format!(
-                "{{'uuid': '{name}', 'name': '{name}', 'power_state': 'Off', 'external_notifier': False, 'nics': []}}"
-            )
-        })
-        .collect();
-    let state = dir.path().join("state");
-    std::fs::create_dir_all(&state).expect("state dir");
-    let conf = dir.path().join("emulator.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "SUSHY_EMULATOR_AUTH_FILE = {:?}\nSUSHY_EMULATOR_STATE_DIR = {:?}\nSUSHY_EMULATOR_FAKE_SYSTEMS = [{}]\n",
-            htpasswd.display().to_string(),
-            state.display().to_string(),
-            fake.join(",\n")
-        ),
-    )
-    .expect("emulator.conf");
-    let port = free_tcp_port().expect("port");
-    let log = std::fs::File::create(dir.path().join("log")).expect("log");
-    let child = Command::new(&bin)
-        .arg("--config")
-        .arg(&conf)
-        .args([
-            "--fake",
-            "-i",
-            "0.0.0.0",
-            "-p",
-            &port.to_string(),
-            "--ssl-certificate",
-        ])
-        .arg(&cert)
-        .arg("--ssl-key")
-        .arg(&key)
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start sushy-emulator");
-    let start = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "sushy did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Emulator {
-        child,
-        port,
-        _dir: dir,
-    }
+        .map(|e| e.log().lines().filter(|l| l.contains(" HTTP/1.")).count())
+        .sum()
 }
 
 /// The i-th BMC address: 127.0.X.Y (Y in 1..=250).
@@ -253,7 +178,7 @@ async fn main() {
     let machines: Api<Machine> = Api::namespaced(client.clone(), NS);
     let created = Instant::now();
     for i in 0..n {
-        let host = format!("{}:{}", address(i), emulators[i % e].port);
+        let host = format!("{}:{}", address(i), emulators[i % e].port());
         let mut m = Machine::new(
             &format!("m{i}"),
             MachineSpec {
@@ -344,6 +269,7 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let cpu_first_pass = process_cpu_seconds();
+    let requests_first_pass = requests_served(&emulators);
     let calls =
         metrics.ops_of("power_state", "", "ok") + metrics.ops_of("power_state", "", "error");
     let errors = metrics.ops_of("power_state", "", "error");
@@ -352,7 +278,7 @@ async fn main() {
     // connection, TLS and auth each time, as the controller makes them).
     let direct = Redfish::new(
         RedfishConfig {
-            host: format!("{}:{}", address(0), emulators[0].port),
+            host: format!("{}:{}", address(0), emulators[0].port()),
             port: None,
             credentials: Credentials::new(BMC_USER, BMC_PASSWORD),
             tls: TlsConfig {
@@ -366,6 +292,7 @@ async fn main() {
         Limits::default(),
     )
     .expect("client");
+    let requests_before_own = requests_served(&emulators);
     let mut own = Vec::new();
     for _ in 0..args.jobs {
         let t = Instant::now();
@@ -373,6 +300,7 @@ async fn main() {
         own.push(t.elapsed());
     }
     own.sort();
+    let requests_own = requests_served(&emulators) - requests_before_own;
 
     // Jobs, one after the other, each one `power status` task of another Machine.
     let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
@@ -411,6 +339,7 @@ async fn main() {
         job_times.push(t.elapsed());
     }
     job_times.sort();
+    let requests_jobs = requests_served(&emulators) - requests_before_own - requests_own;
     shutdown.cancel();
     let _ = controller.await;
     let peak = peak.await.unwrap_or(0);
@@ -427,6 +356,15 @@ async fn main() {
         all_known.as_secs_f64()
     );
     println!("| power state reads (errors) | {calls} ({errors}) |");
+    println!(
+        "| HTTP requests the emulators answered in the first pass (per read) | {requests_first_pass} ({:.2}) |",
+        requests_first_pass as f64 / calls.max(1) as f64
+    );
+    println!(
+        "| HTTP requests per own answer / per Job | {:.2} / {:.2} |",
+        requests_own as f64 / own.len().max(1) as f64,
+        requests_jobs as f64 / job_times.len().max(1) as f64
+    );
     println!(
         "| peak BMC calls in flight (bound: {} overall, 2 per BMC) | {peak} |",
         args.max_calls
@@ -454,8 +392,6 @@ async fn main() {
     );
     println!();
     println!("load average at the end: {}", load.trim());
-    for mut em in emulators {
-        let _ = em.child.kill().await;
-    }
+    drop(emulators);
     server.shutdown().await;
 }

@@ -123,13 +123,7 @@ impl Ctx {
     }
 
     /// Queues an Event about `regarding` (dropped, and counted, when the queue is full).
-    pub async fn event(
-        &self,
-        regarding: &ObjectReference,
-        warning: bool,
-        reason: &str,
-        note: &str,
-    ) {
+    pub fn event(&self, regarding: &ObjectReference, warning: bool, reason: &str, note: &str) {
         let event = Event {
             type_: if warning {
                 EventType::Warning

@@ -14,8 +14,6 @@ use tink_api::bmc::{
 pub enum Step {
     /// The Job has finished: nothing to do.
     Done,
-    /// First sight: set `Running` and `startTime`.
-    Start,
     /// Create the child Task `name` (the `index`th) with `spec`.
     CreateTask {
         /// Position in `spec.tasks`.
@@ -41,6 +39,13 @@ pub enum Step {
     },
 }
 
+/// Whether `job` is seen for the first time: `Running` and `startTime` are to be set before its
+/// next step (in the same pass).
+pub fn needs_start(job: &Job) -> bool {
+    let status = job.status.clone().unwrap_or_default();
+    !status.is_finished() && !status.has_condition(JobConditionType::Running, ConditionStatus::True)
+}
+
 /// The next step of `job`, given its Machine (`None`: not found) and the statuses of the
 /// Tasks that exist, by name.
 pub fn next_step(
@@ -58,9 +63,6 @@ pub fn next_step(
             message: format!("Machine {}/{} not found", r.namespace, r.name),
         };
     };
-    if !status.has_condition(JobConditionType::Running, ConditionStatus::True) {
-        return Step::Start;
-    }
     let job_name = job.name_any();
     for (index, action) in job.spec.tasks.iter().enumerate() {
         let name = task_name(&job_name, index);
@@ -180,11 +182,15 @@ mod tests {
     fn tasks_run_in_order_and_the_first_failure_stops_the_job() {
         let m = machine();
         let none = BTreeMap::new();
-        assert_eq!(
-            next_step(&job("j", "m", 1, JobStatus::default()), Some(&m), &none),
-            Step::Start
-        );
+        let fresh = job("j", "m", 1, JobStatus::default());
+        assert!(needs_start(&fresh));
+        // its first task follows in the same pass
+        assert!(matches!(
+            next_step(&fresh, Some(&m), &none),
+            Step::CreateTask { index: 0, .. }
+        ));
         let j = job("j", "m", 1, running());
+        assert!(!needs_start(&j));
         match next_step(&j, Some(&m), &none) {
             Step::CreateTask { index, name, spec } => {
                 assert_eq!((index, name.as_str()), (0, "j-task-0"));

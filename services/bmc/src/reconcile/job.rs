@@ -19,7 +19,7 @@ use tracing::info;
 
 use crate::context::Ctx;
 use crate::error::Error;
-use crate::job::{Step, next_step, runnable};
+use crate::job::{Step, needs_start, next_step, runnable};
 
 /// How often a Job waiting for another Job of its Machine looks again.
 const QUEUED_RECHECK: Duration = Duration::from_secs(2);
@@ -65,8 +65,7 @@ async fn fail(ctx: &Ctx, job: &Job, message: &str) -> Result<Action, Error> {
     status.set_condition(JobConditionType::Failed, ConditionStatus::True, message);
     set_status(ctx, job, &status).await?;
     info!(job = %job.name_any(), message, "Job failed");
-    ctx.event(&job.object_ref(&()), true, "Failed", message)
-        .await;
+    ctx.event(&job.object_ref(&()), true, "Failed", message);
     Ok(Action::await_change())
 }
 
@@ -100,10 +99,10 @@ pub(crate) async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Er
     }
     let machine = machine(&ctx, &ns, &target.name).await?;
     let tasks = owned_tasks(&ctx.tasks, &job);
-    let mut job = (*job).clone();
-    let mut step = next_step(&job, machine.as_ref(), &tasks);
-    if step == Step::Start {
-        let mut status = status.clone();
+    let step = next_step(&job, machine.as_ref(), &tasks);
+    let first_sight = !matches!(step, Step::Done | Step::Fail { .. }) && needs_start(&job);
+    let mut status = status;
+    if first_sight {
         status.set_condition(JobConditionType::Running, ConditionStatus::True, "");
         status.start_time = Some(Time(Timestamp::now()));
         set_status(&ctx, &job, &status).await?;
@@ -116,15 +115,11 @@ pub(crate) async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Er
                 job.spec.tasks.len(),
                 target.name
             ),
-        )
-        .await;
+        );
         // Straight on to the first task, in the same pass.
-        job.status = Some(status);
-        step = next_step(&job, machine.as_ref(), &tasks);
     }
     match step {
         Step::Done => Ok(Action::await_change()),
-        Step::Start => Ok(Action::requeue(Duration::ZERO)),
         Step::CreateTask { index, name, spec } => {
             let mut task = Task::new(&name, *spec);
             task.metadata.namespace = Some(ns.clone());
@@ -150,7 +145,6 @@ pub(crate) async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Er
         }
         Step::Wait { .. } => Ok(Action::requeue(RUNNING_RECHECK)),
         Step::Complete => {
-            let mut status = status;
             status.set_condition(JobConditionType::Running, ConditionStatus::False, "");
             status.set_condition(JobConditionType::Completed, ConditionStatus::True, "");
             status.completion_time = Some(Time(Timestamp::now()));
@@ -161,8 +155,7 @@ pub(crate) async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, Er
                 false,
                 "Completed",
                 "every task completed",
-            )
-            .await;
+            );
             Ok(Action::await_change())
         }
         Step::Fail { message } => fail(&ctx, &job, &message).await,

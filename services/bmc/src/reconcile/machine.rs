@@ -94,16 +94,14 @@ pub(crate) async fn record(
             false,
             reason,
             &format!("power state {from} -> {power}"),
-        )
-        .await;
+        );
     }
     match (contactable(&before), contactable(&after), observed) {
         (Some(ConditionStatus::False), Some(ConditionStatus::True), _) => {
-            ctx.event(&reference, false, "Contactable", "the BMC answers again")
-                .await;
+            ctx.event(&reference, false, "Contactable", "the BMC answers again");
         }
         (b, Some(ConditionStatus::False), Err(message)) if b != Some(ConditionStatus::False) => {
-            ctx.event(&reference, true, "Unreachable", message).await;
+            ctx.event(&reference, true, "Unreachable", message);
         }
         _ => {}
     }

@@ -61,8 +61,7 @@ async fn complete(ctx: &Ctx, task: &Task, note: &str) -> Result<Action, Error> {
     status.set_condition(TaskConditionType::Completed, ConditionStatus::True, "");
     write_status(ctx, task, &status).await?;
     info!(task = %task.name_any(), note, "task completed");
-    ctx.event(&task.object_ref(&()), false, "Completed", note)
-        .await;
+    ctx.event(&task.object_ref(&()), false, "Completed", note);
     Ok(Action::await_change())
 }
 
@@ -72,8 +71,7 @@ async fn fail(ctx: &Ctx, task: &Task, message: &str) -> Result<Action, Error> {
     status.set_condition(TaskConditionType::Failed, ConditionStatus::True, message);
     write_status(ctx, task, &status).await?;
     warn!(task = %task.name_any(), message, "task failed");
-    ctx.event(&task.object_ref(&()), true, "Failed", message)
-        .await;
+    ctx.event(&task.object_ref(&()), true, "Failed", message);
     Ok(Action::await_change())
 }
 
