@@ -524,41 +524,6 @@ mod tests {
         assert_eq!(friendly(Duration::from_secs(90)), "1m 30s");
     }
 
-    #[test]
-    fn plans_have_the_tasks_asked_for() {
-        let json = |p: &Plan| serde_json::to_value(&p.tasks).expect("json");
-        assert_eq!(
-            json(&Plan::power(PowerAction::Cycle)),
-            serde_json::json!([{"powerAction": "cycle"}])
-        );
-        let boot = Plan::boot(BootDevice::Pxe, true, true);
-        assert_eq!(
-            json(&boot),
-            serde_json::json!([
-                {"oneTimeBootDeviceAction": {"device": ["pxe"], "efiBoot": true}},
-                {"powerAction": "cycle"},
-            ])
-        );
-        assert_eq!(boot.what, "boot-pxe-cycle");
-        let job = boot.job("lab", "m1");
-        assert_eq!(job.metadata.name, None);
-        assert_eq!(
-            job.metadata.generate_name.as_deref(),
-            Some("m1-boot-pxe-cycle-")
-        );
-        assert_eq!(
-            (
-                job.spec.machine_ref.name.as_str(),
-                job.spec.machine_ref.namespace.as_str()
-            ),
-            ("m1", "lab")
-        );
-        assert_eq!(
-            json(&Plan::boot(BootDevice::Disk, false, false)),
-            serde_json::json!([{"oneTimeBootDeviceAction": {"device": ["disk"]}}])
-        );
-    }
-
     fn task(name: &str, owner_uid: Option<&str>, conditions: &[(TaskConditionType, &str)]) -> Task {
         let mut t = Task::new(
             name,

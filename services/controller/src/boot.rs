@@ -637,27 +637,11 @@ fn dedup(conditions: Vec<BootCondition>) -> Vec<BootCondition> {
     out
 }
 
-/// A short description of a Job's tasks: `power off, one-time pxe (efi), power on`.
+/// A short description of a Job's tasks: `power off, boot pxe (efi), power on`.
 fn describe(tasks: &[Action]) -> String {
     tasks
         .iter()
-        .map(|a| match a.kind() {
-            Some(bmc::ActionKind::Power(p)) => format!("power {}", p.as_str()),
-            Some(bmc::ActionKind::OneTimeBootDevice(b)) => format!(
-                "one-time {}{}",
-                b.devices
-                    .iter()
-                    .map(|d| d.as_str())
-                    .collect::<Vec<_>>()
-                    .join("/"),
-                if b.efi_boot { " (efi)" } else { "" }
-            ),
-            Some(bmc::ActionKind::VirtualMedia(v)) if v.media_url.is_empty() => {
-                "eject virtual media".to_string()
-            }
-            Some(bmc::ActionKind::VirtualMedia(v)) => format!("insert {}", v.media_url),
-            None => "(invalid action)".to_string(),
-        })
+        .map(bmc::plan::describe)
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -686,10 +670,7 @@ mod tests {
         let netboot = spec(json!({"toggleAllowNetboot": true, "bootMode": "netboot"}));
         assert_eq!(
             names(&steps(&netboot, "wf", Phase::Prepare, false)),
-            [
-                "netboot=true",
-                "netboot-wf: power off, one-time pxe, power on"
-            ]
+            ["netboot=true", "netboot-wf: power off, boot pxe, power on"]
         );
         assert_eq!(
             names(&steps(&netboot, "wf", Phase::Finish, true)),
@@ -699,12 +680,12 @@ mod tests {
         assert_eq!(
             names(&steps(&iso, "wf", Phase::Prepare, true)),
             [
-                "iso-mount-wf: power off, eject virtual media, insert http://10.0.0.1/iso/m/hook.iso, one-time cdrom (efi), power on"
+                "iso-mount-wf: power off, virtual media eject, virtual media insert http://10.0.0.1/iso/m/hook.iso, boot cdrom (efi), power on"
             ]
         );
         assert_eq!(
             names(&steps(&iso, "wf", Phase::Finish, true)),
-            ["iso-eject-wf: eject virtual media"]
+            ["iso-eject-wf: virtual media eject"]
         );
         let custom = spec(json!({"bootMode": "customboot", "custombootConfig": {
             "postActions": [{"powerAction": "reset"}]}}));

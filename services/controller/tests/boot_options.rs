@@ -117,7 +117,7 @@ async fn netboot_powers_the_machine_on_with_pxe_before_dispatch_and_turns_netboo
         (ConditionStatus::True, "BootJobCompleted")
     );
     assert!(
-        message.contains("power off, one-time pxe, power on"),
+        message.contains("power off, boot pxe, power on"),
         "{message}"
     );
     let jobs: Api<Job> = Api::namespaced(stack.client.clone(), NS);
@@ -324,7 +324,7 @@ async fn isoboot_inserts_the_iso_boots_the_cd_once_and_ejects_it_after_success()
         (s, reason.as_str()),
         (ConditionStatus::True, "BootJobCompleted")
     );
-    assert!(message.contains("eject virtual media"), "{message}");
+    assert!(message.contains("virtual media eject"), "{message}");
     assert_eq!(state_of(&w), WorkflowState::Succeeded);
 
     controller.stop().await;
