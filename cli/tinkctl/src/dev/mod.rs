@@ -713,23 +713,35 @@ impl Stack {
                 fill_netboot_files(&files)?;
                 let admin = process::free_port()?;
                 let http = exposed(args.netboot_http_port);
+                let mut netboot_args: Vec<String> = vec![
+                    "--interface".into(),
+                    interface.clone(),
+                    "--server-ip".into(),
+                    machine_ip.clone(),
+                    "--ipxe-script-url".into(),
+                    format!("{hegel_url}/ipxe/script/auto.ipxe"),
+                    "--files-dir".into(),
+                    files.display().to_string(),
+                    "--http-listen".into(),
+                    http.clone(),
+                    "--admin-addr".into(),
+                    loopback(admin),
+                    // The ISO's kernel parameters are the iPXE script's: the same server
+                    // Hegel's scripts name.
+                    "--grpc-authority".into(),
+                    grpc[0].clone(),
+                ];
+                // The OSIE ISO for BMC virtual media, when the files hold one
+                // (`osie/build.sh --iso`): served at /iso/<mac>/hook.iso.
+                let iso = files.join("osie.iso");
+                if iso.is_file() {
+                    netboot_args.push("--iso-source".into());
+                    netboot_args.push(iso.display().to_string());
+                }
                 self.launch(
                     "netboot",
                     exe,
-                    vec![
-                        "--interface".into(),
-                        interface.clone(),
-                        "--server-ip".into(),
-                        machine_ip.clone(),
-                        "--ipxe-script-url".into(),
-                        format!("{hegel_url}/ipxe/script/auto.ipxe"),
-                        "--files-dir".into(),
-                        files.display().to_string(),
-                        "--http-listen".into(),
-                        http.clone(),
-                        "--admin-addr".into(),
-                        loopback(admin),
-                    ],
+                    netboot_args,
                     &identity("tink-netboot")?,
                     format!("http://{}/readyz", loopback(admin)),
                 )?;
