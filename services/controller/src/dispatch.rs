@@ -73,18 +73,13 @@ impl Dispatch {
         wake: &Wake,
         presence: &Presence,
     ) -> Choice<'a> {
-        let namespace = w.namespace().unwrap_or_default();
-        let hw_ref = ObjectRef::new(&w.spec.hardware_ref.name).within(&namespace);
-        let Some(hw) = self.hardware.get(&hw_ref) else {
+        let Some(hw) = self.hardware_of(w) else {
             return Choice::Wait;
         };
         let machine = agent_ids(&hw.spec);
         let me = key_of(w);
         let mut claims = lock(&self.claims);
-        if machine
-            .iter()
-            .any(|id| claims.get(id).is_some_and(|k| *k != me))
-        {
+        if claimed_by_other(&claims, &machine, &me) {
             return Choice::Busy;
         }
         let candidates = candidates(w, status, &hw, ledger, wake);
@@ -133,17 +128,12 @@ impl Dispatch {
         ledger: &Ledger,
         wake: &Wake,
     ) -> BootTurn {
-        let namespace = w.namespace().unwrap_or_default();
-        let hw_ref = ObjectRef::new(&w.spec.hardware_ref.name).within(&namespace);
-        let Some(hw) = self.hardware.get(&hw_ref) else {
+        let Some(hw) = self.hardware_of(w) else {
             return BootTurn::Wait;
         };
         let machine = agent_ids(&hw.spec);
         let me = key_of(w);
-        if lock(&self.claims)
-            .iter()
-            .any(|(id, k)| *k != me && machine.contains(id))
-        {
+        if claimed_by_other(&lock(&self.claims), &machine, &me) {
             return BootTurn::Busy;
         }
         let candidates = candidates(w, status, &hw, ledger, wake);
@@ -159,6 +149,26 @@ impl Dispatch {
             None => BootTurn::Wait,
         }
     }
+}
+
+impl Dispatch {
+    /// The cached Hardware `w` runs on.
+    fn hardware_of(&self, w: &Workflow) -> Option<Arc<Hardware>> {
+        let namespace = w.namespace().unwrap_or_default();
+        self.hardware
+            .get(&ObjectRef::new(&w.spec.hardware_ref.name).within(&namespace))
+    }
+}
+
+/// Whether a dispatch of another Workflow than `me` claims one of `machine`'s agent ids.
+fn claimed_by_other(
+    claims: &HashMap<String, WorkflowKey>,
+    machine: &[String],
+    me: &WorkflowKey,
+) -> bool {
+    machine
+        .iter()
+        .any(|id| claims.get(id).is_some_and(|k| k != me))
 }
 
 /// The dispatcher's answer for the boot steps of one Workflow.
