@@ -68,21 +68,51 @@ fn condition(w: &Workflow, t: ConditionType) -> Option<(ConditionStatus, String,
     })
 }
 
+/// The parts every BMC-booted test runs: sushy-tools, the stack, a Secret with `password` for
+/// Machine `m1` (sushy's), Hardware `hw1` linked to it, Template `tpl`, the BMC controller and a
+/// leading workflow controller.
+struct Rig {
+    sushy: Sushy,
+    stack: Stack,
+    bmc: BmcController,
+    controller: Controller,
+}
+
+impl Rig {
+    async fn start(password: &str) -> Rig {
+        let sushy = Sushy::start().await.expect("sushy-emulator");
+        let stack = Stack::start().await;
+        bmc_secret(&stack, "bmc-creds", password).await;
+        bmc_machine(&stack, "m1", &sushy.host(), "bmc-creds").await;
+        hardware(&stack, "hw1", Some("m1")).await;
+        stack.create_template("tpl", three_actions()).await;
+        let bmc = BmcController::start(&stack, sushy.cert_pem());
+        let controller = stack.leader("c0").await;
+        Rig {
+            sushy,
+            stack,
+            bmc,
+            controller,
+        }
+    }
+
+    async fn stop(self) {
+        self.controller.stop().await;
+        self.bmc.stop().await;
+        self.stack.stop().await;
+        drop(self.sushy);
+    }
+}
+
 #[tokio::test]
 async fn netboot_powers_the_machine_on_with_pxe_before_dispatch_and_turns_netboot_off_after_success()
  {
-    let sushy = Sushy::start().await.expect("sushy-emulator");
-    let stack = Stack::start().await;
-    bmc_secret(&stack, "bmc-creds", BMC_PASSWORD).await;
-    bmc_machine(&stack, "m1", &sushy.host(), "bmc-creds").await;
-    hardware(&stack, "hw1", Some("m1")).await;
-    stack.create_template("tpl", three_actions()).await;
-    let bmc = BmcController::start(&stack, sushy.cert_pem());
-    let controller = stack.leader("c0").await;
+    let rig = Rig::start(BMC_PASSWORD).await;
+    let (stack, sushy) = (&rig.stack, &rig.sushy);
     // The machine's agent is connected (it sits in an OSIE): still nothing is dispatched
     // before the BMC Job booted the machine.
     let mut agent = stack.agent(MAC).await;
-    let emulator = redfish(&sushy);
+    let emulator = redfish(sushy);
     assert_eq!(
         emulator.power_state().await.expect("power"),
         PowerState::Off
@@ -104,7 +134,7 @@ async fn netboot_powers_the_machine_on_with_pxe_before_dispatch_and_turns_netboo
     let (target, _mode) = emulator.boot_override().await.expect("boot override");
     assert_eq!(target, "Pxe");
     assert_eq!(emulator.power_state().await.expect("power"), PowerState::On);
-    assert!(!netboot_disabled(&stack, "hw1").await);
+    assert!(!netboot_disabled(stack, "hw1").await);
     let w = stack.workflows().get("wf").await.expect("wf");
     let status = w.status.clone().expect("status");
     assert_eq!(status.state, WorkflowState::Scheduled);
@@ -139,7 +169,7 @@ async fn netboot_powers_the_machine_on_with_pxe_before_dispatch_and_turns_netboo
                 .is_some_and(|s| s.boot_options.allow_netboot.toggled_false)
         })
         .await;
-    assert!(netboot_disabled(&stack, "hw1").await);
+    assert!(netboot_disabled(stack, "hw1").await);
     let (s, reason, _) = condition(&w, ConditionType::NetbootAllowed).expect("NetbootAllowed");
     assert_eq!(
         (s, reason.as_str()),
@@ -149,21 +179,13 @@ async fn netboot_powers_the_machine_on_with_pxe_before_dispatch_and_turns_netboo
     stack.wait_event("wf", "BootJobCompleted").await;
     stack.wait_event("wf", "NetbootDisallowed").await;
 
-    controller.stop().await;
-    bmc.stop().await;
-    stack.stop().await;
+    rig.stop().await;
 }
 
 #[tokio::test]
 async fn a_bmc_that_refuses_the_credentials_fails_the_workflow_before_any_dispatch() {
-    let sushy = Sushy::start().await.expect("sushy-emulator");
-    let stack = Stack::start().await;
-    bmc_secret(&stack, "wrong-creds", "not-the-password").await;
-    bmc_machine(&stack, "m1", &sushy.host(), "wrong-creds").await;
-    hardware(&stack, "hw1", Some("m1")).await;
-    stack.create_template("tpl", three_actions()).await;
-    let bmc = BmcController::start(&stack, sushy.cert_pem());
-    let controller = stack.leader("c0").await;
+    let rig = Rig::start("not-the-password").await;
+    let stack = &rig.stack;
     let mut agent = stack.agent(MAC).await;
 
     stack
@@ -196,9 +218,7 @@ async fn a_bmc_that_refuses_the_credentials_fails_the_workflow_before_any_dispat
     );
     stack.wait_event("wf", "BootJobFailed").await;
 
-    controller.stop().await;
-    bmc.stop().await;
-    stack.stop().await;
+    rig.stop().await;
 }
 
 #[tokio::test]
@@ -264,18 +284,12 @@ async fn serve_image(
 
 #[tokio::test]
 async fn isoboot_inserts_the_iso_boots_the_cd_once_and_ejects_it_after_success() {
-    let sushy = Sushy::start().await.expect("sushy-emulator");
     let (images, downloads) = serve_image(b"an OSIE ISO").await;
     let iso_url = format!("http://{images}/iso/52-54-00-be-00-01/hook.iso");
-    let stack = Stack::start().await;
-    bmc_secret(&stack, "bmc-creds", BMC_PASSWORD).await;
-    bmc_machine(&stack, "m1", &sushy.host(), "bmc-creds").await;
-    hardware(&stack, "hw1", Some("m1")).await;
-    stack.create_template("tpl", three_actions()).await;
-    let bmc = BmcController::start(&stack, sushy.cert_pem());
-    let controller = stack.leader("c0").await;
+    let rig = Rig::start(BMC_PASSWORD).await;
+    let (stack, sushy) = (&rig.stack, &rig.sushy);
     let mut agent = stack.agent(MAC).await;
-    let emulator = redfish(&sushy);
+    let emulator = redfish(sushy);
 
     stack
         .create_workflow(
@@ -327,7 +341,78 @@ async fn isoboot_inserts_the_iso_boots_the_cd_once_and_ejects_it_after_success()
     assert!(message.contains("virtual media eject"), "{message}");
     assert_eq!(state_of(&w), WorkflowState::Succeeded);
 
-    controller.stop().await;
-    bmc.stop().await;
+    rig.stop().await;
+}
+
+/// Someone else's Job under the step's name (an earlier Workflow of the same name left it) is
+/// deleted, not followed; and a controller that takes over while the Workflow's own Job runs
+/// follows that Job (same uid) instead of creating it again. The Job's completion is written as
+/// the BMC controller writes it.
+#[tokio::test]
+async fn a_stale_job_of_the_same_name_is_replaced_and_a_new_leader_follows_the_running_one() {
+    let stack = Stack::start().await;
+    hardware(&stack, "hw1", Some("m1")).await;
+    stack.create_template("tpl", three_actions()).await;
+    let jobs: Api<Job> = Api::namespaced(stack.client.clone(), NS);
+    let stale = tink_api::bmc::plan::Plan::power(tink_api::bmc::PowerAction::Cycle).job(NS, "m1");
+    let mut stale = stale;
+    stale.metadata.generate_name = None;
+    stale.metadata.name = Some("netboot-wf".into());
+    let stale = jobs
+        .create(&PostParams::default(), &stale)
+        .await
+        .expect("the stale Job");
+    let first = stack.leader("c0").await;
+    let mut agent = stack.agent(MAC).await;
+    stack
+        .create_workflow(
+            "wf",
+            "hw1",
+            "tpl",
+            json!({"bootOptions": {"bootMode": "netboot"}}),
+        )
+        .await;
+    let w = stack
+        .wait_for("wf", "its own netboot Job recorded", |w| {
+            w.status
+                .as_ref()
+                .and_then(|s| s.boot_options.jobs.get("netboot-wf"))
+                .is_some_and(|j| j.uid.is_some())
+        })
+        .await;
+    let record = w.status.clone().expect("status").boot_options.jobs["netboot-wf"].clone();
+    assert!(record.existing_job_deleted, "{record:?}");
+    assert_ne!(record.uid, stale.uid(), "a new Job, not the stale one");
+    let job = jobs.get("netboot-wf").await.expect("the Workflow's Job");
+    assert_eq!(job.uid(), record.uid);
+    assert_eq!(job.owner_references()[0].uid, w.uid().expect("uid"));
+    assert_eq!(job.spec.tasks.len(), 3, "power off, PXE once, power on");
+
+    // A new leader while the Job runs: it follows the same Job.
+    first.kill().await;
+    let second = stack.leader("c1").await;
+    let done = json!({"status": {"conditions": [
+        {"type": "Running", "status": "False"}, {"type": "Completed", "status": "True"}]}});
+    jobs.patch_status(
+        "netboot-wf",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&done),
+    )
+    .await
+    .expect("the Job completes");
+    within(
+        "the StartWorkflow after the Job completed",
+        agent.next_start(),
+    )
+    .await;
+    let w = stack.workflows().get("wf").await.expect("wf");
+    let after = w.status.expect("status").boot_options.jobs["netboot-wf"].clone();
+    assert_eq!(
+        after.uid, record.uid,
+        "the running Job was followed, not created again"
+    );
+    assert!(after.complete);
+    assert_eq!(jobs.get("netboot-wf").await.expect("job").uid(), record.uid);
+    second.stop().await;
     stack.stop().await;
 }
