@@ -38,7 +38,7 @@ say() { echo "osie/build.sh: $*" >&2; }
 if $kernel_only; then
   tools="depmod"
 else
-  tools="busybox dockerd containerd containerd-shim-runc-v2 runc cpio depmod modprobe zstd sfdisk mformat mcopy syslinux"
+  tools="busybox dockerd containerd containerd-shim-runc-v2 runc kexec cpio depmod modprobe zstd sfdisk mformat mcopy syslinux"
   $iso && tools="$tools grub-mkrescue xorriso"
 fi
 for tool in $tools; do
@@ -122,12 +122,14 @@ copy_bin() {
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 root="$work/osie"
-modules="virtio_pci virtio_net virtio_blk e1000 vfat nls_cp437 nls_iso8859_1 nls_ascii"
+# ext4: the installed root of real OS images (writefile, cexec and kexec mount it).
+modules="virtio_pci virtio_net virtio_blk e1000 vfat nls_cp437 nls_iso8859_1 nls_ascii ext4"
 pack_common "$root"
 cp osie/init "$root/init"
 copy_bin "$root" "$agent" /usr/local/bin/tink-agent
 strip "$root/usr/local/bin/tink-agent" 2>/dev/null || true
-for exe in dockerd containerd containerd-shim-runc-v2 runc docker-init; do
+# kexec (kexec-tools): the agent's `kexec -e` after a kexec action loaded the installed kernel.
+for exe in dockerd containerd containerd-shim-runc-v2 runc docker-init kexec; do
   p=$(command -v "$exe" || true)
   [ -n "$p" ] && copy_bin "$root" "$p" "/usr/bin/$exe"
 done

@@ -10,7 +10,14 @@
 # The image is tagged ${TINK_IMAGE:-tinkerbell-rs/tinkerbell:0.1.0}.
 #   PROFILE=release bash scripts/images.sh   for release binaries (default: the debug build the
 #                                            tests already made, which keeps CI short)
+#   bash scripts/images.sh --actions-only      only the action images (tinkerbell/actions/*)
 set -euo pipefail
+actions_only=false
+case "${1:-}" in
+  "") ;;
+  --actions-only) actions_only=true ;;
+  *) echo "usage: $0 [--actions-only]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 image="${TINK_IMAGE:-tinkerbell-rs/tinkerbell:0.1.0}"
 base="debian:bookworm-slim"
@@ -37,10 +44,11 @@ if ! docker image inspect "$base" >/dev/null 2>&1; then
   docker import --change 'CMD ["bash"]' "$tarball" "$base" >/dev/null
 fi
 
-echo "== binaries ($profile)"
 flag=(); [ "$profile" = release ] && flag=(--release)
-cargo build -q "${flag[@]}" -p tink-controller -p tink-server -p tink-webhook -p hegel -p tink-netboot -p tink-agent -p tinkctl -p kube-lite -p tink-console -p tink-bmc-controller
 target="$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/$profile"
+if ! $actions_only; then
+echo "== binaries ($profile)"
+cargo build -q "${flag[@]}" -p tink-controller -p tink-server -p tink-webhook -p hegel -p tink-netboot -p tink-agent -p tinkctl -p kube-lite -p tink-console -p tink-bmc-controller
 rm -rf target/docker-bin && mkdir -p target/docker-bin
 for b in tink-controller tink-server tink-webhook hegel tink-netboot tink-agent tinkctl kube-lite tink-console tink-bmc-controller; do
   cp "$target/$b" target/docker-bin/
@@ -54,6 +62,7 @@ docker run --rm "$image" /usr/local/bin/tinkctl --version
 # The BMC controller and the ipmitool its IPMI provider runs.
 docker run --rm "$image" /usr/local/bin/tink-bmc-controller --version
 docker run --rm "$image" ipmitool -V
+fi
 
 # The actions (docs/actions.md): one static tink-actions binary (musl, when the target and
 # musl-gcc are installed; else the host build on the Debian base) and one image per action,

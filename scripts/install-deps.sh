@@ -12,6 +12,9 @@
 #   kmod and zstd (the OSIE initramfs); the kernel is unpacked from linux-image-amd64's package;
 #   grub-pc-bin, grub-efi-amd64-bin and xorriso (the BIOS + UEFI OSIE ISO, osie/mkiso.sh) and
 #   qemu-block-extra (QEMU reads the served ISO over HTTP: services/netboot/tests/iso.rs)
+#   the OS install run (scripts/os-install-demo.sh, scripts/debian-image.sh): mmdebstrap (the
+#   Debian image), extlinux (its boot loader), kexec-tools (the OSIE's `kexec -e`),
+#   openssh-client (the run logs in to the installed OS)
 #   (wrk and nginx-light only for Hegel's benchmark: apt-get install wrk nginx-light)
 #   kubernetes-validate (PyPI, in a venv at /opt/kubernetes-validate) upstream schemas for the deploy/ test
 #   chromium and chromium-driver (no recommends) the web console's real-browser test (services/console/tests/browser.rs)
@@ -33,6 +36,10 @@ command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v mkfs.vfat >/dev/null 2>&1 || need+=(dosfstools)
 netboot=()
 command -v qemu-system-x86_64 >/dev/null 2>&1 || netboot+=(qemu-system-x86)
+command -v mmdebstrap >/dev/null 2>&1 || netboot+=(mmdebstrap)
+command -v extlinux >/dev/null 2>&1 || netboot+=(extlinux)
+command -v kexec >/dev/null 2>&1 || netboot+=(kexec-tools)
+command -v ssh >/dev/null 2>&1 || netboot+=(openssh-client)
 command -v qemu-img >/dev/null 2>&1 || netboot+=(qemu-utils)
 [ -f /usr/lib/ipxe/undionly.kpxe ] || netboot+=(ipxe)
 command -v syslinux >/dev/null 2>&1 || netboot+=(syslinux)

@@ -77,38 +77,14 @@ bridge_ip=10.99.0.1
 vm_ip=10.99.0.10
 vm_mac=52:54:00:be:ef:01
 registry_port=5000
-push_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 bins="$repo/target/debug"
-
-t0=$(date +%s)
-stage_name=""
-stage_start=$t0
-stages=()
-stage() {
-  local now
-  now=$(date +%s)
-  if [ -n "$stage_name" ]; then
-    stages+=("$(printf '%-44s %4ss' "$stage_name" $((now - stage_start)))")
-    echo "   done in $((now - stage_start)) s"
-  fi
-  stage_name="$1"
-  stage_start=$now
-  echo "== $(date -u +%H:%M:%S) $1"
-}
-summary() {
-  stage ""
-  echo "== stages"
-  printf '   %s\n' "${stages[@]}"
-  echo "   total $(($(date +%s) - t0)) s"
-}
+# shellcheck source=lib/demo-vm.sh
+. "$repo/scripts/lib/demo-vm.sh"
 
 [ "$(id -u)" = 0 ] || { echo "error: run as root (network namespaces, tap devices, DHCP port 67)" >&2; exit 1; }
 
 pids=()
 ok=0
-nsx() { ip netns exec "$ns" "$@"; }
-# A serial log as text: no carriage returns or terminal control sequences.
-console_text() { tr -d '\r' < "$1" | sed -e 's/\x1b\[[0-9;?]*[a-zA-Z]//g' -e 's/\x1bc//g'; }
 cleanup() {
   set +e
   if [ "$ok" != 1 ]; then
@@ -165,14 +141,7 @@ osie="$repo/target/osie"
 if [ -n "$bmc" ]; then bmc_vm_prepare "$bmc"; fi
 
 stage "network namespace, bridge and tap"
-ip netns add "$ns"
-ip -n "$ns" link set lo up
-ip -n "$ns" link add br0 type bridge
-ip -n "$ns" addr add "$bridge_ip/24" dev br0
-ip -n "$ns" link set br0 up
-ip -n "$ns" tuntap add dev tap0 mode tap
-ip -n "$ns" link set tap0 master br0
-ip -n "$ns" link set tap0 up
+demo_netns "$bridge_ip"
 
 stage "the stack on $bridge_ip (tinkctl dev up)"
 files="$out/files"
@@ -205,16 +174,7 @@ fi
 stage "choose the accelerator"
 accel="${TINK_NETBOOT_ACCEL:-}"
 if [ -z "$accel" ] && [ -n "$reuse" ]; then accel=$(cat "$reuse/accel"); fi
-if [ -z "$accel" ]; then
-  accel=tcg
-  if [ -w /dev/kvm ]; then
-    # Some hosts (nested virtualisation) open /dev/kvm but never run a Linux kernel under it:
-    # boot the kernel without a root file system and wait for its panic.
-    timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256 -nographic -no-reboot \
-      -kernel "$osie/vmlinuz" -append "console=ttyS0 panic=-1" >"$out/kvm-probe.log" 2>&1 || true
-    if grep -aq "Kernel panic" "$out/kvm-probe.log"; then accel=kvm; fi
-  fi
-fi
+[ -n "$accel" ] || accel=$(demo_accel "$out/kvm-probe.log" "$osie/vmlinuz")
 case "$accel" in
   kvm) qemu_accel=(-accel kvm -cpu host) ;;
   *) qemu_accel=(-accel tcg) ;;
@@ -236,35 +196,9 @@ else
   cp osie/actions/* "$img_root/usr/local/bin/"
   tar -C "$img_root" -c . | docker import --change 'ENV PATH=/usr/local/bin:/bin' - tink-netboot-demo/actions:latest >/dev/null
   rm -rf "$img_root"
-  mkdir -p "$out/registry"
-  cat > "$out/registry-push.yml" <<EOF
-version: 0.1
-log: {level: warn}
-storage: {filesystem: {rootdirectory: $out/registry}}
-http: {addr: 127.0.0.1:$push_port}
-EOF
-  # Pushed from the host's engine through a registry on the host's loopback (an insecure
-  # registry there is allowed by default), then served in the namespace from the same storage.
-  docker-registry serve "$out/registry-push.yml" >"$out/registry-push.log" 2>&1 &
-  push_pid=$!
-  for i in $(seq 1 50); do curl -sf "http://127.0.0.1:$push_port/v2/" >/dev/null && break; sleep 0.2; done
-  docker tag tink-netboot-demo/actions:latest "127.0.0.1:$push_port/tink/actions:demo"
-  docker push -q "127.0.0.1:$push_port/tink/actions:demo" >/dev/null
-  docker rmi "127.0.0.1:$push_port/tink/actions:demo" >/dev/null
-  kill "$push_pid"; wait "$push_pid" 2>/dev/null || true
+  demo_push "$out/registry" tink-netboot-demo/actions:latest=tink/actions:demo
 fi
-cat > "$out/registry.yml" <<EOF
-version: 0.1
-log: {level: warn}
-storage: {filesystem: {rootdirectory: $out/registry}}
-http: {addr: $bridge_ip:$registry_port}
-EOF
-# `ip netns exec` itself, not the nsx function: a backgrounded function is a subshell, and
-# killing it at the end would leave the registry running.
-ip netns exec "$ns" docker-registry serve "$out/registry.yml" >"$out/registry.log" 2>&1 &
-pids+=($!)
-for i in $(seq 1 50); do nsx curl -sf "http://$bridge_ip:$registry_port/v2/tink/actions/tags/list" >/dev/null && break; sleep 0.2; done
-nsx curl -sf "http://$bridge_ip:$registry_port/v2/tink/actions/tags/list"; echo
+demo_registry "$out/registry" "$bridge_ip:$registry_port" tink/actions
 
 hw_bmc=""
 wf_boot=""
