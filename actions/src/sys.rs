@@ -212,3 +212,22 @@ pub fn check_device(
     }
     Ok(meta)
 }
+
+/// Binds the host's `/dev`, `/proc` and `/sys` (recursively) into `root`, for commands run in a
+/// chroot of it; each is recorded in `mounts` as soon as it is made.
+pub fn bind_system_dirs(root: &Path, mounts: &mut Mounts) -> Result<(), String> {
+    for d in ["dev", "proc", "sys"] {
+        let target = root.join(d);
+        std::fs::create_dir_all(&target)
+            .map_err(|e| format!("creating /{d} in the root: {e}"))?;
+        mount(
+            Path::new(&format!("/{d}")),
+            &target,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+        )
+        .map_err(|e| format!("binding /{d}: {e}"))?;
+        mounts.push_recursive(target);
+    }
+    Ok(())
+}
