@@ -113,8 +113,7 @@ pub fn run(env: &Env, log: &Log) -> Result<(), ActionError> {
                 ),
             )
         })?;
-        sys::bind_system_dirs(&root, &mut binds)
-            .map_err(|e| ActionError::new("MountFailed", e))?;
+        sys::bind_system_dirs(&root, &mut binds).map_err(|e| ActionError::new("MountFailed", e))?;
         for argv in commands(&grub, disk, &extra, mkconfig) {
             run_in_chroot(&root, &argv, log)?;
         }
@@ -194,7 +193,12 @@ mod tests {
         std::fs::write(root.path().join("usr/sbin/grub-install"), b"")?;
         let grub = find(root.path());
         assert_eq!(grub, Some(LAYOUTS[0].clone()));
-        let cmds = commands(&LAYOUTS[0], "/dev/sda", &["--target=i386-pc".to_owned()], true);
+        let cmds = commands(
+            &LAYOUTS[0],
+            "/dev/sda",
+            &["--target=i386-pc".to_owned()],
+            true,
+        );
         assert_eq!(
             cmds,
             vec![

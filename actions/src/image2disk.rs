@@ -147,7 +147,9 @@ fn http_failure(e: HttpError) -> Failure {
         HttpError::BadUrl(_) => {
             Failure::Fatal(ActionError::new("InvalidVariable", format!("IMG_URL: {e}")))
         }
-        HttpError::TlsConfig(_) => Failure::Fatal(ActionError::new("InvalidVariable", e.to_string())),
+        HttpError::TlsConfig(_) => {
+            Failure::Fatal(ActionError::new("InvalidVariable", e.to_string()))
+        }
         _ if e.retryable() => Failure::Retry(ActionError::new("DownloadFailed", e.to_string())),
         _ => Failure::Fatal(ActionError::new("DownloadFailed", e.to_string())),
     }
@@ -539,8 +541,9 @@ fn attempt(cfg: &Config, log: &Log, deadline: Instant) -> Result<u64, Failure> {
     let written_bytes = match outcome {
         Outcome::Written(n) => n,
         Outcome::Staged(staged) => match &cfg.qemu {
-            Some(opts) => qemu::convert(opts, log, &staged, &cfg.disk, disk_size)
-                .map_err(Failure::Fatal)?,
+            Some(opts) => {
+                qemu::convert(opts, log, &staged, &cfg.disk, disk_size).map_err(Failure::Fatal)?
+            }
             None => return Err(fatal("RuntimeError", "a staged image without qemu".into())),
         },
     };
@@ -650,8 +653,8 @@ fn decode_and_write(
                 ),
             ));
         };
-        let staged = qemu::stage(opts, log, qformat, &inner, &mut reader, written)
-            .map_err(|e| match e {
+        let staged =
+            qemu::stage(opts, log, qformat, &inner, &mut reader, written).map_err(|e| match e {
                 qemu::StageError::Read(e) => read_error(e),
                 qemu::StageError::Action(a) => a,
             })?;

@@ -61,7 +61,9 @@ pub fn parse_reference(raw: &str) -> Result<Reference, ActionError> {
     } else if let Some(r) = raw.strip_prefix("https://") {
         (Some("https"), r)
     } else if raw.contains("://") {
-        return Err(bad("expected host[:port]/repository:tag (or http:// or https:// before it)"));
+        return Err(bad(
+            "expected host[:port]/repository:tag (or http:// or https:// before it)",
+        ));
     } else {
         (None, raw)
     };
@@ -177,10 +179,7 @@ struct Registry {
 
 /// Failure reasons of registry calls.
 fn unreachable(registry: &str, e: &HttpError) -> ActionError {
-    ActionError::new(
-        "RegistryUnreachable",
-        format!("registry {registry}: {e}"),
-    )
+    ActionError::new("RegistryUnreachable", format!("registry {registry}: {e}"))
 }
 
 impl Registry {
@@ -479,7 +478,12 @@ pub fn pick_layer(manifest: &serde_json::Value) -> Result<(String, u64, String),
     };
     let layer = match candidates.as_slice() {
         [one] => *one,
-        [] => return Err(ActionError::new("InvalidImage", "the manifest has no layers")),
+        [] => {
+            return Err(ActionError::new(
+                "InvalidImage",
+                "the manifest has no layers",
+            ));
+        }
         many => {
             let names: Vec<String> = many
                 .iter()
@@ -538,7 +542,10 @@ pub fn run(env: &Env, log: &Log) -> Result<(), ActionError> {
             if got != r.reference {
                 return Err(ActionError::new(
                     "ChecksumMismatch",
-                    format!("the manifest's digest is {got}, IMG_URL names {}", r.reference),
+                    format!(
+                        "the manifest's digest is {got}, IMG_URL names {}",
+                        r.reference
+                    ),
                 ));
             }
         }
@@ -633,7 +640,8 @@ mod tests {
         );
         let r = parse_reference("http://127.0.0.1:5000/disks/debian").ok();
         assert_eq!(
-            r.as_ref().map(|r| (r.scheme, r.registry.as_str(), r.reference.as_str())),
+            r.as_ref()
+                .map(|r| (r.scheme, r.registry.as_str(), r.reference.as_str())),
             Some((Some("http"), "127.0.0.1:5000", "latest"))
         );
         let d = format!("sha256:{}", "a".repeat(64));
@@ -696,7 +704,10 @@ mod tests {
             {"digest": "sha256:aa", "annotations": {"org.opencontainers.image.title": "a"}},
             {"digest": "sha256:bb", "annotations": {"org.opencontainers.image.title": "b"}}
         ]});
-        assert!(pick_layer(&two).is_err_and(|e| e.reason == "InvalidImage" && e.message.contains("a, b")));
+        assert!(
+            pick_layer(&two)
+                .is_err_and(|e| e.reason == "InvalidImage" && e.message.contains("a, b"))
+        );
         assert!(pick_layer(&serde_json::json!({})).is_err());
     }
 }

@@ -77,7 +77,11 @@ pub fn detect(head: &[u8]) -> Option<&'static str> {
     let at = |off: usize, magic: &[u8]| head.get(off..off + magic.len()) == Some(magic);
     if at(0, b"QFI\xfb") {
         // Version 1 is qemu's old "qcow".
-        return Some(if at(4, &[0, 0, 0, 1]) { "qcow" } else { "qcow2" });
+        return Some(if at(4, &[0, 0, 0, 1]) {
+            "qcow"
+        } else {
+            "qcow2"
+        });
     }
     if at(0, b"QED\0") {
         return Some("qed");
@@ -211,7 +215,12 @@ fn run_qemu_img(opts: &Options, args: &[&str]) -> Result<Vec<u8>, ActionError> {
             .map_or(err, |(i, _)| &err[i..]);
         return Err(ActionError::new(
             "ConvertFailed",
-            format!("{} {} failed ({}): {tail}", opts.program, args.join(" "), out.status),
+            format!(
+                "{} {} failed ({}): {tail}",
+                opts.program,
+                args.join(" "),
+                out.status
+            ),
         ));
     }
     Ok(out.stdout)
@@ -262,9 +271,8 @@ pub fn convert(
         opts,
         &["info", "--output=json", "-f", staged.format, &image],
     )?;
-    let info: serde_json::Value = serde_json::from_slice(&info).map_err(|e| {
-        ActionError::new("ConvertFailed", format!("qemu-img info: not JSON: {e}"))
-    })?;
+    let info: serde_json::Value = serde_json::from_slice(&info)
+        .map_err(|e| ActionError::new("ConvertFailed", format!("qemu-img info: not JSON: {e}")))?;
     let virtual_size = info
         .get("virtual-size")
         .and_then(|v| v.as_u64())
@@ -308,7 +316,10 @@ pub fn convert(
     log.info(
         "converting",
         &[
-            ("command", format!("{} {}", opts.program, args.join(" ")).into()),
+            (
+                "command",
+                format!("{} {}", opts.program, args.join(" ")).into(),
+            ),
             ("virtual_size", virtual_size.into()),
         ],
     );

@@ -218,8 +218,7 @@ pub fn check_device(
 pub fn bind_system_dirs(root: &Path, mounts: &mut Mounts) -> Result<(), String> {
     for d in ["dev", "proc", "sys"] {
         let target = root.join(d);
-        std::fs::create_dir_all(&target)
-            .map_err(|e| format!("creating /{d} in the root: {e}"))?;
+        std::fs::create_dir_all(&target).map_err(|e| format!("creating /{d} in the root: {e}"))?;
         mount(
             Path::new(&format!("/{d}")),
             &target,

@@ -1110,7 +1110,8 @@ fn need(tool: &str, package: &str) -> bool {
     if which(tool) {
         return true;
     }
-    let msg = format!("SKIPPED: {tool} is not installed (Debian {package}: scripts/install-deps.sh)");
+    let msg =
+        format!("SKIPPED: {tool} is not installed (Debian {package}: scripts/install-deps.sh)");
     assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}");
     eprintln!("{msg}");
     false
@@ -1269,18 +1270,10 @@ impl Registry {
             &self.addr,
             "PUT",
             &format!("/v2/{repo}/manifests/{tag}"),
-            &[(
-                "Content-Type",
-                "application/vnd.oci.image.manifest.v1+json",
-            )],
+            &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")],
             &body,
         )?;
-        assert_eq!(
-            status,
-            201,
-            "{head}\n{}",
-            String::from_utf8_lossy(&resp)
-        );
+        assert_eq!(status, 201, "{head}\n{}", String::from_utf8_lossy(&resp));
         Ok(format!("sha256:{}", sha256_hex(&body)))
     }
 }
@@ -1339,7 +1332,8 @@ fn auth_proxy(
                 let auth = header_of(&head, "Authorization").unwrap_or_default();
                 if path.starts_with("/token") {
                     count.fetch_add(1, Ordering::SeqCst);
-                    let ok = auth == basic && path.contains("scope=repository%3Adisks%2Fdebian%3Apull");
+                    let ok =
+                        auth == basic && path.contains("scope=repository%3Adisks%2Fdebian%3Apull");
                     let body = format!("{{\"token\":\"{TOKEN}\"}}");
                     let resp = if ok {
                         format!(
@@ -1410,11 +1404,18 @@ fn oci2disk_writes_an_artifact_from_a_registry_and_fails_with_reasons() -> TestR
     let img = format!("{}/disks/debian:raw.gz", reg.addr);
     let r = run(
         "oci2disk",
-        &[("IMG_URL", &img), ("DEST_DISK", &disk.dev), ("COMPRESSED", "true")],
+        &[
+            ("IMG_URL", &img),
+            ("DEST_DISK", &disk.dev),
+            ("COMPRESSED", "true"),
+        ],
     )?;
     assert_ok(&r);
     assert!(r.stdout.contains("plain http"), "{}", r.stdout);
-    assert!(disk.read(IMG_LEN)? == data, "the disk differs from the image");
+    assert!(
+        disk.read(IMG_LEN)? == data,
+        "the disk differs from the image"
+    );
 
     // By manifest digest, with the scheme given.
     let disk = Loop::new(8 << 20)?;
@@ -1481,7 +1482,10 @@ fn oci2disk_writes_an_artifact_from_a_registry_and_fails_with_reasons() -> TestR
     assert_failed(&r, "MissingVariable", "REGISTRY_PASSWORD");
 
     // A blob download cut in half; a blob changed on the way (the layer digest catches it).
-    let creds = [("REGISTRY_USERNAME", "user"), ("REGISTRY_PASSWORD", "secret")];
+    let creds = [
+        ("REGISTRY_USERNAME", "user"),
+        ("REGISTRY_PASSWORD", "secret"),
+    ];
     let (front, _) = auth_proxy(reg.addr.clone(), ProxyMode::TruncateBlobs)?;
     let img = format!("http://{front}/disks/debian:raw.gz");
     let mut env = vec![("IMG_URL", img.as_str()), ("DEST_DISK", disk.dev.as_str())];
@@ -1512,11 +1516,31 @@ fn qemuimg2disk_converts_qcow2_streams_raw_and_fails_with_reasons() -> TestResul
     // Compressed clusters, as cloud images ship.
     sh(
         "qemu-img",
-        &["convert", "-f", "raw", "-O", "qcow2", "-c", &w("disk.raw"), &w("disk.qcow2")],
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "qcow2",
+            "-c",
+            &w("disk.raw"),
+            &w("disk.qcow2"),
+        ],
     )?;
     let qcow2 = std::fs::read(w("disk.qcow2"))?;
     assert!(qcow2.starts_with(b"QFI\xfb"));
-    sh("qemu-img", &["convert", "-f", "raw", "-O", "vmdk", &w("disk.raw"), &w("disk.vmdk")])?;
+    sh(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "vmdk",
+            &w("disk.raw"),
+            &w("disk.vmdk"),
+        ],
+    )?;
 
     let server = Server::start()?;
     let tmp_dir = tmp.path().to_string_lossy().into_owned();
@@ -1531,13 +1555,27 @@ fn qemuimg2disk_converts_qcow2_streams_raw_and_fails_with_reasons() -> TestResul
         let disk = Loop::new(16 << 20)?;
         let r = run(
             "qemuimg2disk",
-            &[("IMG_URL", &url), ("DEST_DISK", &disk.dev), ("TMPDIR", &tmp_dir)],
+            &[
+                ("IMG_URL", &url),
+                ("DEST_DISK", &disk.dev),
+                ("TMPDIR", &tmp_dir),
+            ],
         )?;
         assert_ok(&r);
-        assert_eq!(r.stdout.contains("converting"), converted, "{path}: {}", r.stdout);
-        assert!(disk.read(IMG_LEN)? == data, "{path}: the disk differs from the image");
+        assert_eq!(
+            r.stdout.contains("converting"),
+            converted,
+            "{path}: {}",
+            r.stdout
+        );
         assert!(
-            disk.read(IMG_LEN + 8192)?[IMG_LEN..].iter().all(|b| *b == 0),
+            disk.read(IMG_LEN)? == data,
+            "{path}: the disk differs from the image"
+        );
+        assert!(
+            disk.read(IMG_LEN + 8192)?[IMG_LEN..]
+                .iter()
+                .all(|b| *b == 0),
             "{path}: wrote past the image"
         );
         assert_eq!(
@@ -1552,7 +1590,11 @@ fn qemuimg2disk_converts_qcow2_streams_raw_and_fails_with_reasons() -> TestResul
     std::fs::File::create(&file)?;
     let r = run(
         "qemuimg2disk",
-        &[("IMG_URL", &url), ("DEST_DISK", &file.to_string_lossy()), ("TMPDIR", &tmp_dir)],
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &file.to_string_lossy()),
+            ("TMPDIR", &tmp_dir),
+        ],
     )?;
     assert_ok(&r);
     assert!(std::fs::read(&file)?[..IMG_LEN] == data[..]);
@@ -1563,27 +1605,55 @@ fn qemuimg2disk_converts_qcow2_streams_raw_and_fails_with_reasons() -> TestResul
         let url = format!("{}{path}", server.base);
         let r = run("image2disk", &[("IMG_URL", &url), ("DEST_DISK", &disk.dev)])?;
         assert_failed(&r, "UnsupportedFormat", "qemuimg2disk");
-        assert!(disk.read(1 << 20)?.iter().all(|b| *b == 0), "{path}: written");
+        assert!(
+            disk.read(1 << 20)?.iter().all(|b| *b == 0),
+            "{path}: written"
+        );
     }
 
     // Virtual size larger than the disk: refused before writing.
-    sh("qemu-img", &["create", "-q", "-f", "qcow2", &w("big.qcow2"), "16M"])?;
+    sh(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", &w("big.qcow2"), "16M"],
+    )?;
     let url = server.add("/big.qcow2", std::fs::read(w("big.qcow2"))?, Mode::Normal);
     let small = Loop::new(8 << 20)?;
     let r = run(
         "qemuimg2disk",
-        &[("IMG_URL", &url), ("DEST_DISK", &small.dev), ("TMPDIR", &tmp_dir)],
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &small.dev),
+            ("TMPDIR", &tmp_dir),
+        ],
     )?;
     assert_failed(&r, "ImageTooLarge", "virtual size");
     // A backing file would be read from this machine: refused.
     sh(
         "qemu-img",
-        &["create", "-q", "-f", "qcow2", "-b", &w("disk.raw"), "-F", "raw", &w("backed.qcow2")],
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-b",
+            &w("disk.raw"),
+            "-F",
+            "raw",
+            &w("backed.qcow2"),
+        ],
     )?;
-    let url = server.add("/backed.qcow2", std::fs::read(w("backed.qcow2"))?, Mode::Normal);
+    let url = server.add(
+        "/backed.qcow2",
+        std::fs::read(w("backed.qcow2"))?,
+        Mode::Normal,
+    );
     let r = run(
         "qemuimg2disk",
-        &[("IMG_URL", &url), ("DEST_DISK", &disk.dev), ("TMPDIR", &tmp_dir)],
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &disk.dev),
+            ("TMPDIR", &tmp_dir),
+        ],
     )?;
     assert_failed(&r, "UnsupportedFormat", "disk.raw");
     assert!(disk.read(1 << 20)?.iter().all(|b| *b == 0));
@@ -1591,7 +1661,11 @@ fn qemuimg2disk_converts_qcow2_streams_raw_and_fails_with_reasons() -> TestResul
     let url = server.add("/cut.qcow2", qcow2.clone(), Mode::Truncate);
     let r = run(
         "qemuimg2disk",
-        &[("IMG_URL", &url), ("DEST_DISK", &disk.dev), ("TMPDIR", &tmp_dir)],
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &disk.dev),
+            ("TMPDIR", &tmp_dir),
+        ],
     )?;
     assert_failed(&r, "DownloadFailed", "");
     let url = format!("{}/cloud.img", server.base);
@@ -1618,8 +1692,8 @@ fn qemuimg2disk_converts_qcow2_streams_raw_and_fails_with_reasons() -> TestResul
 
 /// A test CA and a server certificate for `localhost` signed by it: (CA PEM, server
 /// configuration).
-fn test_tls() -> Result<(String, Arc<tokio_rustls::rustls::ServerConfig>), Box<dyn std::error::Error>>
-{
+fn test_tls()
+-> Result<(String, Arc<tokio_rustls::rustls::ServerConfig>), Box<dyn std::error::Error>> {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     use rustls_pki_types::pem::PemObject;
     let ca_key = KeyPair::generate()?;
@@ -1663,7 +1737,11 @@ fn https_urls_are_verified_against_the_system_roots_and_ca_cert() -> TestResult 
     let disk = Loop::new(8 << 20)?;
     let r = run(
         "image2disk",
-        &[("IMG_URL", &url), ("DEST_DISK", &disk.dev), ("CA_CERT", &ca)],
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &disk.dev),
+            ("CA_CERT", &ca),
+        ],
     )?;
     assert_ok(&r);
     assert!(disk.read(IMG_LEN)? == data);
@@ -1671,7 +1749,11 @@ fn https_urls_are_verified_against_the_system_roots_and_ca_cert() -> TestResult 
     let disk = Loop::new(8 << 20)?;
     let r = run(
         "image2disk",
-        &[("IMG_URL", &url), ("DEST_DISK", &disk.dev), ("SSL_CERT_FILE", &ca)],
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &disk.dev),
+            ("SSL_CERT_FILE", &ca),
+        ],
     )?;
     assert_ok(&r);
     assert!(disk.read(IMG_LEN)? == data);
@@ -1691,7 +1773,11 @@ fn https_urls_are_verified_against_the_system_roots_and_ca_cert() -> TestResult 
     let other = url.replace("localhost", "127.0.0.1");
     let r = run(
         "image2disk",
-        &[("IMG_URL", &other), ("DEST_DISK", &disk.dev), ("CA_CERT", &ca)],
+        &[
+            ("IMG_URL", &other),
+            ("DEST_DISK", &disk.dev),
+            ("CA_CERT", &ca),
+        ],
     )?;
     assert_failed(&r, "DownloadFailed", "certificate");
 
@@ -1712,7 +1798,12 @@ fn https_urls_are_verified_against_the_system_roots_and_ca_cert() -> TestResult 
         ],
     )?;
     assert_ok(&r);
-    assert!(Mounted::new(&part.dev)?.path().join("etc/app/motd").exists());
+    assert!(
+        Mounted::new(&part.dev)?
+            .path()
+            .join("etc/app/motd")
+            .exists()
+    );
 
     // qemuimg2disk over https (a qcow2, converted).
     if need("qemu-img", "qemu-utils") {
@@ -1722,13 +1813,25 @@ fn https_urls_are_verified_against_the_system_roots_and_ca_cert() -> TestResult 
         std::fs::write(&raw, &data)?;
         sh(
             "qemu-img",
-            &["convert", "-f", "raw", "-O", "qcow2", &raw.to_string_lossy(), &q.to_string_lossy()],
+            &[
+                "convert",
+                "-f",
+                "raw",
+                "-O",
+                "qcow2",
+                &raw.to_string_lossy(),
+                &q.to_string_lossy(),
+            ],
         )?;
         let url = server.add("/d.qcow2", std::fs::read(&q)?, Mode::Normal);
         let disk = Loop::new(8 << 20)?;
         let r = run(
             "qemuimg2disk",
-            &[("IMG_URL", &url), ("DEST_DISK", &disk.dev), ("CA_CERT", &ca)],
+            &[
+                ("IMG_URL", &url),
+                ("DEST_DISK", &disk.dev),
+                ("CA_CERT", &ca),
+            ],
         )?;
         assert_ok(&r);
         assert!(disk.read(IMG_LEN)? == data);
@@ -1774,7 +1877,11 @@ fn grub2disk_runs_the_roots_grub_install_in_a_chroot_and_fails_clearly() -> Test
             ("GRUB_DISK", root.dev.as_str()),
         ],
     )?;
-    assert_failed(&r, "DiskNotFound", "GRUB_INSTALL_PATH=/dev/tink-no-such-disk");
+    assert_failed(
+        &r,
+        "DiskNotFound",
+        "GRUB_INSTALL_PATH=/dev/tink-no-such-disk",
+    );
     let r = run("grub2disk", &[("GRUB_DISK", root.dev.as_str())])?;
     assert_failed(&r, "MissingVariable", "GRUB_INSTALL_PATH");
 
@@ -1808,7 +1915,10 @@ fn grub2disk_runs_the_roots_grub_install_in_a_chroot_and_fails_clearly() -> Test
             )?;
         }
     }
-    let r = run("grub2disk", &with(&[("GRUB_INSTALL_ARGS", "--target=i386-pc")]))?;
+    let r = run(
+        "grub2disk",
+        &with(&[("GRUB_INSTALL_ARGS", "--target=i386-pc")]),
+    )?;
     assert_ok(&r);
     assert!(!mounted(&root.dev)?, "grub2disk left a mount behind");
     {
@@ -1884,7 +1994,10 @@ fn grub2disk_installs_a_real_grub_from_the_root() -> TestResult {
             if entry.file_type()?.is_file() {
                 copy(
                     &entry.path(),
-                    &format!("/usr/lib/grub/i386-pc/{}", entry.file_name().to_string_lossy()),
+                    &format!(
+                        "/usr/lib/grub/i386-pc/{}",
+                        entry.file_name().to_string_lossy()
+                    ),
                 )?;
             }
         }
