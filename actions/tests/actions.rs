@@ -1161,6 +1161,10 @@ fn header_of(head: &str, name: &str) -> Option<String> {
     })
 }
 
+fn port_of(addr: &str) -> &str {
+    addr.rsplit(':').next().unwrap_or(addr)
+}
+
 fn free_port() -> Result<u16, Box<dyn std::error::Error>> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -1179,16 +1183,41 @@ struct Registry {
 impl Registry {
     fn start() -> Result<Self, Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
+        let storage = dir.path().join("storage");
+        Self::serve(dir, &storage, None)
+    }
+
+    /// A second registry over the same storage, speaking TLS with `tls`'s certificate.
+    fn with_tls(&self, tls: &TestTls) -> Result<Self, Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("cert.pem"), &tls.cert_pem)?;
+        std::fs::write(dir.path().join("key.pem"), &tls.key_pem)?;
+        let tls_conf = format!(
+            "  tls:\n    certificate: {}\n    key: {}\n",
+            dir.path().join("cert.pem").display(),
+            dir.path().join("key.pem").display()
+        );
+        let storage = self.dir.path().join("storage");
+        Self::serve(dir, &storage, Some(tls_conf))
+    }
+
+    fn serve(
+        dir: tempfile::TempDir,
+        storage: &Path,
+        tls: Option<String>,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
         let port = free_port()?;
         let addr = format!("127.0.0.1:{port}");
         let config = dir.path().join("config.yml");
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
-                dir.path().join("storage").display()
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n{}",
+                storage.display(),
+                tls.as_deref().unwrap_or("")
             ),
         )?;
+        let plain = tls.is_none();
         let log = std::fs::File::create(dir.path().join("registry.log"))?;
         let child = Command::new("docker-registry")
             .arg("serve")
@@ -1198,7 +1227,8 @@ impl Registry {
             .spawn()?;
         let reg = Self { child, addr, dir };
         for _ in 0..100 {
-            if http_raw(&reg.addr, "GET", "/v2/", &[], b"").is_ok_and(|r| r.0 == 200) {
+            // A TLS registry answers plain HTTP with a 400: it is listening.
+            if http_raw(&reg.addr, "GET", "/v2/", &[], b"").is_ok_and(|r| !plain || r.0 == 200) {
                 return Ok(reg);
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
@@ -1481,6 +1511,53 @@ fn oci2disk_writes_an_artifact_from_a_registry_and_fails_with_reasons() -> TestR
     )?;
     assert_failed(&r, "MissingVariable", "REGISTRY_PASSWORD");
 
+    // A registry that speaks TLS: https without a fallback, trusted through CA_CERT, or any
+    // certificate with SKIP_VERIFY; refused otherwise.
+    let tls = TestTls::new()?;
+    let treg = reg.with_tls(&tls)?;
+    let ca = treg.dir.path().join("ca.pem");
+    std::fs::write(&ca, &tls.ca_pem)?;
+    let ca = ca.to_string_lossy().into_owned();
+    let img = format!("localhost:{}/disks/debian:raw.gz", port_of(&treg.addr));
+    let disk = Loop::new(8 << 20)?;
+    let r = run(
+        "oci2disk",
+        &[
+            ("IMG_URL", &img),
+            ("DEST_DISK", &disk.dev),
+            ("CA_CERT", &ca),
+        ],
+    )?;
+    assert_ok(&r);
+    assert!(!r.stdout.contains("plain http"), "{}", r.stdout);
+    assert!(disk.read(IMG_LEN)? == data);
+    let disk = Loop::new(8 << 20)?;
+    let r = run(
+        "oci2disk",
+        &[
+            ("IMG_URL", &img),
+            ("DEST_DISK", &disk.dev),
+            ("SKIP_VERIFY", "true"),
+        ],
+    )?;
+    assert_ok(&r);
+    assert!(disk.read(IMG_LEN)? == data);
+    let r = run("oci2disk", &[("IMG_URL", &img), ("DEST_DISK", &disk.dev)])?;
+    assert_failed(&r, "RegistryUnreachable", "certificate");
+    let r = run(
+        "oci2disk",
+        &[
+            ("IMG_URL", &format!("http://{img}")),
+            ("DEST_DISK", &disk.dev),
+        ],
+    )?;
+    assert_failed(
+        &r,
+        "RegistryUnreachable",
+        "not an OCI distribution registry",
+    );
+    drop(treg);
+
     // A blob download cut in half; a blob changed on the way (the layer digest catches it).
     let creds = [
         ("REGISTRY_USERNAME", "user"),
@@ -1690,33 +1767,49 @@ fn qemuimg2disk_converts_qcow2_streams_raw_and_fails_with_reasons() -> TestResul
 
 // ---------- https ----------
 
-/// A test CA and a server certificate for `localhost` signed by it: (CA PEM, server
-/// configuration).
-fn test_tls()
--> Result<(String, Arc<tokio_rustls::rustls::ServerConfig>), Box<dyn std::error::Error>> {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    use rustls_pki_types::pem::PemObject;
-    let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "tink-actions test CA");
-    let ca = ca_params.self_signed(&ca_key)?;
-    let key = KeyPair::generate()?;
-    let params = CertificateParams::new(vec!["localhost".to_owned()])?;
-    let cert = params.signed_by(&key, &Issuer::from_params(&ca_params, &ca_key))?;
-    let certs = vec![rustls_pki_types::CertificateDer::from_pem_slice(
-        cert.pem().as_bytes(),
-    )?];
-    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes())?;
-    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
-        tokio_rustls::rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)?;
-    Ok((ca.pem(), Arc::new(config)))
+/// A test CA and a server certificate for `localhost` signed by it, in PEM.
+struct TestTls {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+}
+
+impl TestTls {
+    fn new() -> Result<Self, Box<dyn std::error::Error>> {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate()?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "tink-actions test CA");
+        let ca = ca_params.self_signed(&ca_key)?;
+        let key = KeyPair::generate()?;
+        let params = CertificateParams::new(vec!["localhost".to_owned()])?;
+        let cert = params.signed_by(&key, &Issuer::from_params(&ca_params, &ca_key))?;
+        Ok(Self {
+            ca_pem: ca.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    fn server_config(
+        &self,
+    ) -> Result<Arc<tokio_rustls::rustls::ServerConfig>, Box<dyn std::error::Error>> {
+        use rustls_pki_types::pem::PemObject;
+        let certs = vec![rustls_pki_types::CertificateDer::from_pem_slice(
+            self.cert_pem.as_bytes(),
+        )?];
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())?;
+        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
+            tokio_rustls::rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+        Ok(Arc::new(config))
+    }
 }
 
 #[test]
@@ -1724,12 +1817,12 @@ fn https_urls_are_verified_against_the_system_roots_and_ca_cert() -> TestResult 
     if !can_run() {
         return Ok(());
     }
-    let (ca_pem, config) = test_tls()?;
+    let tls = TestTls::new()?;
     let dir = tempfile::tempdir()?;
     let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, &ca_pem)?;
+    std::fs::write(&ca, &tls.ca_pem)?;
     let ca = ca.to_string_lossy().into_owned();
-    let server = Server::start_with(Some(config))?;
+    let server = Server::start_with(Some(tls.server_config()?))?;
     assert!(server.base.starts_with("https://localhost:"));
     let data = image(IMG_LEN);
     let url = server.add("/img.zst", compress("zst", &data)?, Mode::Normal);
