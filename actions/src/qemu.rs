@@ -14,9 +14,9 @@ use std::fs::OpenOptions;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::common::{ActionError, Env, Log};
 
@@ -35,6 +35,8 @@ pub struct Options {
     pub extra_args: Vec<String>,
     /// The `qemu-img` program (`QEMU_IMG`, default `qemu-img` on `PATH`).
     pub program: String,
+    /// Conversion progress lines (`PROGRESS_INTERVAL_SECONDS`, default 3).
+    pub progress: Duration,
 }
 
 impl Options {
@@ -67,6 +69,7 @@ impl Options {
                 .map(|a| a.split_whitespace().map(str::to_owned).collect())
                 .unwrap_or_default(),
             program: env.get("QEMU_IMG").unwrap_or("qemu-img").to_owned(),
+            progress: Duration::from_secs(env.u64("PROGRESS_INTERVAL_SECONDS", 3)?),
         })
     }
 }
@@ -193,37 +196,95 @@ pub fn stage(
     Ok(staged)
 }
 
-fn run_qemu_img(opts: &Options, args: &[&str]) -> Result<Vec<u8>, ActionError> {
-    let out = Command::new(&opts.program).args(args).output().map_err(|e| {
-        let hint = if e.kind() == io::ErrorKind::NotFound {
-            " (qemuimg2disk needs qemu-img for this format: install qemu-utils in the action's image, or set QEMU_IMG)"
-        } else {
-            ""
-        };
-        ActionError::new(
-            "ConvertFailed",
-            format!("running {}: {e}{hint}", opts.program),
-        )
-    })?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let err = err.trim();
+/// Parses qemu-img's `-p` progress, `    (12.34/100%)`.
+fn percent(text: &str) -> Option<f64> {
+    let inner = text.trim().strip_prefix('(')?.strip_suffix(')')?;
+    inner.split('/').next()?.trim().parse().ok()
+}
+
+/// Runs qemu-img; with `progress`, its `-p` output becomes a log line per interval.
+fn run_qemu_img(
+    opts: &Options,
+    args: &[&str],
+    progress: Option<&Log>,
+) -> Result<Vec<u8>, ActionError> {
+    let mut child = Command::new(&opts.program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            let hint = if e.kind() == io::ErrorKind::NotFound {
+                " (qemuimg2disk needs qemu-img for this format: install qemu-utils in the action's image, or set QEMU_IMG)"
+            } else {
+                ""
+            };
+            ActionError::new(
+                "ConvertFailed",
+                format!("running {}: {e}{hint}", opts.program),
+            )
+        })?;
+    let stderr = child.stderr.take().map(|mut e| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = e.read_to_end(&mut v);
+            v
+        })
+    });
+    let mut stdout = Vec::new();
+    if let Some(mut out) = child.stdout.take() {
+        let mut buf = [0u8; 4096];
+        let mut line = Vec::new();
+        let mut last = Instant::now();
+        loop {
+            let n = match out.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            match progress {
+                None => stdout.extend_from_slice(&buf[..n]),
+                Some(log) => {
+                    for b in &buf[..n] {
+                        if *b != b'\r' && *b != b'\n' {
+                            line.push(*b);
+                            continue;
+                        }
+                        if let Some(p) = percent(&String::from_utf8_lossy(&line))
+                            && last.elapsed() >= opts.progress
+                        {
+                            log.info("convert progress", &[("percent", p.into())]);
+                            last = Instant::now();
+                        }
+                        line.clear();
+                    }
+                }
+            }
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| ActionError::new("ConvertFailed", format!("{}: {e}", opts.program)))?;
+    let err = stderr
+        .and_then(|h| h.join().ok())
+        .map(|v| String::from_utf8_lossy(&v).trim().to_owned())
+        .unwrap_or_default();
+    if !status.success() {
         let tail = err
             .char_indices()
             .rev()
             .nth(600)
-            .map_or(err, |(i, _)| &err[i..]);
+            .map_or(err.as_str(), |(i, _)| &err[i..]);
         return Err(ActionError::new(
             "ConvertFailed",
             format!(
-                "{} {} failed ({}): {tail}",
+                "{} {} failed ({status}): {tail}",
                 opts.program,
-                args.join(" "),
-                out.status
+                args.join(" ")
             ),
         ));
     }
-    Ok(out.stdout)
+    Ok(stdout)
 }
 
 /// Files an image refers to, from `qemu-img info --output=json`: backing files, external data
@@ -270,6 +331,7 @@ pub fn convert(
     let info = run_qemu_img(
         opts,
         &["info", "--output=json", "-f", staged.format, &image],
+        None,
     )?;
     let info: serde_json::Value = serde_json::from_slice(&info)
         .map_err(|e| ActionError::new("ConvertFailed", format!("qemu-img info: not JSON: {e}")))?;
@@ -304,7 +366,7 @@ pub fn convert(
     }
     let is_block = std::fs::metadata(disk).is_ok_and(|m| m.file_type().is_block_device());
     let target = disk.to_string_lossy().into_owned();
-    let mut args: Vec<&str> = vec!["convert", "-f", staged.format, "-O", &opts.out_format];
+    let mut args: Vec<&str> = vec!["convert", "-p", "-f", staged.format, "-O", &opts.out_format];
     // A block device exists already (qemu-img would try to create it); a regular file is
     // created at the image's size.
     if is_block {
@@ -324,7 +386,7 @@ pub fn convert(
         ],
     );
     let started = Instant::now();
-    run_qemu_img(opts, &args)?;
+    run_qemu_img(opts, &args, Some(log))?;
     log.info(
         "converted",
         &[("seconds", started.elapsed().as_secs_f64().into())],
@@ -351,6 +413,13 @@ mod tests {
         assert_eq!(detect(&[0xeb, 0x63, 0x90, 0x10]), None);
         assert_eq!(detect(b"QFI"), None);
         assert_eq!(detect(&[]), None);
+    }
+
+    #[test]
+    fn progress_lines() {
+        assert_eq!(percent("    (12.50/100%)"), Some(12.5));
+        assert_eq!(percent("(100.00/100%)"), Some(100.0));
+        assert_eq!(percent("qemu-img: warning"), None);
     }
 
     #[test]

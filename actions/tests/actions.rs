@@ -1636,11 +1636,18 @@ fn qemuimg2disk_converts_qcow2_streams_raw_and_fails_with_reasons() -> TestResul
                 ("IMG_URL", &url),
                 ("DEST_DISK", &disk.dev),
                 ("TMPDIR", &tmp_dir),
+                ("PROGRESS_INTERVAL_SECONDS", "0"),
             ],
         )?;
         assert_ok(&r);
         assert_eq!(
             r.stdout.contains("converting"),
+            converted,
+            "{path}: {}",
+            r.stdout
+        );
+        assert_eq!(
+            r.stdout.contains("convert progress percent=100"),
             converted,
             "{path}: {}",
             r.stdout
