@@ -653,11 +653,16 @@ fn decode_and_write(
                 ),
             ));
         };
-        let staged =
-            qemu::stage(opts, log, qformat, &inner, &mut reader, written).map_err(|e| match e {
+        // The download's size is the staged file's when nothing was decompressed.
+        let size = matches!(format, Format::Raw | Format::Qcow2)
+            .then_some(total)
+            .flatten();
+        let staged = qemu::stage(opts, log, qformat, &inner, &mut reader, written, size).map_err(
+            |e| match e {
                 qemu::StageError::Read(e) => read_error(e),
                 qemu::StageError::Action(a) => a,
-            })?;
+            },
+        )?;
         return Ok(Outcome::Staged(staged));
     }
     let known = match format {

@@ -136,11 +136,25 @@ pub fn stage(
     head: &[u8],
     reader: &mut dyn Read,
     written: &AtomicU64,
+    size: Option<u64>,
 ) -> Result<Staged, StageError> {
     if head.starts_with(b"# Disk DescriptorFile") {
         return Err(StageError::Action(ActionError::new(
             "UnsupportedFormat",
             "the image is a VMDK descriptor, which names its data in other files: use a monolithic VMDK (or qcow2)",
+        )));
+    }
+    // When the download's size is the file's (not compressed), a TMPDIR too small fails now
+    // rather than after most of the download.
+    if let (Some(size), Ok(free)) = (size, crate::sys::free_space(&opts.tmp_dir))
+        && size > free
+    {
+        return Err(StageError::Action(ActionError::new(
+            "WriteFailed",
+            format!(
+                "the {format} image is {size} bytes and TMPDIR={} has {free} bytes free: it is staged there before qemu-img converts it",
+                opts.tmp_dir.display()
+            ),
         )));
     }
     let nanos = std::time::SystemTime::now()

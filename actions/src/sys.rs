@@ -94,6 +94,20 @@ pub fn kexec_file_load(
     }
 }
 
+/// Bytes available to this process in the file system holding `path` (`statvfs(2)`).
+pub fn free_space(path: &Path) -> io::Result<u64> {
+    let p = cpath(path)?;
+    // SAFETY: a live CString and a zeroed statvfs the call fills.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::statvfs(p.as_ptr(), &mut st) };
+    if rc == 0 {
+        Ok(st.f_bavail as u64 * st.f_frsize as u64)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// A directory made for a mount and removed again.
 pub fn mount_dir(action: &str) -> io::Result<PathBuf> {
     let nanos = std::time::SystemTime::now()

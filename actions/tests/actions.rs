@@ -1741,6 +1741,44 @@ fn qemuimg2disk_converts_qcow2_streams_raw_and_fails_with_reasons() -> TestResul
     )?;
     assert_failed(&r, "UnsupportedFormat", "disk.raw");
     assert!(disk.read(1 << 20)?.iter().all(|b| *b == 0));
+    // A TMPDIR too small for the staged image: found before the download when its size is
+    // known, else when the file system fills.
+    let small_tmp = tempfile::tempdir()?;
+    sh(
+        "mount",
+        &[
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=1m",
+            "tmpfs",
+            &small_tmp.path().to_string_lossy(),
+        ],
+    )?;
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(small_tmp.path());
+    let small_tmp_dir = small_tmp.path().to_string_lossy().into_owned();
+    for (path, says) in [
+        ("/cloud.img", "bytes free"),
+        ("/cloud.qcow2.gz", "temporary file"),
+    ] {
+        let url = format!("{}{path}", server.base);
+        let r = run(
+            "qemuimg2disk",
+            &[
+                ("IMG_URL", &url),
+                ("DEST_DISK", &disk.dev),
+                ("TMPDIR", &small_tmp_dir),
+            ],
+        )?;
+        assert_failed(&r, "WriteFailed", says);
+        assert_eq!(std::fs::read_dir(small_tmp.path())?.count(), 0, "{path}");
+    }
     // A download cut short; a wrong disk; no qemu-img.
     let url = server.add("/cut.qcow2", qcow2.clone(), Mode::Truncate);
     let r = run(
