@@ -302,10 +302,19 @@ async fn send_once(
             })?
             .map_err(|e| {
                 let text = e.to_string();
-                // rustls reads a plain-HTTP answer ("HTTP/1.1 400 ...") as a corrupt record.
-                let plain_http = text.contains("InvalidContentType")
-                    || text.contains("corrupt message")
-                    || text.contains("received corrupt");
+                // rustls reads a plain-HTTP answer ("HTTP/1.1 400 ...") as a record of an
+                // unknown content type ('H').
+                let plain_http = e
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<tokio_rustls::rustls::Error>())
+                    .is_some_and(|r| {
+                        matches!(
+                            r,
+                            tokio_rustls::rustls::Error::InvalidMessage(
+                                tokio_rustls::rustls::InvalidMessage::InvalidContentType
+                            )
+                        )
+                    });
                 HttpError::Tls {
                     message: format!("TLS handshake with {addr}: {text}"),
                     plain_http,
