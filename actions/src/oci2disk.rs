@@ -236,7 +236,19 @@ impl Registry {
                     return Err(ActionError::new("InvalidVariable", e.to_string()));
                 }
                 Err(e) => {
-                    last = Some(unreachable(&r.registry, &e));
+                    let mut err = unreachable(&r.registry, &e);
+                    if matches!(
+                        e,
+                        HttpError::Tls {
+                            plain_http: true,
+                            ..
+                        }
+                    ) {
+                        err.message.push_str(
+                            " (the registry speaks plain HTTP: write IMG_URL without https://)",
+                        );
+                    }
+                    last = Some(err);
                     break;
                 }
             }

@@ -1460,6 +1460,10 @@ fn oci2disk_writes_an_artifact_from_a_registry_and_fails_with_reasons() -> TestR
         let r = run("oci2disk", &[("IMG_URL", &img), ("DEST_DISK", &disk.dev)])?;
         assert_failed(&r, "ImageNotFound", missing.split(':').next().unwrap_or(""));
     }
+    // https:// forbids the fallback.
+    let img = format!("https://{}/disks/debian:raw.gz", reg.addr);
+    let r = run("oci2disk", &[("IMG_URL", &img), ("DEST_DISK", &disk.dev)])?;
+    assert_failed(&r, "RegistryUnreachable", "speaks plain HTTP");
     // Nothing listens there.
     let img = format!("127.0.0.1:{}/disks/debian:raw.gz", free_port()?);
     let r = run("oci2disk", &[("IMG_URL", &img), ("DEST_DISK", &disk.dev)])?;
