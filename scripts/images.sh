@@ -90,7 +90,7 @@ mkdir -p "$ctx/tmp" && chmod 1777 "$ctx/tmp"
   echo "COPY tmp /tmp"
 } > "$ctx/Dockerfile"
 docker build -q -t "tinkerbell/actions/tink-actions:$actions_tag" "$ctx" >/dev/null
-for a in image2disk archive2disk writefile cexec kexec; do
+for a in image2disk oci2disk qemuimg2disk archive2disk writefile cexec kexec grub2disk; do
   printf 'FROM tinkerbell/actions/tink-actions:%s\nENTRYPOINT ["/usr/local/bin/tink-actions", "%s"]\n' "$actions_tag" "$a" > "$ctx/Dockerfile"
   docker build -q -t "tinkerbell/actions/$a:$actions_tag" "$ctx" >/dev/null
   # The older quay.io/tinkerbell-actions/<name> path of many published templates.

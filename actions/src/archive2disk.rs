@@ -67,6 +67,10 @@ pub fn run(env: &Env, log: &Log) -> Result<(), ActionError> {
         progress: std::time::Duration::from_secs(3),
         sha256,
         first_backoff: std::time::Duration::ZERO,
+        headers: Vec::new(),
+        tls: crate::http::Tls::from_env(env),
+        checksum_name: "TARFILE_CHECKSUM".into(),
+        qemu: None,
     };
     log.info(
         "unpacking",

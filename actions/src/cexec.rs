@@ -55,20 +55,8 @@ pub fn run(env: &Env, log: &Log) -> Result<(), ActionError> {
     let mut restore: Option<ResolvRestore> = None;
     let result = (|| {
         if chroot {
-            for d in ["dev", "proc", "sys"] {
-                let target = root.join(d);
-                std::fs::create_dir_all(&target).map_err(|e| {
-                    ActionError::new("MountFailed", format!("creating /{d} in the root: {e}"))
-                })?;
-                sys::mount(
-                    Path::new(&format!("/{d}")),
-                    &target,
-                    None,
-                    libc::MS_BIND | libc::MS_REC,
-                )
-                .map_err(|e| ActionError::new("MountFailed", format!("binding /{d}: {e}")))?;
-                binds.push_recursive(target);
-            }
+            sys::bind_system_dirs(&root, &mut binds)
+                .map_err(|e| ActionError::new("MountFailed", e))?;
             if resolv {
                 bind_resolv_conf(&root, &mut binds, &mut restore)?;
             }

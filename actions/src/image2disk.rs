@@ -29,6 +29,7 @@ use sha2::{Digest, Sha256};
 
 use crate::common::{ActionError, Env, Log};
 use crate::http::{self, HttpError};
+use crate::qemu;
 use crate::sys;
 
 /// The size of one write (and of each buffer of the pool).
@@ -61,6 +62,15 @@ pub struct Config {
     pub sha256: Option<[u8; 32]>,
     /// First retry pause (doubles up to 30 s); `RETRY_INITIAL_MILLIS`, for tests.
     pub first_backoff: Duration,
+    /// Extra request headers (oci2disk's `Authorization`).
+    pub headers: Vec<(String, String)>,
+    /// Trust for `https://` (`CA_CERT`).
+    pub tls: http::Tls,
+    /// What the expected digest is called in messages (`IMG_CHECKSUM`).
+    pub checksum_name: String,
+    /// qemuimg2disk: an image in a qemu format (qcow2, vmdk, ...) is staged in a temporary
+    /// file and converted with `qemu-img`; without it such an image is refused.
+    pub qemu: Option<qemu::Options>,
 }
 
 impl Config {
@@ -69,6 +79,11 @@ impl Config {
         let raw_url = env.required("IMG_URL")?;
         let url =
             url::Url::parse(raw_url).map_err(|e| ActionError::invalid("IMG_URL", raw_url, e))?;
+        Self::with_url(env, url)
+    }
+
+    /// The settings other than `IMG_URL` (oci2disk's `IMG_URL` is an image reference).
+    pub fn with_url(env: &Env, url: url::Url) -> Result<Self, ActionError> {
         let disk = PathBuf::from(env.required("DEST_DISK")?);
         let sha256 = env.get("IMG_CHECKSUM").map(parse_sha256).transpose()?;
         Ok(Self {
@@ -80,7 +95,20 @@ impl Config {
             progress: Duration::from_secs(env.u64("PROGRESS_INTERVAL_SECONDS", 3)?.max(1)),
             sha256,
             first_backoff: Duration::from_millis(env.u64("RETRY_INITIAL_MILLIS", 500)?),
+            headers: Vec::new(),
+            tls: http::Tls::from_env(env),
+            checksum_name: "IMG_CHECKSUM".into(),
+            qemu: None,
         })
+    }
+
+    /// The image's GET.
+    fn request(&self) -> http::Get {
+        http::Get {
+            url: self.url.clone(),
+            headers: self.headers.clone(),
+            tls: self.tls.clone(),
+        }
     }
 }
 
@@ -119,6 +147,9 @@ fn http_failure(e: HttpError) -> Failure {
         HttpError::BadUrl(_) => {
             Failure::Fatal(ActionError::new("InvalidVariable", format!("IMG_URL: {e}")))
         }
+        HttpError::TlsConfig(_) => {
+            Failure::Fatal(ActionError::new("InvalidVariable", e.to_string()))
+        }
         _ if e.retryable() => Failure::Retry(ActionError::new("DownloadFailed", e.to_string())),
         _ => Failure::Fatal(ActionError::new("DownloadFailed", e.to_string())),
     }
@@ -127,6 +158,12 @@ fn http_failure(e: HttpError) -> Failure {
 /// Runs the action.
 pub fn run(env: &Env, log: &Log) -> Result<(), ActionError> {
     let cfg = Config::from_env(env)?;
+    write_image(&cfg, log)
+}
+
+/// Downloads, decodes and writes `cfg.url` onto `cfg.disk`, with the retries `cfg` asks for:
+/// image2disk, and the write half of oci2disk and qemuimg2disk.
+pub(crate) fn write_image(cfg: &Config, log: &Log) -> Result<(), ActionError> {
     sys::check_device("DEST_DISK", &cfg.disk.to_string_lossy())?;
     log.info(
         "writing image",
@@ -138,7 +175,7 @@ pub fn run(env: &Env, log: &Log) -> Result<(), ActionError> {
     let deadline = Instant::now() + cfg.retry_for;
     let mut backoff = cfg.first_backoff;
     loop {
-        match attempt(&cfg, log, deadline) {
+        match attempt(cfg, log, deadline) {
             Ok(written) => {
                 log.info(
                     "successfully wrote image to disk",
@@ -151,7 +188,7 @@ pub fn run(env: &Env, log: &Log) -> Result<(), ActionError> {
             }
             Err(Failure::Retry(e)) if cfg.retry && Instant::now() + backoff < deadline => {
                 log.error(
-                    "retrying image2disk from the start",
+                    "retrying the image from the start",
                     &[
                         ("error", e.to_string().into()),
                         ("backoff_ms", (backoff.as_millis() as u64).into()),
@@ -195,7 +232,8 @@ async fn download(
     let mut hasher = cfg.sha256.map(|_| Sha256::new());
     let mut offset = 0u64;
     let mut backoff = cfg.first_backoff;
-    let mut dl = http::get(&cfg.url, 0, STALL).await.map_err(http_failure)?;
+    let req = cfg.request();
+    let mut dl = http::get(&req, 0, STALL).await.map_err(http_failure)?;
     if tx.send(Msg::Start(dl.total)).is_err() {
         return Err(Failure::Stopped);
     }
@@ -230,7 +268,7 @@ async fn download(
                 loop {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(30));
-                    match http::get(&cfg.url, offset, STALL).await {
+                    match http::get(&req, offset, STALL).await {
                         Ok(d) => {
                             dl = d;
                             break;
@@ -471,7 +509,7 @@ fn attempt(cfg: &Config, log: &Log, deadline: Instant) -> Result<u64, Failure> {
     let dl = join_download(dl_thread);
     let _ = stop_tx.send(());
     let _ = progress.join();
-    let written_bytes = match (result, dl) {
+    let outcome = match (result, dl) {
         (Err(e), Err(Failure::Stopped)) => return Err(Failure::Fatal(e)),
         (Ok(_), Err(Failure::Stopped)) => {
             return Err(fatal(
@@ -489,15 +527,25 @@ fn attempt(cfg: &Config, log: &Log, deadline: Instant) -> Result<u64, Failure> {
                 return Err(fatal(
                     "ChecksumMismatch",
                     format!(
-                        "sha256 of the {} downloaded bytes is {}, IMG_CHECKSUM wants {}",
+                        "sha256 of the {} downloaded bytes is {}, {} wants {}",
                         d.bytes,
                         d.sha256.as_ref().map_or_else(String::new, |h| hex(h)),
+                        cfg.checksum_name,
                         hex(&want)
                     ),
                 ));
             }
             n
         }
+    };
+    let written_bytes = match outcome {
+        Outcome::Written(n) => n,
+        Outcome::Staged(staged) => match &cfg.qemu {
+            Some(opts) => {
+                qemu::convert(opts, log, &staged, &cfg.disk, disk_size).map_err(Failure::Fatal)?
+            }
+            None => return Err(fatal("RuntimeError", "a staged image without qemu".into())),
+        },
     };
 
     buffered
@@ -523,6 +571,14 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// What the decoder made of the image.
+enum Outcome {
+    /// Written onto the disk: this many bytes.
+    Written(u64),
+    /// A qemu format, staged in a temporary file for `qemu-img convert` (qemuimg2disk).
+    Staged(qemu::Staged),
+}
+
 #[allow(clippy::too_many_arguments)]
 fn decode_and_write(
     cfg: &Config,
@@ -533,7 +589,7 @@ fn decode_and_write(
     buffered: &File,
     direct: Option<&File>,
     written: &AtomicU64,
-) -> Result<u64, ActionError> {
+) -> Result<Outcome, ActionError> {
     let mut src = ChannelReader {
         rx,
         cur: Bytes::new(),
@@ -544,6 +600,71 @@ fn decode_and_write(
         .read_to_end(&mut head)
         .map_err(|e| ActionError::new("DownloadFailed", e.to_string()))?;
     let format = detect(&head);
+    if cfg.compressed && format == Format::Raw {
+        return Err(ActionError::new(
+            "UnsupportedFormat",
+            "COMPRESSED=true but the image is none of gzip, xz, zstd, bzip2 (detected by its first bytes)",
+        ));
+    }
+    let stream = Cursor::new(head.clone()).chain(src);
+    let mut reader: Box<dyn Read> = match format {
+        Format::Raw | Format::Qcow2 => Box::new(stream),
+        Format::Gzip => Box::new(flate2::read::MultiGzDecoder::new(stream)),
+        Format::Xz => Box::new(liblzma::read::XzDecoder::new_multi_decoder(stream)),
+        Format::Zstd => Box::new(
+            zstd::stream::read::Decoder::new(stream)
+                .map_err(|e| ActionError::new("DecompressionFailed", format!("zstd: {e}")))?,
+        ),
+        Format::Bzip2 => Box::new(bzip2::read::MultiBzDecoder::new(stream)),
+    };
+    let read_error = move |e: io::Error| {
+        let why = if matches!(format, Format::Raw | Format::Qcow2) {
+            "DownloadFailed"
+        } else {
+            "DecompressionFailed"
+        };
+        ActionError::new(why, format!("{format:?} stream: {e}"))
+    };
+    // The decoded image's first bytes: a qemu format (qcow2, also inside a compressed file)
+    // is converted by qemuimg2disk, never written as it is.
+    let mut inner = Vec::with_capacity(qemu::HEAD);
+    (&mut reader)
+        .take(qemu::HEAD as u64)
+        .read_to_end(&mut inner)
+        .map_err(read_error)?;
+    if let Some(qformat) = qemu::detect(&inner) {
+        let outer = if format == Format::Raw || format == Format::Qcow2 {
+            String::new()
+        } else {
+            format!(" (inside {})", format!("{format:?}").to_lowercase())
+        };
+        log.info(
+            "image format",
+            &[
+                ("format", format!("{format:?}").to_lowercase().into()),
+                ("image", qformat.into()),
+            ],
+        );
+        let Some(opts) = &cfg.qemu else {
+            return Err(ActionError::new(
+                "UnsupportedFormat",
+                format!(
+                    "the image is {qformat}{outer}: use qemuimg2disk (or convert it to raw with qemu-img convert)"
+                ),
+            ));
+        };
+        // The download's size is the staged file's when nothing was decompressed.
+        let size = matches!(format, Format::Raw | Format::Qcow2)
+            .then_some(total)
+            .flatten();
+        let staged = qemu::stage(opts, log, qformat, &inner, &mut reader, written, size).map_err(
+            |e| match e {
+                qemu::StageError::Read(e) => read_error(e),
+                qemu::StageError::Action(a) => a,
+            },
+        )?;
+        return Ok(Outcome::Staged(staged));
+    }
     let known = match format {
         Format::Raw => total,
         Format::Zstd => zstd_content_size(&head),
@@ -567,35 +688,13 @@ fn decode_and_write(
             ),
         ));
     }
-    if cfg.compressed && format == Format::Raw {
-        return Err(ActionError::new(
-            "UnsupportedFormat",
-            "COMPRESSED=true but the image is none of gzip, xz, zstd, bzip2 (detected by its first bytes)",
-        ));
-    }
     if !cfg.compressed && format != Format::Raw {
         log.info(
             "the image is compressed although COMPRESSED is false: decompressing it",
             &[],
         );
     }
-    let stream = Cursor::new(head).chain(src);
-    let mut reader: Box<dyn Read> = match format {
-        Format::Raw => Box::new(stream),
-        Format::Gzip => Box::new(flate2::read::MultiGzDecoder::new(stream)),
-        Format::Xz => Box::new(liblzma::read::XzDecoder::new_multi_decoder(stream)),
-        Format::Zstd => Box::new(
-            zstd::stream::read::Decoder::new(stream)
-                .map_err(|e| ActionError::new("DecompressionFailed", format!("zstd: {e}")))?,
-        ),
-        Format::Bzip2 => Box::new(bzip2::read::MultiBzDecoder::new(stream)),
-        Format::Qcow2 => {
-            return Err(ActionError::new(
-                "UnsupportedFormat",
-                "the image is qcow2: convert it to raw (qemu-img convert) or use qemuimg2disk",
-            ));
-        }
-    };
+    let mut reader = Cursor::new(inner).chain(reader);
 
     let (full_tx, full_rx) = sync_channel::<(Aligned, usize)>(POOL);
     let (free_tx, free_rx) = sync_channel::<Aligned>(POOL);
@@ -637,14 +736,7 @@ fn decode_and_write(
                 let mut len = 0;
                 let b = buf.buf();
                 while len < CHUNK {
-                    let n = reader.read(&mut b[len..]).map_err(|e| {
-                        let why = if format == Format::Raw {
-                            "DownloadFailed"
-                        } else {
-                            "DecompressionFailed"
-                        };
-                        ActionError::new(why, format!("{format:?} stream: {e}"))
-                    })?;
+                    let n = reader.read(&mut b[len..]).map_err(read_error)?;
                     if n == 0 {
                         break;
                     }
@@ -672,7 +764,7 @@ fn decode_and_write(
         match (w, decoded) {
             (Err(e), _) => Err(e),
             (Ok(_), Err(e)) => Err(e),
-            (Ok(n), Ok(())) => Ok(n),
+            (Ok(n), Ok(())) => Ok(Outcome::Written(n)),
         }
     })
 }

@@ -1,4 +1,5 @@
-//! tink-actions: Tinkerbell's hub actions (image2disk, writefile, cexec, kexec) as one static
+//! tink-actions: Tinkerbell's hub actions (image2disk, oci2disk, qemuimg2disk, archive2disk,
+//! writefile, cexec, kexec, grub2disk) as one static
 //! multi-call binary. The action is the name the binary was called by (`image2disk`, through a
 //! symbolic link in the image) or its first argument (`tink-actions image2disk`); settings come
 //! from the hub's environment variables (docs/actions.md). On failure the action writes the
@@ -7,16 +8,29 @@
 mod archive2disk;
 mod cexec;
 mod common;
+mod grub2disk;
 mod grubcfg;
 mod http;
 mod image2disk;
 mod kexec;
+mod oci2disk;
+mod qemu;
+mod qemuimg2disk;
 mod sys;
 mod writefile;
 
 use common::{ActionError, Env, Log};
 
-const ACTIONS: [&str; 5] = ["image2disk", "archive2disk", "writefile", "cexec", "kexec"];
+const ACTIONS: [&str; 8] = [
+    "image2disk",
+    "oci2disk",
+    "qemuimg2disk",
+    "archive2disk",
+    "writefile",
+    "cexec",
+    "kexec",
+    "grub2disk",
+];
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -55,6 +69,9 @@ fn main() {
         "archive2disk" => archive2disk::run(&env, &log),
         "writefile" => writefile::run(&env, &log),
         "cexec" => cexec::run(&env, &log),
+        "oci2disk" => oci2disk::run(&env, &log),
+        "qemuimg2disk" => qemuimg2disk::run(&env, &log),
+        "grub2disk" => grub2disk::run(&env, &log),
         _ => kexec::run(&env, &log),
     };
     if let Err(e) = result {

@@ -94,6 +94,20 @@ pub fn kexec_file_load(
     }
 }
 
+/// Bytes available to this process in the file system holding `path` (`statvfs(2)`).
+pub fn free_space(path: &Path) -> io::Result<u64> {
+    let p = cpath(path)?;
+    // SAFETY: a live CString and a zeroed statvfs the call fills.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::statvfs(p.as_ptr(), &mut st) };
+    if rc == 0 {
+        Ok(st.f_bavail as u64 * st.f_frsize as u64)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// A directory made for a mount and removed again.
 pub fn mount_dir(action: &str) -> io::Result<PathBuf> {
     let nanos = std::time::SystemTime::now()
@@ -211,4 +225,22 @@ pub fn check_device(
         ));
     }
     Ok(meta)
+}
+
+/// Binds the host's `/dev`, `/proc` and `/sys` (recursively) into `root`, for commands run in a
+/// chroot of it; each is recorded in `mounts` as soon as it is made.
+pub fn bind_system_dirs(root: &Path, mounts: &mut Mounts) -> Result<(), String> {
+    for d in ["dev", "proc", "sys"] {
+        let target = root.join(d);
+        std::fs::create_dir_all(&target).map_err(|e| format!("creating /{d} in the root: {e}"))?;
+        mount(
+            Path::new(&format!("/{d}")),
+            &target,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+        )
+        .map_err(|e| format!("binding /{d}: {e}"))?;
+        mounts.push_recursive(target);
+    }
+    Ok(())
 }

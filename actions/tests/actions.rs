@@ -180,9 +180,20 @@ struct Server {
 
 impl Server {
     fn start() -> Result<Self, Box<dyn std::error::Error>> {
+        Self::start_with(None)
+    }
+
+    /// With `tls`, an `https://localhost:<port>` server.
+    fn start_with(
+        tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         std_listener.set_nonblocking(true)?;
-        let base = format!("http://{}", std_listener.local_addr()?);
+        let base = match tls {
+            Some(_) => format!("https://localhost:{}", std_listener.local_addr()?.port()),
+            None => format!("http://{}", std_listener.local_addr()?),
+        };
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
         let files: Arc<Mutex<HashMap<String, Served>>> = Arc::default();
         let requests = Arc::new(AtomicUsize::new(0));
         let range_requests = Arc::new(AtomicUsize::new(0));
@@ -200,8 +211,18 @@ impl Server {
                 };
                 while let Ok((sock, _)) = listener.accept().await {
                     let (f, rq, rr) = (f.clone(), rq.clone(), rr.clone());
+                    let acceptor = acceptor.clone();
                     tokio::spawn(async move {
-                        let _ = serve(sock, f, rq, rr).await;
+                        match acceptor {
+                            Some(a) => {
+                                if let Ok(tls) = a.accept(sock).await {
+                                    let _ = serve(tls, f, rq, rr).await;
+                                }
+                            }
+                            None => {
+                                let _ = serve(sock, f, rq, rr).await;
+                            }
+                        }
                     });
                 }
             });
@@ -222,8 +243,8 @@ impl Server {
     }
 }
 
-async fn serve(
-    mut sock: tokio::net::TcpStream,
+async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut sock: S,
     files: Arc<Mutex<HashMap<String, Served>>>,
     requests: Arc<AtomicUsize>,
     range_requests: Arc<AtomicUsize>,
@@ -627,7 +648,7 @@ fn image2disk_retries_a_broken_download_and_completes() -> TestResult {
     )?;
     assert_ok(&r);
     assert!(
-        r.stdout.contains("retrying image2disk from the start"),
+        r.stdout.contains("retrying the image from the start"),
         "{}",
         r.stdout
     );
@@ -1079,5 +1100,1087 @@ fn archive2disk_unpacks_with_owners_modes_and_links_and_checks_the_digest() -> T
     assert_ok(&r);
     let m = Mounted::new(&disk.dev)?;
     assert!(m.path().join("opt/etc/app/motd").exists());
+    Ok(())
+}
+
+// ---------- tools the newer actions need ----------
+
+/// Whether `tool` is installed; says so loudly when not (and fails under `CI=true`).
+fn need(tool: &str, package: &str) -> bool {
+    if which(tool) {
+        return true;
+    }
+    let msg =
+        format!("SKIPPED: {tool} is not installed (Debian {package}: scripts/install-deps.sh)");
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}");
+    eprintln!("{msg}");
+    false
+}
+
+/// A blocking HTTP/1.1 exchange with `Connection: close`: status, head, body.
+fn http_raw(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<(u16, String, Vec<u8>), Box<dyn std::error::Error>> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp)?;
+    let split = resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or("no end of the response head")?;
+    let head = String::from_utf8_lossy(&resp[..split]).to_string();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or("no status")?;
+    Ok((status, head, resp[split + 4..].to_vec()))
+}
+
+fn header_of(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_owned())
+    })
+}
+
+fn port_of(addr: &str) -> &str {
+    addr.rsplit(':').next().unwrap_or(addr)
+}
+
+fn free_port() -> Result<u16, Box<dyn std::error::Error>> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+// ---------- oci2disk ----------
+
+/// Debian's docker-registry on 127.0.0.1 with its storage in a temporary directory.
+struct Registry {
+    child: std::process::Child,
+    addr: String,
+    dir: tempfile::TempDir,
+}
+
+impl Registry {
+    fn start() -> Result<Self, Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let storage = dir.path().join("storage");
+        Self::serve(dir, &storage, None)
+    }
+
+    /// A second registry over the same storage, speaking TLS with `tls`'s certificate.
+    fn with_tls(&self, tls: &TestTls) -> Result<Self, Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("cert.pem"), &tls.cert_pem)?;
+        std::fs::write(dir.path().join("key.pem"), &tls.key_pem)?;
+        let tls_conf = format!(
+            "  tls:\n    certificate: {}\n    key: {}\n",
+            dir.path().join("cert.pem").display(),
+            dir.path().join("key.pem").display()
+        );
+        let storage = self.dir.path().join("storage");
+        Self::serve(dir, &storage, Some(tls_conf))
+    }
+
+    fn serve(
+        dir: tempfile::TempDir,
+        storage: &Path,
+        tls: Option<String>,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        let port = free_port()?;
+        let addr = format!("127.0.0.1:{port}");
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n{}",
+                storage.display(),
+                tls.as_deref().unwrap_or("")
+            ),
+        )?;
+        let plain = tls.is_none();
+        let log = std::fs::File::create(dir.path().join("registry.log"))?;
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        let reg = Self { child, addr, dir };
+        for _ in 0..100 {
+            // A TLS registry answers plain HTTP with a 400: it is listening.
+            if http_raw(&reg.addr, "GET", "/v2/", &[], b"").is_ok_and(|r| !plain || r.0 == 200) {
+                return Ok(reg);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Err(format!(
+            "docker-registry did not answer on {}: {}",
+            reg.addr,
+            std::fs::read_to_string(reg.dir.path().join("registry.log")).unwrap_or_default()
+        )
+        .into())
+    }
+
+    /// Uploads a blob (POST, then PUT with the digest); returns its digest.
+    fn blob(&self, repo: &str, data: &[u8]) -> Result<String, Box<dyn std::error::Error>> {
+        let digest = format!("sha256:{}", sha256_hex(data));
+        let (status, head, _) = http_raw(
+            &self.addr,
+            "POST",
+            &format!("/v2/{repo}/blobs/uploads/"),
+            &[],
+            b"",
+        )?;
+        assert_eq!(status, 202, "{head}");
+        let location = header_of(&head, "Location").ok_or("no Location")?;
+        let location = location
+            .strip_prefix(&format!("http://{}", self.addr))
+            .unwrap_or(&location)
+            .to_owned();
+        let sep = if location.contains('?') { '&' } else { '?' };
+        let (status, head, _) = http_raw(
+            &self.addr,
+            "PUT",
+            &format!("{location}{sep}digest={digest}"),
+            &[("Content-Type", "application/octet-stream")],
+            data,
+        )?;
+        assert_eq!(status, 201, "{head}");
+        Ok(digest)
+    }
+
+    /// Pushes `data` as an ORAS-style artifact (one titled layer); returns the manifest digest.
+    fn push(
+        &self,
+        repo: &str,
+        tag: &str,
+        title: &str,
+        data: &[u8],
+    ) -> Result<String, Box<dyn std::error::Error>> {
+        let config = b"{}";
+        let config_digest = self.blob(repo, config)?;
+        let layer_digest = self.blob(repo, data)?;
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": config_digest,
+                "size": config.len(),
+            },
+            "layers": [{
+                "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                "digest": layer_digest,
+                "size": data.len(),
+                "annotations": {"org.opencontainers.image.title": title},
+            }],
+        });
+        let body = serde_json::to_vec(&manifest)?;
+        let (status, head, resp) = http_raw(
+            &self.addr,
+            "PUT",
+            &format!("/v2/{repo}/manifests/{tag}"),
+            &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")],
+            &body,
+        )?;
+        assert_eq!(status, 201, "{head}\n{}", String::from_utf8_lossy(&resp));
+        Ok(format!("sha256:{}", sha256_hex(&body)))
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum ProxyMode {
+    /// Forwards what the bearer token allows.
+    Pass,
+    /// Blob answers are cut in half.
+    TruncateBlobs,
+    /// One byte of each blob is changed.
+    CorruptBlobs,
+}
+
+const TOKEN: &str = "tok-3f9a";
+
+/// A registry front that wants a bearer token (as Docker Hub, ghcr.io and Harbor do): a 401
+/// challenge naming its `/token` realm, which hands out the token for `user:secret` only.
+/// Returns `host:port` and the count of token requests.
+fn auth_proxy(
+    upstream: String,
+    mode: ProxyMode,
+) -> Result<(String, Arc<AtomicUsize>), Box<dyn std::error::Error>> {
+    use base64::Engine;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?.to_string();
+    let tokens = Arc::new(AtomicUsize::new(0));
+    let (me, count) = (addr.clone(), tokens.clone());
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("user:secret")
+    );
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut sock) = conn else { continue };
+            let (upstream, me, count, basic) =
+                (upstream.clone(), me.clone(), count.clone(), basic.clone());
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if sock.read(&mut b)? == 0 {
+                        return Ok(());
+                    }
+                    head.push(b[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_string();
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let auth = header_of(&head, "Authorization").unwrap_or_default();
+                if path.starts_with("/token") {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let ok =
+                        auth == basic && path.contains("scope=repository%3Adisks%2Fdebian%3Apull");
+                    let body = format!("{{\"token\":\"{TOKEN}\"}}");
+                    let resp = if ok {
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    } else {
+                        "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned()
+                    };
+                    return sock.write_all(resp.as_bytes());
+                }
+                if auth != format!("Bearer {TOKEN}") {
+                    let resp = format!(
+                        "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"http://{me}/token\",service=\"test-registry\",scope=\"repository:disks/debian:pull\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    );
+                    return sock.write_all(resp.as_bytes());
+                }
+                let accept = header_of(&head, "Accept").unwrap_or_else(|| "*/*".into());
+                let mut up = std::net::TcpStream::connect(&upstream)?;
+                up.write_all(
+                    format!(
+                        "GET {path} HTTP/1.1\r\nHost: {upstream}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+                    )
+                    .as_bytes(),
+                )?;
+                let mut resp = Vec::new();
+                up.read_to_end(&mut resp)?;
+                let split = resp
+                    .windows(4)
+                    .position(|w| w == b"\r\n\r\n")
+                    .map_or(resp.len(), |p| p + 4);
+                let blob = path.contains("/blobs/") && resp.len() > split + 1024;
+                match mode {
+                    ProxyMode::TruncateBlobs if blob => {
+                        let half = split + (resp.len() - split) / 2;
+                        sock.write_all(&resp[..half])?;
+                    }
+                    ProxyMode::CorruptBlobs if blob => {
+                        let mid = split + (resp.len() - split) / 2;
+                        resp[mid] ^= 0xff;
+                        sock.write_all(&resp)?;
+                    }
+                    _ => sock.write_all(&resp)?,
+                }
+                Ok(())
+            });
+        }
+    });
+    Ok((addr, tokens))
+}
+
+#[test]
+fn oci2disk_writes_an_artifact_from_a_registry_and_fails_with_reasons() -> TestResult {
+    if !can_run() || !need("docker-registry", "docker-registry") {
+        return Ok(());
+    }
+    let reg = Registry::start()?;
+    let data = image(IMG_LEN);
+    let gz = compress("gz", &data)?;
+    let manifest = reg.push("disks/debian", "raw.gz", "debian.raw.gz", &gz)?;
+    let big = image(9 << 20);
+    reg.push("disks/big", "raw", "big.raw", &big)?;
+    reg.push("disks/plain", "raw", "plain.raw", &data)?;
+
+    // As a published template writes it: host:port/repo:tag, no scheme. The registry is plain
+    // HTTP: the TLS attempt is answered in plain text and the action falls back.
+    let disk = Loop::new(8 << 20)?;
+    let img = format!("{}/disks/debian:raw.gz", reg.addr);
+    let r = run(
+        "oci2disk",
+        &[
+            ("IMG_URL", &img),
+            ("DEST_DISK", &disk.dev),
+            ("COMPRESSED", "true"),
+        ],
+    )?;
+    assert_ok(&r);
+    assert!(r.stdout.contains("plain http"), "{}", r.stdout);
+    assert!(
+        disk.read(IMG_LEN)? == data,
+        "the disk differs from the image"
+    );
+
+    // By manifest digest, with the scheme given.
+    let disk = Loop::new(8 << 20)?;
+    let img = format!("http://{}/disks/debian@{manifest}", reg.addr);
+    let r = run("oci2disk", &[("IMG_URL", &img), ("DEST_DISK", &disk.dev)])?;
+    assert_ok(&r);
+    assert!(disk.read(IMG_LEN)? == data);
+
+    // Missing tag, missing repository.
+    for missing in ["disks/debian:nope", "disks/none:raw"] {
+        let img = format!("http://{}/{missing}", reg.addr);
+        let r = run("oci2disk", &[("IMG_URL", &img), ("DEST_DISK", &disk.dev)])?;
+        assert_failed(&r, "ImageNotFound", missing.split(':').next().unwrap_or(""));
+    }
+    // https:// forbids the fallback.
+    let img = format!("https://{}/disks/debian:raw.gz", reg.addr);
+    let r = run("oci2disk", &[("IMG_URL", &img), ("DEST_DISK", &disk.dev)])?;
+    assert_failed(&r, "RegistryUnreachable", "speaks plain HTTP");
+    // Nothing listens there.
+    let img = format!("127.0.0.1:{}/disks/debian:raw.gz", free_port()?);
+    let r = run("oci2disk", &[("IMG_URL", &img), ("DEST_DISK", &disk.dev)])?;
+    assert_failed(&r, "RegistryUnreachable", "127.0.0.1");
+    // Wrong disk, bad reference.
+    let img = format!("{}/disks/debian:raw.gz", reg.addr);
+    let r = run(
+        "oci2disk",
+        &[("IMG_URL", &img), ("DEST_DISK", "/dev/tink-no-such-disk")],
+    )?;
+    assert_failed(&r, "DiskNotFound", "DEST_DISK=/dev/tink-no-such-disk");
+    let r = run(
+        "oci2disk",
+        &[("IMG_URL", "ftp://x/y:z"), ("DEST_DISK", &disk.dev)],
+    )?;
+    assert_failed(&r, "InvalidVariable", "IMG_URL");
+    // Bigger than the disk: refused before writing (the blob's Content-Length).
+    let small = Loop::new(8 << 20)?;
+    let img = format!("http://{}/disks/big:raw", reg.addr);
+    let r = run("oci2disk", &[("IMG_URL", &img), ("DEST_DISK", &small.dev)])?;
+    assert_failed(&r, "ImageTooLarge", "nothing was written");
+    assert!(small.read(1 << 20)?.iter().all(|b| *b == 0));
+
+    // Behind a bearer-token front: the token is fetched with the credentials.
+    let (front, tokens) = auth_proxy(reg.addr.clone(), ProxyMode::Pass)?;
+    let disk = Loop::new(8 << 20)?;
+    let img = format!("http://{front}/disks/debian:raw.gz");
+    let r = run(
+        "oci2disk",
+        &[
+            ("IMG_URL", &img),
+            ("DEST_DISK", &disk.dev),
+            ("REGISTRY_USERNAME", "user"),
+            ("REGISTRY_PASSWORD", "secret"),
+        ],
+    )?;
+    assert_ok(&r);
+    assert!(tokens.load(Ordering::SeqCst) >= 1);
+    assert!(disk.read(IMG_LEN)? == data);
+    let r = run("oci2disk", &[("IMG_URL", &img), ("DEST_DISK", &disk.dev)])?;
+    assert_failed(&r, "RegistryAuthFailed", "REGISTRY_USERNAME");
+    let r = run(
+        "oci2disk",
+        &[
+            ("IMG_URL", &img),
+            ("DEST_DISK", &disk.dev),
+            ("REGISTRY_USERNAME", "user"),
+        ],
+    )?;
+    assert_failed(&r, "MissingVariable", "REGISTRY_PASSWORD");
+
+    // A registry that speaks TLS: https without a fallback, trusted through CA_CERT, or any
+    // certificate with SKIP_VERIFY; refused otherwise.
+    let tls = TestTls::new()?;
+    let treg = reg.with_tls(&tls)?;
+    let ca = treg.dir.path().join("ca.pem");
+    std::fs::write(&ca, &tls.ca_pem)?;
+    let ca = ca.to_string_lossy().into_owned();
+    let img = format!("localhost:{}/disks/debian:raw.gz", port_of(&treg.addr));
+    let disk = Loop::new(8 << 20)?;
+    let r = run(
+        "oci2disk",
+        &[
+            ("IMG_URL", &img),
+            ("DEST_DISK", &disk.dev),
+            ("CA_CERT", &ca),
+        ],
+    )?;
+    assert_ok(&r);
+    assert!(!r.stdout.contains("plain http"), "{}", r.stdout);
+    assert!(disk.read(IMG_LEN)? == data);
+    let disk = Loop::new(8 << 20)?;
+    let r = run(
+        "oci2disk",
+        &[
+            ("IMG_URL", &img),
+            ("DEST_DISK", &disk.dev),
+            ("SKIP_VERIFY", "true"),
+        ],
+    )?;
+    assert_ok(&r);
+    assert!(disk.read(IMG_LEN)? == data);
+    let r = run("oci2disk", &[("IMG_URL", &img), ("DEST_DISK", &disk.dev)])?;
+    assert_failed(&r, "RegistryUnreachable", "certificate");
+    let r = run(
+        "oci2disk",
+        &[
+            ("IMG_URL", &format!("http://{img}")),
+            ("DEST_DISK", &disk.dev),
+        ],
+    )?;
+    assert_failed(
+        &r,
+        "RegistryUnreachable",
+        "not an OCI distribution registry",
+    );
+    drop(treg);
+
+    // A blob download cut in half; a blob changed on the way (the layer digest catches it).
+    let creds = [
+        ("REGISTRY_USERNAME", "user"),
+        ("REGISTRY_PASSWORD", "secret"),
+    ];
+    let (front, _) = auth_proxy(reg.addr.clone(), ProxyMode::TruncateBlobs)?;
+    let img = format!("http://{front}/disks/debian:raw.gz");
+    let mut env = vec![("IMG_URL", img.as_str()), ("DEST_DISK", disk.dev.as_str())];
+    env.extend(creds);
+    let r = run("oci2disk", &env)?;
+    assert_failed(&r, "DownloadFailed", "");
+    let (front, _) = auth_proxy(reg.addr.clone(), ProxyMode::CorruptBlobs)?;
+    let img = format!("http://{front}/disks/plain:raw");
+    let mut env = vec![("IMG_URL", img.as_str()), ("DEST_DISK", disk.dev.as_str())];
+    env.extend(creds);
+    let r = run("oci2disk", &env)?;
+    assert_failed(&r, "ChecksumMismatch", "layer digest");
+    Ok(())
+}
+
+// ---------- qemuimg2disk ----------
+
+#[test]
+fn qemuimg2disk_converts_qcow2_streams_raw_and_fails_with_reasons() -> TestResult {
+    if !can_run() || !need("qemu-img", "qemu-utils") {
+        return Ok(());
+    }
+    let work = tempfile::tempdir()?;
+    let tmp = tempfile::tempdir()?;
+    let w = |n: &str| work.path().join(n).to_string_lossy().into_owned();
+    let data = image(IMG_LEN);
+    std::fs::write(w("disk.raw"), &data)?;
+    // Compressed clusters, as cloud images ship.
+    sh(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "qcow2",
+            "-c",
+            &w("disk.raw"),
+            &w("disk.qcow2"),
+        ],
+    )?;
+    let qcow2 = std::fs::read(w("disk.qcow2"))?;
+    assert!(qcow2.starts_with(b"QFI\xfb"));
+    sh(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "vmdk",
+            &w("disk.raw"),
+            &w("disk.vmdk"),
+        ],
+    )?;
+
+    let server = Server::start()?;
+    let tmp_dir = tmp.path().to_string_lossy().into_owned();
+    let cases = [
+        ("/cloud.img", qcow2.clone(), true),
+        ("/cloud.qcow2.gz", compress("gz", &qcow2)?, true),
+        ("/disk.vmdk", std::fs::read(w("disk.vmdk"))?, true),
+        ("/disk.raw.zst", compress("zst", &data)?, false),
+    ];
+    for (path, body, converted) in cases {
+        let url = server.add(path, body, Mode::Normal);
+        let disk = Loop::new(16 << 20)?;
+        let r = run(
+            "qemuimg2disk",
+            &[
+                ("IMG_URL", &url),
+                ("DEST_DISK", &disk.dev),
+                ("TMPDIR", &tmp_dir),
+                ("PROGRESS_INTERVAL_SECONDS", "0"),
+            ],
+        )?;
+        assert_ok(&r);
+        assert_eq!(
+            r.stdout.contains("converting"),
+            converted,
+            "{path}: {}",
+            r.stdout
+        );
+        assert_eq!(
+            r.stdout.contains("convert progress percent=100"),
+            converted,
+            "{path}: {}",
+            r.stdout
+        );
+        assert!(
+            disk.read(IMG_LEN)? == data,
+            "{path}: the disk differs from the image"
+        );
+        assert!(
+            disk.read(IMG_LEN + 8192)?[IMG_LEN..]
+                .iter()
+                .all(|b| *b == 0),
+            "{path}: wrote past the image"
+        );
+        assert_eq!(
+            std::fs::read_dir(tmp.path())?.count(),
+            0,
+            "{path}: the staged file was left behind"
+        );
+    }
+    // Onto a regular file too (qemu-img creates it at the virtual size).
+    let url = format!("{}/cloud.img", server.base);
+    let file = work.path().join("out.raw");
+    std::fs::File::create(&file)?;
+    let r = run(
+        "qemuimg2disk",
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &file.to_string_lossy()),
+            ("TMPDIR", &tmp_dir),
+        ],
+    )?;
+    assert_ok(&r);
+    assert!(std::fs::read(&file)?[..IMG_LEN] == data[..]);
+
+    // image2disk recognises qcow2, also inside gzip, and points at qemuimg2disk.
+    let disk = Loop::new(16 << 20)?;
+    for path in ["/cloud.img", "/cloud.qcow2.gz"] {
+        let url = format!("{}{path}", server.base);
+        let r = run("image2disk", &[("IMG_URL", &url), ("DEST_DISK", &disk.dev)])?;
+        assert_failed(&r, "UnsupportedFormat", "qemuimg2disk");
+        assert!(
+            disk.read(1 << 20)?.iter().all(|b| *b == 0),
+            "{path}: written"
+        );
+    }
+
+    // Virtual size larger than the disk: refused before writing.
+    sh(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", &w("big.qcow2"), "16M"],
+    )?;
+    let url = server.add("/big.qcow2", std::fs::read(w("big.qcow2"))?, Mode::Normal);
+    let small = Loop::new(8 << 20)?;
+    let r = run(
+        "qemuimg2disk",
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &small.dev),
+            ("TMPDIR", &tmp_dir),
+        ],
+    )?;
+    assert_failed(&r, "ImageTooLarge", "virtual size");
+    // A backing file would be read from this machine: refused.
+    sh(
+        "qemu-img",
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-b",
+            &w("disk.raw"),
+            "-F",
+            "raw",
+            &w("backed.qcow2"),
+        ],
+    )?;
+    let url = server.add(
+        "/backed.qcow2",
+        std::fs::read(w("backed.qcow2"))?,
+        Mode::Normal,
+    );
+    let r = run(
+        "qemuimg2disk",
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &disk.dev),
+            ("TMPDIR", &tmp_dir),
+        ],
+    )?;
+    assert_failed(&r, "UnsupportedFormat", "disk.raw");
+    assert!(disk.read(1 << 20)?.iter().all(|b| *b == 0));
+    // A TMPDIR too small for the staged image: found before the download when its size is
+    // known, else when the file system fills.
+    let small_tmp = tempfile::tempdir()?;
+    sh(
+        "mount",
+        &[
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=1m",
+            "tmpfs",
+            &small_tmp.path().to_string_lossy(),
+        ],
+    )?;
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(small_tmp.path());
+    let small_tmp_dir = small_tmp.path().to_string_lossy().into_owned();
+    for (path, says) in [
+        ("/cloud.img", "bytes free"),
+        ("/cloud.qcow2.gz", "temporary file"),
+    ] {
+        let url = format!("{}{path}", server.base);
+        let r = run(
+            "qemuimg2disk",
+            &[
+                ("IMG_URL", &url),
+                ("DEST_DISK", &disk.dev),
+                ("TMPDIR", &small_tmp_dir),
+            ],
+        )?;
+        assert_failed(&r, "WriteFailed", says);
+        assert_eq!(std::fs::read_dir(small_tmp.path())?.count(), 0, "{path}");
+    }
+    // A download cut short; a wrong disk; no qemu-img.
+    let url = server.add("/cut.qcow2", qcow2.clone(), Mode::Truncate);
+    let r = run(
+        "qemuimg2disk",
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &disk.dev),
+            ("TMPDIR", &tmp_dir),
+        ],
+    )?;
+    assert_failed(&r, "DownloadFailed", "");
+    let url = format!("{}/cloud.img", server.base);
+    let r = run(
+        "qemuimg2disk",
+        &[("IMG_URL", &url), ("DEST_DISK", "/dev/tink-no-such-disk")],
+    )?;
+    assert_failed(&r, "DiskNotFound", "DEST_DISK=/dev/tink-no-such-disk");
+    let r = run(
+        "qemuimg2disk",
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &disk.dev),
+            ("TMPDIR", &tmp_dir),
+            ("QEMU_IMG", "/nonexistent/qemu-img"),
+        ],
+    )?;
+    assert_failed(&r, "ConvertFailed", "qemu-utils");
+    assert_eq!(std::fs::read_dir(tmp.path())?.count(), 0);
+    Ok(())
+}
+
+// ---------- https ----------
+
+/// A test CA and a server certificate for `localhost` signed by it, in PEM.
+struct TestTls {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+}
+
+impl TestTls {
+    fn new() -> Result<Self, Box<dyn std::error::Error>> {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate()?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "tink-actions test CA");
+        let ca = ca_params.self_signed(&ca_key)?;
+        let key = KeyPair::generate()?;
+        let params = CertificateParams::new(vec!["localhost".to_owned()])?;
+        let cert = params.signed_by(&key, &Issuer::from_params(&ca_params, &ca_key))?;
+        Ok(Self {
+            ca_pem: ca.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    fn server_config(
+        &self,
+    ) -> Result<Arc<tokio_rustls::rustls::ServerConfig>, Box<dyn std::error::Error>> {
+        use rustls_pki_types::pem::PemObject;
+        let certs = vec![rustls_pki_types::CertificateDer::from_pem_slice(
+            self.cert_pem.as_bytes(),
+        )?];
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())?;
+        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
+            tokio_rustls::rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+        Ok(Arc::new(config))
+    }
+}
+
+#[test]
+fn https_urls_are_verified_against_the_system_roots_and_ca_cert() -> TestResult {
+    if !can_run() {
+        return Ok(());
+    }
+    let tls = TestTls::new()?;
+    let dir = tempfile::tempdir()?;
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &tls.ca_pem)?;
+    let ca = ca.to_string_lossy().into_owned();
+    let server = Server::start_with(Some(tls.server_config()?))?;
+    assert!(server.base.starts_with("https://localhost:"));
+    let data = image(IMG_LEN);
+    let url = server.add("/img.zst", compress("zst", &data)?, Mode::Normal);
+
+    let disk = Loop::new(8 << 20)?;
+    let r = run(
+        "image2disk",
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &disk.dev),
+            ("CA_CERT", &ca),
+        ],
+    )?;
+    assert_ok(&r);
+    assert!(disk.read(IMG_LEN)? == data);
+    // The system's roots, with the standard override naming the test CA's bundle.
+    let disk = Loop::new(8 << 20)?;
+    let r = run(
+        "image2disk",
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &disk.dev),
+            ("SSL_CERT_FILE", &ca),
+        ],
+    )?;
+    assert_ok(&r);
+    assert!(disk.read(IMG_LEN)? == data);
+    // Not trusted: the host's roots do not know the test CA.
+    let r = run("image2disk", &[("IMG_URL", &url), ("DEST_DISK", &disk.dev)])?;
+    assert_failed(&r, "DownloadFailed", "certificate");
+    let r = run(
+        "image2disk",
+        &[
+            ("IMG_URL", &url),
+            ("DEST_DISK", &disk.dev),
+            ("CA_CERT", "/nonexistent/ca.pem"),
+        ],
+    )?;
+    assert_failed(&r, "InvalidVariable", "CA_CERT=/nonexistent/ca.pem");
+    // The name must match: the certificate names localhost, not 127.0.0.1 (the same server).
+    let other = url.replace("localhost", "127.0.0.1");
+    let r = run(
+        "image2disk",
+        &[
+            ("IMG_URL", &other),
+            ("DEST_DISK", &disk.dev),
+            ("CA_CERT", &ca),
+        ],
+    )?;
+    assert_failed(&r, "DownloadFailed", "certificate");
+
+    // archive2disk over https.
+    let tar = tarball()?;
+    let sum = format!("sha256:{}", sha256_hex(&tar));
+    let url = server.add("/root.tar", tar, Mode::Normal);
+    let part = Loop::new(16 << 20)?;
+    mkfs("ext4", &part.dev)?;
+    let r = run(
+        "archive2disk",
+        &[
+            ("DEST_DISK", part.dev.as_str()),
+            ("FS_TYPE", "ext4"),
+            ("ARCHIVE_URL", url.as_str()),
+            ("TARFILE_CHECKSUM", sum.as_str()),
+            ("CA_CERT", ca.as_str()),
+        ],
+    )?;
+    assert_ok(&r);
+    assert!(
+        Mounted::new(&part.dev)?
+            .path()
+            .join("etc/app/motd")
+            .exists()
+    );
+
+    // qemuimg2disk over https (a qcow2, converted).
+    if need("qemu-img", "qemu-utils") {
+        let work = tempfile::tempdir()?;
+        let raw = work.path().join("d.raw");
+        let q = work.path().join("d.qcow2");
+        std::fs::write(&raw, &data)?;
+        sh(
+            "qemu-img",
+            &[
+                "convert",
+                "-f",
+                "raw",
+                "-O",
+                "qcow2",
+                &raw.to_string_lossy(),
+                &q.to_string_lossy(),
+            ],
+        )?;
+        let url = server.add("/d.qcow2", std::fs::read(&q)?, Mode::Normal);
+        let disk = Loop::new(8 << 20)?;
+        let r = run(
+            "qemuimg2disk",
+            &[
+                ("IMG_URL", &url),
+                ("DEST_DISK", &disk.dev),
+                ("CA_CERT", &ca),
+            ],
+        )?;
+        assert_ok(&r);
+        assert!(disk.read(IMG_LEN)? == data);
+    }
+    Ok(())
+}
+
+// ---------- grub2disk ----------
+
+#[test]
+fn grub2disk_runs_the_roots_grub_install_in_a_chroot_and_fails_clearly() -> TestResult {
+    if !can_run() {
+        return Ok(());
+    }
+    let Some(root) = busybox_root()? else {
+        return Ok(());
+    };
+    let disk = Loop::new(8 << 20)?;
+    let base = [
+        ("GRUB_INSTALL_PATH", disk.dev.as_str()),
+        ("GRUB_DISK", root.dev.as_str()),
+        ("FS_TYPE", "ext4"),
+    ];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut v: Vec<(&str, &str)> = base.to_vec();
+        v.extend_from_slice(extra);
+        v
+    };
+
+    // Wrong devices, a missing variable.
+    let r = run(
+        "grub2disk",
+        &[
+            ("GRUB_INSTALL_PATH", disk.dev.as_str()),
+            ("GRUB_DISK", "/dev/tink-no-such-part"),
+        ],
+    )?;
+    assert_failed(&r, "DiskNotFound", "GRUB_DISK=/dev/tink-no-such-part");
+    let r = run(
+        "grub2disk",
+        &[
+            ("GRUB_INSTALL_PATH", "/dev/tink-no-such-disk"),
+            ("GRUB_DISK", root.dev.as_str()),
+        ],
+    )?;
+    assert_failed(
+        &r,
+        "DiskNotFound",
+        "GRUB_INSTALL_PATH=/dev/tink-no-such-disk",
+    );
+    let r = run("grub2disk", &[("GRUB_DISK", root.dev.as_str())])?;
+    assert_failed(&r, "MissingVariable", "GRUB_INSTALL_PATH");
+
+    // A root without grub.
+    let r = run("grub2disk", &base)?;
+    assert_failed(&r, "GrubNotFound", "grub-install");
+    assert!(!mounted(&root.dev)?, "grub2disk left a mount behind");
+
+    // The root's own tools run in the chroot: they record their arguments and what they see.
+    {
+        let m = Mounted::new(&root.dev)?;
+        let sbin = m.path().join("usr/sbin");
+        std::fs::create_dir_all(&sbin)?;
+        std::fs::write(
+            sbin.join("grub-install"),
+            "#!/bin/sh\necho \"$@\" > /install.args\nfor a in \"$@\"; do last=$a; done\n\
+             [ -b \"$last\" ] && echo block-device > /install.seen\n\
+             [ -e /proc/self/status ] && echo proc >> /install.seen\n\
+             [ -d /sys/block ] && echo sys >> /install.seen\n\
+             [ -e /marker.fail ] && { echo 'grub-install: error: will not proceed with blocklists.' >&2; exit 5; }\n\
+             exit 0\n",
+        )?;
+        std::fs::write(
+            sbin.join("grub-mkconfig"),
+            "#!/bin/sh\necho \"$@\" > /mkconfig.args\n",
+        )?;
+        for f in ["grub-install", "grub-mkconfig"] {
+            std::fs::set_permissions(
+                sbin.join(f),
+                std::os::unix::fs::PermissionsExt::from_mode(0o755),
+            )?;
+        }
+    }
+    let r = run(
+        "grub2disk",
+        &with(&[("GRUB_INSTALL_ARGS", "--target=i386-pc")]),
+    )?;
+    assert_ok(&r);
+    assert!(!mounted(&root.dev)?, "grub2disk left a mount behind");
+    {
+        let m = Mounted::new(&root.dev)?;
+        assert_eq!(
+            std::fs::read_to_string(m.path().join("install.args"))?,
+            format!("--target=i386-pc {}\n", disk.dev)
+        );
+        assert_eq!(
+            std::fs::read_to_string(m.path().join("install.seen"))?,
+            "block-device\nproc\nsys\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(m.path().join("mkconfig.args"))?,
+            "-o /boot/grub/grub.cfg\n"
+        );
+        std::fs::remove_file(m.path().join("mkconfig.args"))?;
+        std::fs::write(m.path().join("marker.fail"), "")?;
+    }
+    // grub-install fails: its exit code and message are the reason; mkconfig does not run.
+    let r = run("grub2disk", &base)?;
+    assert_failed(&r, "GrubInstallFailed", "blocklists");
+    assert!(r.message.as_deref().is_some_and(|m| m.contains("code 5")));
+    assert!(!mounted(&root.dev)?, "grub2disk left a mount behind");
+    let m = Mounted::new(&root.dev)?;
+    assert!(!m.path().join("mkconfig.args").exists());
+    Ok(())
+}
+
+/// A real grub-install through grub2disk: the host's grub-install (Debian grub2-common) and
+/// its i386-pc modules (grub-pc-bin) copied with their libraries into an ext4 root on a loop
+/// device, run by the action in its chroot onto that same device (a whole-disk file system:
+/// grub refuses a loop partition as a GRUB drive, so `--force` installs with blocklists).
+/// Checks the boot sector is grub's and points at the core.img grub-install wrote.
+#[test]
+fn grub2disk_installs_a_real_grub_from_the_root() -> TestResult {
+    if !can_run() {
+        return Ok(());
+    }
+    let modules = Path::new("/usr/lib/grub/i386-pc");
+    if !which("grub-install") || !modules.is_dir() || !which("ldd") {
+        eprintln!(
+            "SKIPPED: the real grub2disk run needs the host's grub-install (Debian grub2-common) and /usr/lib/grub/i386-pc (grub-pc-bin)"
+        );
+        return Ok(());
+    }
+    let disk = Loop::new(64 << 20)?;
+    mkfs("ext4", &disk.dev)?;
+    {
+        let m = Mounted::new(&disk.dev)?;
+        let root = m.path();
+        let grub_install = ["/usr/sbin/grub-install", "/sbin/grub-install"]
+            .into_iter()
+            .find(|p| Path::new(p).is_file())
+            .ok_or("no grub-install")?;
+        let copy = |from: &Path, to_rel: &str| -> TestResult {
+            let to = root.join(to_rel.trim_start_matches('/'));
+            if let Some(parent) = to.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::copy(from, &to)?;
+            Ok(())
+        };
+        copy(Path::new(grub_install), "/usr/sbin/grub-install")?;
+        for lib in sh("ldd", &[grub_install])?
+            .split_whitespace()
+            .filter(|w| w.starts_with('/'))
+        {
+            copy(&std::fs::canonicalize(lib)?, lib)?;
+        }
+        for entry in std::fs::read_dir(modules)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                copy(
+                    &entry.path(),
+                    &format!(
+                        "/usr/lib/grub/i386-pc/{}",
+                        entry.file_name().to_string_lossy()
+                    ),
+                )?;
+            }
+        }
+        std::fs::create_dir_all(root.join("boot/grub"))?;
+        std::fs::write(
+            root.join("boot/grub/device.map"),
+            format!("(hd0) {}\n", disk.dev),
+        )?;
+    }
+    let r = run(
+        "grub2disk",
+        &[
+            ("GRUB_INSTALL_PATH", disk.dev.as_str()),
+            ("GRUB_DISK", disk.dev.as_str()),
+            ("FS_TYPE", "ext4"),
+            ("GRUB_INSTALL_ARGS", "--target=i386-pc --force"),
+            ("GRUB_MKCONFIG", "false"),
+        ],
+    )?;
+    assert_ok(&r);
+    assert!(r.stdout.contains("Installation finished"), "{}", r.stdout);
+    assert!(!mounted(&disk.dev)?, "grub2disk left a mount behind");
+    let mbr = disk.read(512)?;
+    assert_eq!(&mbr[510..], &[0x55, 0xaa], "no boot signature");
+    assert!(
+        mbr.windows(4).any(|w| w == b"GRUB"),
+        "the boot sector is not grub's boot.img"
+    );
+    // boot.img's kernel_sector (offset 0x5c) is where core.img's first sector is on the disk.
+    let mut lba = [0u8; 8];
+    lba.copy_from_slice(&mbr[0x5c..0x64]);
+    let lba = u64::from_le_bytes(lba);
+    let m = Mounted::new(&disk.dev)?;
+    let core = std::fs::read(m.path().join("boot/grub/i386-pc/core.img"))?;
+    assert!(m.path().join("boot/grub/i386-pc/normal.mod").exists());
+    drop(m);
+    let sector = disk.read(((lba + 1) * 512) as usize)?;
+    assert_eq!(
+        &sector[(lba * 512) as usize..],
+        &core[..512],
+        "the boot sector does not point at core.img (sector {lba})"
+    );
     Ok(())
 }
