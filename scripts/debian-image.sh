@@ -6,7 +6,8 @@
 #     1 MiB, labelled `root`;
 #   - Debian (bookworm by default) made by mmdebstrap: the Debian kernel (linux-image-amd64) and
 #     its initramfs (/vmlinuz and /initrd.img, as Debian links them), systemd, cloud-init,
-#     openssh-server, ifupdown with a DHCP client (cloud-init's fallback network), sudo;
+#     openssh-server, ifupdown with a DHCP client (cloud-init's fallback network), sudo, growpart
+#     (cloud-guest-utils: cloud-init grows the root partition and file system to the disk);
 #   - extlinux in /boot/extlinux booting that kernel with `root=UUID=<root> console=ttyS0`,
 #     so the disk boots on its own as well as by kexec from the OSIE;
 #   - no cloud-init datasource configured: the installing Template writes one (Hegel's URL);
@@ -40,7 +41,7 @@ done
 mbr=/usr/lib/syslinux/mbr/mbr.bin
 [ -f "$mbr" ] || { say "missing $mbr (syslinux-common): run scripts/install-deps.sh"; exit 1; }
 
-packages="systemd-sysv udev kmod linux-image-amd64 initramfs-tools cloud-init openssh-server ifupdown isc-dhcp-client iproute2 netbase sudo ca-certificates"
+packages="systemd-sysv udev kmod linux-image-amd64 initramfs-tools cloud-init cloud-guest-utils openssh-server ifupdown isc-dhcp-client iproute2 netbase sudo ca-certificates"
 mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n1)
 mirror="${mirror:-http://deb.debian.org/debian}"
 
@@ -84,6 +85,7 @@ mmdebstrap --mode=root --variant=apt --include="$(echo $packages | tr ' ' ',')" 
   --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
   --customize-hook='echo debian > "$1"/etc/hostname' \
   --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*' \
+  --customize-hook='printf "# the image has no locales package: C.UTF-8 is always there\nlocale: C.UTF-8\n" > "$1"/etc/cloud/cloud.cfg.d/01_tinkerbell_image.cfg' \
   "$suite" "$root" "$mirror" >"$work/mmdebstrap.log" 2>&1 \
   || { tail -n 30 "$work/mmdebstrap.log" >&2; say "mmdebstrap failed"; exit 1; }
 # SSH host keys are made on the machine's first boot (cloud-init's ssh module), never shared

@@ -84,14 +84,31 @@ else
 fi
 strip "$ctx/tink-actions" 2>/dev/null || true
 mkdir -p "$ctx/tmp" && chmod 1777 "$ctx/tmp"
+# The public roots (Debian's ca-certificates bundle) for https:// image URLs; a private CA is given
+# to an action with CA_CERT.
+mkdir -p "$ctx/certs"
+[ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt "$ctx/certs/"
 {
   echo "FROM $actions_base"
   echo "COPY tink-actions /usr/local/bin/tink-actions"
   echo "COPY tmp /tmp"
+  echo "COPY certs /etc/ssl/certs"
 } > "$ctx/Dockerfile"
 docker build -q -t "tinkerbell/actions/tink-actions:$actions_tag" "$ctx" >/dev/null
 for a in image2disk oci2disk qemuimg2disk archive2disk writefile cexec kexec grub2disk; do
   printf 'FROM tinkerbell/actions/tink-actions:%s\nENTRYPOINT ["/usr/local/bin/tink-actions", "%s"]\n' "$actions_tag" "$a" > "$ctx/Dockerfile"
+  if [ "$a" = qemuimg2disk ]; then
+    # qemu-img converts qcow2 and the other formats: the host's (Debian's qemu-utils) with the
+    # libraries it links, so the image needs no package manager.
+    rm -rf "$ctx/qemu" && mkdir -p "$ctx/qemu/usr/bin"
+    qemu_img=$(command -v qemu-img) || { echo "error: qemu-img missing (qemu-utils): run scripts/install-deps.sh" >&2; exit 1; }
+    cp "$qemu_img" "$ctx/qemu/usr/bin/qemu-img"
+    for lib in $(ldd "$qemu_img" | awk '/=> \// {print $3} /^\t\/lib/ {print $1}'); do
+      mkdir -p "$ctx/qemu$(dirname "$lib")"
+      cp -L "$lib" "$ctx/qemu$lib"
+    done
+    echo "COPY qemu /" >> "$ctx/Dockerfile"
+  fi
   docker build -q -t "tinkerbell/actions/$a:$actions_tag" "$ctx" >/dev/null
   # The older quay.io/tinkerbell-actions/<name> path of many published templates.
   docker tag "tinkerbell/actions/$a:$actions_tag" "tinkerbell-actions/$a:$actions_tag"

@@ -40,6 +40,8 @@ command -v mmdebstrap >/dev/null 2>&1 || netboot+=(mmdebstrap)
 command -v extlinux >/dev/null 2>&1 || netboot+=(extlinux)
 command -v kexec >/dev/null 2>&1 || netboot+=(kexec-tools)
 command -v ssh >/dev/null 2>&1 || netboot+=(openssh-client)
+# grub2disk's test installs grub for real with the host's grub-install
+command -v grub-install >/dev/null 2>&1 || netboot+=(grub2-common)
 command -v qemu-img >/dev/null 2>&1 || netboot+=(qemu-utils)
 [ -f /usr/lib/ipxe/undionly.kpxe ] || netboot+=(ipxe)
 command -v syslinux >/dev/null 2>&1 || netboot+=(syslinux)

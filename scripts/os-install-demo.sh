@@ -285,7 +285,8 @@ until [ -s "$out/phone-home.jsonl" ]; do
   sleep 2
 done
 phoned_at=$(date +%s)
-console_text "$out/serial-1.log" | grep -a -m1 "Linux version" | sed 's/^/   kexec: /' || true
+# The last kernel that started is the installed one (kexec'd from the OSIE).
+console_text "$out/serial-1.log" | grep -a "Linux version" | tail -n 1 | sed 's/.*\(Linux version [^ ]*\).*/   after kexec: \1/' || true
 echo "   phoned home $((phoned_at - installed_at)) s after the workflow succeeded"
 python3 - "$out/phone-home.jsonl" "$vm_name" "$vm_name-0001" "$vm_ip" <<'EOF'
 import json, sys
@@ -309,7 +310,12 @@ nsx ssh "${ssh_opts[@]}" "debian@$vm_ip" \
   'echo "installed OS: $(uname -a)"; echo "installed OS: hostname $(hostname)"; echo "installed OS: cloud-init $(cloud-init status --wait 2>/dev/null | tail -n 1)"; echo "installed OS: datasource $(cat /run/cloud-init/cloud-id 2>/dev/null)"; echo "installed OS: nonce $(cat /var/lib/tink-os-demo/nonce)"' \
   | tee "$out/installed-os.txt"
 grep -q "^installed OS: hostname $vm_name\$" "$out/installed-os.txt" || { echo "error: the installed OS's hostname is not $vm_name" >&2; exit 1; }
-grep -q "^installed OS: cloud-init status: done\$" "$out/installed-os.txt" || { echo "error: cloud-init did not finish cleanly" >&2; exit 1; }
+if ! grep -q "^installed OS: cloud-init status: done\$" "$out/installed-os.txt"; then
+  # What went wrong, from the machine's own records.
+  nsx ssh "${ssh_opts[@]}" "debian@$vm_ip" 'cloud-init status --long; sudo grep -a -A4 "WARNING\|ERROR\|Traceback" /var/log/cloud-init.log | tail -n 60' >&2 || true
+  echo "error: cloud-init did not finish cleanly" >&2
+  exit 1
+fi
 grep -q "^installed OS: nonce $nonce\$" "$out/installed-os.txt" || { echo "error: the nonce file does not hold $nonce" >&2; exit 1; }
 
 stage "power off"
