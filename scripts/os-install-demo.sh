@@ -307,7 +307,7 @@ for _ in $(seq 1 30); do
 done
 [ -n "$login" ] || { cat "$out/ssh.err" >&2; echo "error: cannot log in as debian@$vm_ip with the Hardware's key" >&2; exit 1; }
 nsx ssh "${ssh_opts[@]}" "debian@$vm_ip" \
-  'echo "installed OS: $(uname -a)"; echo "installed OS: hostname $(hostname)"; echo "installed OS: cloud-init $(cloud-init status --wait 2>/dev/null | tail -n 1)"; echo "installed OS: datasource $(cat /run/cloud-init/cloud-id 2>/dev/null)"; echo "installed OS: nonce $(cat /var/lib/tink-os-demo/nonce)"' \
+  'echo "installed OS: $(uname -a)"; echo "installed OS: hostname $(hostname)"; echo "installed OS: cloud-init $(cloud-init status --wait 2>/dev/null | tail -n 1)"; echo "installed OS: datasource $(cat /run/cloud-init/cloud-id 2>/dev/null)"; echo "installed OS: root file system $(df -h --output=size / | tail -n 1 | tr -d " ") (grown to the disk by cloud-init)"; echo "installed OS: nonce $(cat /var/lib/tink-os-demo/nonce)"' \
   | tee "$out/installed-os.txt"
 grep -q "^installed OS: hostname $vm_name\$" "$out/installed-os.txt" || { echo "error: the installed OS's hostname is not $vm_name" >&2; exit 1; }
 if ! grep -q "^installed OS: cloud-init status: done\$" "$out/installed-os.txt"; then
