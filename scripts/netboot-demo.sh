@@ -144,21 +144,7 @@ stage "network namespace, bridge and tap"
 demo_netns "$bridge_ip"
 
 stage "the stack on $bridge_ip (tinkctl dev up)"
-files="$out/files"
-mkdir -p "$files"
-if [ -n "$reuse" ]; then
-  # the CA the reused OSIE trusts (tinkctl dev up keeps certificates it finds)
-  mkdir -p "$out/stack"
-  cp -a "$reuse/stack/pki" "$out/stack/pki"
-fi
-# Hegel's kernel consoles: the VM's first serial port (Smee's default, tty0 and ttyS1, leaves a
-# QEMU serial log empty).
-NO_COLOR=1 TINK_HEGEL_CONSOLES="ttyS0,115200" nsx "$bins/tinkctl" dev up --data-dir "$out/stack" --bin-dir "$bins" --machine-ip "$bridge_ip" \
-  --netboot-interface br0 --netboot-files-dir "$files" --no-agent --privileged-actions \
-  >"$out/dev-up.log" 2>&1 || { cat "$out/dev-up.log"; exit 1; }
-# shellcheck disable=SC1091
-. "$out/stack/env"
-echo "   Hegel $HEGEL_URL, servers $TINK_SERVER, files $TINK_NETBOOT_URL"
+demo_stack "$bridge_ip"
 
 if [ -n "$reuse" ]; then
   stage "OSIE and disk image: reused from $reuse"

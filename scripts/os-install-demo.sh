@@ -121,18 +121,7 @@ stage "network namespace, bridge and tap"
 demo_netns "$bridge_ip"
 
 stage "the stack on $bridge_ip (tinkctl dev up)"
-files="$out/files"
-mkdir -p "$files"
-if [ -n "$reuse" ]; then
-  mkdir -p "$out/stack"
-  cp -a "$reuse/stack/pki" "$out/stack/pki"
-fi
-NO_COLOR=1 TINK_HEGEL_CONSOLES="ttyS0,115200" nsx "$bins/tinkctl" dev up --data-dir "$out/stack" --bin-dir "$bins" --machine-ip "$bridge_ip" \
-  --netboot-interface br0 --netboot-files-dir "$files" --no-agent --privileged-actions \
-  >"$out/dev-up.log" 2>&1 || { cat "$out/dev-up.log"; exit 1; }
-# shellcheck disable=SC1091
-. "$out/stack/env"
-echo "   Hegel $HEGEL_URL, servers $TINK_SERVER, files $TINK_NETBOOT_URL"
+demo_stack "$bridge_ip"
 # The image beside the OSIE: a hard link when the cache is on the same file system.
 ln "$image" "$files/debian.raw.zst" 2>/dev/null || cp "$image" "$files/debian.raw.zst"
 

@@ -104,3 +104,23 @@ demo_accel() {
   fi
   echo "$accel"
 }
+
+# demo_stack BRIDGE_IP: the stack on the bridge (tinkctl dev up into $out/stack, files served from
+# $out/files; with `reuse` set, the CA of that earlier run, which its OSIE trusts: dev up keeps
+# certificates it finds), then its env sourced (HEGEL_URL, TINK_SERVER, TINK_NETBOOT_URL, ...).
+demo_stack() {
+  files="$out/files"
+  mkdir -p "$files"
+  if [ -n "${reuse:-}" ]; then
+    mkdir -p "$out/stack"
+    cp -a "$reuse/stack/pki" "$out/stack/pki"
+  fi
+  # Hegel's kernel consoles: the VM's first serial port (Smee's default, tty0 and ttyS1, leaves a
+  # QEMU serial log empty).
+  NO_COLOR=1 TINK_HEGEL_CONSOLES="ttyS0,115200" nsx "$bins/tinkctl" dev up --data-dir "$out/stack" --bin-dir "$bins" --machine-ip "$1" \
+    --netboot-interface br0 --netboot-files-dir "$files" --no-agent --privileged-actions \
+    >"$out/dev-up.log" 2>&1 || { cat "$out/dev-up.log"; exit 1; }
+  # shellcheck disable=SC1091
+  . "$out/stack/env"
+  echo "   Hegel $HEGEL_URL, servers $TINK_SERVER, files $TINK_NETBOOT_URL"
+}
