@@ -12,6 +12,7 @@
 #   kmod and zstd (the OSIE initramfs); the kernel is unpacked from linux-image-amd64's package;
 #   grub-pc-bin, grub-efi-amd64-bin and xorriso (the BIOS + UEFI OSIE ISO, osie/mkiso.sh) and
 #   qemu-block-extra (QEMU reads the served ISO over HTTP: services/netboot/tests/iso.rs)
+#   ovmf (UEFI firmware: scripts/netboot-demo.sh --uefi)
 #   the OS install run (scripts/os-install-demo.sh, scripts/debian-image.sh): mmdebstrap (the
 #   Debian image), extlinux (its boot loader), kexec-tools (the OSIE's `kexec -e`),
 #   openssh-client (the run logs in to the installed OS)
@@ -36,6 +37,7 @@ command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
 command -v mkfs.vfat >/dev/null 2>&1 || need+=(dosfstools)
 netboot=()
 command -v qemu-system-x86_64 >/dev/null 2>&1 || netboot+=(qemu-system-x86)
+[ -f /usr/share/OVMF/OVMF_CODE.fd ] || netboot+=(ovmf)
 command -v mmdebstrap >/dev/null 2>&1 || netboot+=(mmdebstrap)
 command -v extlinux >/dev/null 2>&1 || netboot+=(extlinux)
 command -v kexec >/dev/null 2>&1 || netboot+=(kexec-tools)

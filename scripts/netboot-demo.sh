@@ -29,19 +29,25 @@
 #      disk, whose OS prints the user-data from Hegel and powers off; the emulator reports Off;
 #   5. the disk's contents, as in the plain run.
 #
+# With --uefi the machine has UEFI firmware (OVMF) instead of SeaBIOS: its own PXE client asks
+# with architecture 7 (DHCP option 93), tink-netboot hands it ipxe.efi by TFTP, and the rest is the
+# plain run (the Debian kernel boots by its EFI stub); the run checks a DHCP answer handed
+# ipxe.efi, and ends after the disk check (the demo disk image boots with syslinux, BIOS only).
+#
 # Each stage prints its duration. On failure the serial consoles, the DHCP/TFTP (netboot),
 # Hegel, server, controller and registry logs are printed, so the output says where the chain
 # broke; everything stays in the output folder.
 #
 #   sudo bash scripts/netboot-demo.sh            (root: namespaces, taps, ports 67 and 69)
 #   sudo bash scripts/netboot-demo.sh --bmc redfish|ipmi [--reuse DIR]
+#   sudo bash scripts/netboot-demo.sh --uefi [--reuse DIR]
 #
 # --reuse DIR: the output folder of an earlier run (the plain one in .ci/run): its stack CA,
 # the OSIE built for that CA, the action image's registry storage and the accelerator choice
 # are taken from there instead of built again.
 #
 # Environment: TINK_NETBOOT_OUT (output folder, default target/netboot-demo, with --bmc
-# target/netboot-demo-bmc-KIND),
+# target/netboot-demo-bmc-KIND, with --uefi target/netboot-demo-uefi),
 # TINK_NETBOOT_ACCEL (kvm or tcg; default: kvm when a probe kernel boots under it, else tcg),
 # TINK_NETBOOT_TIMEOUT (seconds for the provisioning boot, default 600).
 set -euo pipefail
@@ -49,14 +55,22 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 bmc=""
 reuse=""
+uefi=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --bmc) bmc=${2:-}; shift 2 || { echo "error: --bmc needs redfish or ipmi" >&2; exit 2; } ;;
     --reuse) reuse=${2:-}; shift 2 || { echo "error: --reuse needs a folder" >&2; exit 2; } ;;
-    *) echo "usage: $0 [--bmc redfish|ipmi] [--reuse DIR]" >&2; exit 2 ;;
+    --uefi) uefi=true; shift ;;
+    *) echo "usage: $0 [--bmc redfish|ipmi | --uefi] [--reuse DIR]" >&2; exit 2 ;;
   esac
 done
 case "$bmc" in ""|redfish|ipmi) ;; *) echo "error: --bmc takes redfish or ipmi, not '$bmc'" >&2; exit 2 ;; esac
+if $uefi && [ -n "$bmc" ]; then echo "error: --uefi and --bmc: one at a time" >&2; exit 2; fi
+ovmf_code=/usr/share/OVMF/OVMF_CODE.fd
+ovmf_vars=/usr/share/OVMF/OVMF_VARS.fd
+if $uefi && { [ ! -f "$ovmf_code" ] || [ ! -f "$ovmf_vars" ]; }; then
+  echo "error: --uefi: $ovmf_code or $ovmf_vars missing (Debian ovmf): run scripts/install-deps.sh" >&2; exit 1
+fi
 if [ -n "$reuse" ]; then
   reuse=$(cd "$reuse" 2>/dev/null && pwd) || { echo "error: --reuse: no folder $reuse" >&2; exit 2; }
   for f in stack/pki/ca.crt files/vmlinuz files/initramfs files/disk.img.gz registry accel; do
@@ -65,6 +79,8 @@ if [ -n "$reuse" ]; then
 fi
 if [ -n "$bmc" ]; then
   out="${TINK_NETBOOT_OUT:-$repo/target/netboot-demo-bmc-$bmc}"
+elif $uefi; then
+  out="${TINK_NETBOOT_OUT:-$repo/target/netboot-demo-uefi}"
 else
   out="${TINK_NETBOOT_OUT:-$repo/target/netboot-demo}"
 fi
@@ -333,13 +349,26 @@ check_userdata() { # SERIAL_LOG: the installed OS printed the Hardware's user-da
 }
 
 if [ -z "$bmc" ]; then
-stage "provisioning boot: PXE, OSIE, workflow, reboot ($accel)"
+# UEFI: OVMF (its own variable store per run); the network card first in its boot order and
+# without QEMU's iPXE option ROM (romfile=), so the firmware's own PXE client (OVMF's
+# VirtioNetDxe and network stack) asks with architecture 7 (option 93) and gets ipxe.efi by TFTP,
+# as a server's UEFI does.
+firmware=()
+nic_boot=""
+fw_name=BIOS
+if $uefi; then
+  cp "$ovmf_vars" "$out/OVMF_VARS.fd"
+  firmware=(-drive if=pflash,format=raw,readonly=on,file="$ovmf_code" -drive if=pflash,format=raw,file="$out/OVMF_VARS.fd")
+  nic_boot=",bootindex=1,romfile="
+  fw_name="UEFI (OVMF)"
+fi
+stage "provisioning boot: PXE, OSIE, workflow, reboot ($accel, $fw_name)"
 qemu-img create -q -f qcow2 "$out/disk.qcow2" 1G
-ip netns exec "$ns" timeout "$timeout_s" qemu-system-x86_64 "${qemu_accel[@]}" -m 2048 -smp 2 \
+ip netns exec "$ns" timeout "$timeout_s" qemu-system-x86_64 "${qemu_accel[@]}" "${firmware[@]}" -m 2048 -smp 2 \
   -nographic -no-reboot -boot order=nc \
   -drive file="$out/disk.qcow2",format=qcow2,if=virtio \
   -netdev tap,id=n0,ifname=tap0,script=no,downscript=no \
-  -device virtio-net-pci,netdev=n0,mac="$vm_mac" \
+  -device virtio-net-pci,netdev=n0,mac="$vm_mac$nic_boot" \
   -serial file:"$out/serial-1.log" -monitor none -display none </dev/null >"$out/qemu-1.log" 2>&1 &
 qemu=$!
 pids+=($qemu)
@@ -364,6 +393,13 @@ report_provisioning ", machine stopped $(python3 -c "print(f'{$boot_end - $boot_
 stage "the disk after the machine stopped (qemu-img, mtools)"
 check_disk
 
+if $uefi; then
+  # The boot file tink-netboot chose from the firmware's architecture (option 93).
+  efi_answers=$(grep -a "DHCP answered" "$out/stack/logs/netboot.log" | grep -c 'ipxe.efi' || true)
+  echo "   DHCP answers that handed ipxe.efi (UEFI x86-64): $efi_answers"
+  [ "$efi_answers" -gt 0 ] || { echo "error: no DHCP answer handed the UEFI iPXE" >&2; exit 1; }
+  echo "   (the demo disk image boots with syslinux, BIOS only: the UEFI run ends after the workflow)"
+else
 stage "boot from the disk: user-data from Hegel"
 nsx timeout 300 qemu-system-x86_64 "${qemu_accel[@]}" -m 512 -smp 1 \
   -nographic -no-reboot -boot order=c \
@@ -373,6 +409,7 @@ nsx timeout 300 qemu-system-x86_64 "${qemu_accel[@]}" -m 512 -smp 1 \
   -serial file:"$out/serial-2.log" -monitor none -display none </dev/null >"$out/qemu-2.log" 2>&1 \
   || { echo "error: the second boot did not power off in time" >&2; exit 1; }
 check_userdata "$out/serial-2.log"
+fi
 
 else
 stage "powered on through its BMC: a one-time PXE boot ($bmc)"
