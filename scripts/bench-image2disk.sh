@@ -119,7 +119,9 @@ EOF
   server_pid=$!
 else
   server="python3 -m http.server (nginx is not installed)"
-  python3 -m http.server --bind 127.0.0.1 --directory "$BENCH_DIR/www" "$port" >/dev/null 2>&1 &
+  # The interpreter itself, not a wrapper (pyenv's shim forks), so $! is the server's pid.
+  py=$(python3 -c 'import sys; print(sys.executable)')
+  "$py" -m http.server --bind 127.0.0.1 --directory "$BENCH_DIR/www" "$port" >/dev/null 2>&1 &
   server_pid=$!
 fi
 for _ in $(seq 50); do curl -sfI "http://127.0.0.1:$port/image.raw" >/dev/null && break; sleep 0.1; done
