@@ -23,7 +23,7 @@ pub enum TemplateCommand {
 /// Arguments of `tinkctl template render`.
 #[derive(Args, Debug, Clone)]
 pub struct RenderArgs {
-    /// The Template (YAML, `tinkerbell.org/v1alpha2`).
+    /// The Template (YAML, `tinkerbell.org/v1alpha2`, or v1alpha1 as Tinkerbell publishes them).
     #[arg(long, short = 't')]
     pub template: PathBuf,
     /// The Hardware (YAML, `tinkerbell.org/v1alpha2`).
@@ -61,10 +61,36 @@ fn read<T: DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<(T, Stri
     Ok((value, text))
 }
 
+/// The `apiVersion` of a YAML document, when it has one.
+fn api_version(text: &str) -> Option<String> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
+    doc.get("apiVersion")?.as_str().map(str::to_owned)
+}
+
+/// Is the file a `tinkerbell.org/v1alpha1` object? Those are converted as the conversion
+/// webhook converts them (a v1alpha1 Template's `spec.data` is rendered whole, as Tinkerbell
+/// does), so published templates render without `tinkctl migrate` first.
+fn is_v1alpha1(path: &Path) -> bool {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| api_version(&t))
+        .is_some_and(|v| v == "tinkerbell.org/v1alpha1")
+}
+
 /// Renders the files named in `args`; returns the actions as YAML.
 pub fn render_files(args: &RenderArgs) -> anyhow::Result<String> {
-    let (template, template_text) = read::<Template>(&args.template, "Template")?;
-    let (hardware, _) = read::<Hardware>(&args.hardware, "Hardware")?;
+    let (template, template_text) = if is_v1alpha1(&args.template) {
+        let (old, text) = read::<tink_api::v1alpha1::Template>(&args.template, "Template")?;
+        (tink_api::conversion::template_to_v1alpha2(&old), text)
+    } else {
+        read::<Template>(&args.template, "Template")?
+    };
+    let hardware = if is_v1alpha1(&args.hardware) {
+        let (old, _) = read::<tink_api::v1alpha1::Hardware>(&args.hardware, "Hardware")?;
+        tink_api::conversion::hardware_to_v1alpha2(&old)
+    } else {
+        read::<Hardware>(&args.hardware, "Hardware")?.0
+    };
     let mut workflow = match &args.workflow {
         Some(p) => read::<Workflow>(p, "Workflow")?.0,
         None => {
@@ -232,6 +258,33 @@ mod tests {
         let err = render_files(&args).expect_err("bad yaml").to_string();
         assert!(err.contains("t.yaml:"), "{err}");
         assert!(err.contains("not a Template"), "{err}");
+    }
+
+    #[test]
+    fn renders_a_v1alpha1_template_and_hardware_as_tinkerbell_publishes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let template = dir.path().join("t.yaml");
+        std::fs::write(
+            &template,
+            "apiVersion: tinkerbell.org/v1alpha1\nkind: Template\nmetadata: {name: t}\nspec:\n  data: |\n    version: \"0.1\"\n    name: t\n    global_timeout: 600\n    tasks:\n      - name: os\n        worker: \"{{.device_1}}\"\n        actions:\n        {{- range $i, $d := .Hardware.Disks }}\n          - name: wipe-{{ $i }}\n            image: quay.io/tinkerbell/actions/image2disk:latest\n            timeout: 60\n            environment:\n              DEST_DISK: {{ $d }}\n        {{- end }}\n",
+        )
+        .unwrap();
+        let hardware = dir.path().join("h.yaml");
+        std::fs::write(
+            &hardware,
+            "apiVersion: tinkerbell.org/v1alpha1\nkind: Hardware\nmetadata: {name: h}\nspec:\n  disks: [{device: /dev/sda}, {device: /dev/nvme0n1}]\n  interfaces:\n    - dhcp: {mac: \"3c:ec:ef:4c:4f:54\", arch: x86_64}\n",
+        )
+        .unwrap();
+        let out = render_files(&RenderArgs {
+            template,
+            hardware,
+            workflow: None,
+            data: vec!["device_1=3c:ec:ef:4c:4f:54".into()],
+        })
+        .unwrap();
+        assert!(out.contains("name: wipe-0"), "{out}");
+        assert!(out.contains("DEST_DISK: /dev/sda"), "{out}");
+        assert!(out.contains("DEST_DISK: /dev/nvme0n1"), "{out}");
     }
 
     #[test]
