@@ -177,6 +177,11 @@ fn bind_error(what: &str, addr: SocketAddr, e: &std::io::Error) -> Error {
              container capability NET_BIND_SERVICE)",
             addr.port()
         ),
+        std::io::ErrorKind::AddrInUse if what == "syslog" => {
+            " (another process listens there: a syslog daemon such as rsyslog receiving UDP on \
+             this host?)"
+                .to_string()
+        }
         std::io::ErrorKind::AddrInUse => {
             " (another process listens there: a DHCP/TFTP server already running on this host?)"
                 .to_string()
