@@ -8,6 +8,7 @@ mod completions;
 mod crds;
 mod demo;
 mod dev;
+mod hardware;
 mod kubeconfig;
 mod logs;
 mod migrate;
@@ -52,6 +53,9 @@ enum Command {
     /// followed to its end.
     #[command(subcommand)]
     Bmc(bmc::BmcCommand),
+    /// Hardware commands (`hardware logs`: a machine's boot log received by syslog).
+    #[command(subcommand)]
+    Hardware(hardware::HardwareCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -65,5 +69,6 @@ fn main() -> anyhow::Result<()> {
         Command::Migrate(args) => migrate::run(&args),
         Command::Agent(cmd) => agent::run(cmd),
         Command::Bmc(cmd) => bmc::run(cmd),
+        Command::Hardware(cmd) => hardware::run(cmd),
     }
 }

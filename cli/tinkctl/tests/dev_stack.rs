@@ -8,6 +8,10 @@
 //! - a workflow deleted while running is canceled and its container stopped;
 //! - a server replica killed mid-workflow changes nothing visible (the agent moves to the other);
 //! - `tinkctl dev status` notices the dead replica, `tinkctl dev down` stops everything;
+//! - machines' syslog: RFC 3164 and 5424 datagrams sent from a Hardware's address to the
+//!   receiver `dev up` runs (`TINK_SYSLOG_ADDR`) are printed by `tinkctl hardware logs` and
+//!   shown on the console's machine page; an unknown address's are counted and dropped;
+//!   Hegel's scripts name the receiver (`syslog_host=`);
 //! - every Kubernetes API call each service made (recorded by an auditing proxy the services
 //!   reach kube-lite through, each with its own token) is allowed by its RBAC in deploy/.
 //!
@@ -26,8 +30,9 @@ use kube::api::{Api, DeleteParams};
 use tink_api::v1alpha2::{ActionState, Workflow, WorkflowState};
 
 const NS: &str = "tink-demo";
-const BINARIES: [&str; 8] = [
+const BINARIES: [&str; 9] = [
     "kube-lite",
+    "tink-netboot",
     "tink-webhook",
     "tink-controller",
     "tink-bmc-controller",
@@ -213,6 +218,142 @@ async fn running_containers(docker: &Docker, workflow: &str) -> Vec<String> {
         .collect()
 }
 
+/// A machine's syslog through the dev stack's receiver: datagrams from the address its Hardware
+/// owns come back from `tinkctl hardware logs` (3164 and 5424) and on its console page; a
+/// stranger's are counted (`netboot_syslog_datagrams_total{result="unknown_source"}`) and
+/// stored nowhere.
+async fn syslog_lines_reach_tinkctl_and_the_console(
+    stack: &Stack,
+    syslog_addr: &str,
+    console_url: &str,
+    value: &dyn Fn(&str) -> String,
+) {
+    kubectl_apply(
+        stack,
+        &format!(
+            r#"apiVersion: tinkerbell.org/v1alpha2
+kind: Hardware
+metadata: {{name: syslog-machine, namespace: {NS}}}
+spec:
+  networkInterfaces:
+    "02:00:00:00:0a:31": {{dhcp: {{ip: 127.0.0.31, netmask: 255.0.0.0}}}}
+"#
+        ),
+    );
+    let machine = std::net::UdpSocket::bind("127.0.0.31:0").expect("bind 127.0.0.31");
+    let stranger = std::net::UdpSocket::bind("127.0.0.32:0").expect("bind 127.0.0.32");
+    let hardware_logs = |extra: &[&str]| {
+        run(Command::new(tinkctl())
+            .args([
+                "hardware",
+                "logs",
+                "syslog-machine",
+                "-n",
+                NS,
+                "--kubeconfig",
+            ])
+            .arg(stack.kubeconfig())
+            .args(extra)
+            .env("NATS_URL", value("NATS_URL="))
+            .env("NATS_USER", value("NATS_USER="))
+            .env("NATS_PASSWORD", value("NATS_PASSWORD=")))
+    };
+    // The Hardware reaches netboot's index through its watch: send until a line comes back.
+    let mut text = String::new();
+    for _ in 0..100 {
+        machine
+            .send_to(
+                b"<6>Nov 27 13:00:00 kernel: [    1.234567] e1000 0000:00:03.0 eth0: link up\n",
+                syslog_addr,
+            )
+            .expect("send 3164");
+        machine
+            .send_to(
+                b"<11>1 2026-11-27T13:00:01Z osie tink-osie 7 - [x@1 a=\"b\"] no DHCP lease on eth0",
+                syslog_addr,
+            )
+            .expect("send 5424");
+        stranger
+            .send_to(b"<13>Nov 27 13:00:00 intruder: not mine", syslog_addr)
+            .expect("send");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let out = hardware_logs(&[]);
+        assert!(out.status.success(), "tinkctl hardware logs");
+        text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("no DHCP lease") {
+            break;
+        }
+    }
+    let first = text.lines().next().unwrap_or_default().to_string();
+    assert!(
+        first.ends_with(" info    kernel: [    1.234567] e1000 0000:00:03.0 eth0: link up"),
+        "a 3164 line: time, severity, program, message:\n{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.ends_with(" err     tink-osie: no DHCP lease on eth0")),
+        "a 5424 line:\n{text}"
+    );
+    assert!(!text.contains("not mine"), "{text}");
+    let json = hardware_logs(&["--json", "--tail", "1"]);
+    let last: serde_json::Value =
+        serde_json::from_slice(&json.stdout).expect("one JSON line with --tail 1");
+    assert_eq!(last["source"], "127.0.0.31");
+    // A misspelt name is an error, not an empty log.
+    let typo = run(Command::new(tinkctl())
+        .args([
+            "hardware",
+            "logs",
+            "no-such-machine",
+            "-n",
+            NS,
+            "--kubeconfig",
+        ])
+        .arg(stack.kubeconfig())
+        .env("NATS_URL", value("NATS_URL="))
+        .env("NATS_USER", value("NATS_USER="))
+        .env("NATS_PASSWORD", value("NATS_PASSWORD=")));
+    assert!(!typo.status.success());
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("no Hardware \"no-such-machine\""));
+
+    // The stranger's datagrams: counted and dropped.
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(stack.dir.path().join("state.json")).expect("state"))
+            .expect("json");
+    let ready = state["components"]
+        .as_array()
+        .expect("components")
+        .iter()
+        .find(|c| c["name"] == "netboot-syslog")
+        .and_then(|c| c["ready_url"].as_str())
+        .expect("the syslog receiver is a component");
+    let metrics = run(Command::new("curl").args(["-sSf", &ready.replace("/readyz", "/metrics")]));
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    let counted = metrics
+        .lines()
+        .find(|l| l.starts_with("netboot_syslog_datagrams_total{result=\"unknown_source\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or_default();
+    assert!(counted >= 1.0, "unknown sources counted:\n{metrics}");
+
+    // The console's machine page shows the last lines.
+    let page = run(Command::new("curl").args([
+        "-sSf",
+        "-H",
+        "Authorization: Bearer kube-lite",
+        &format!("{console_url}/machines/{NS}/syslog-machine"),
+    ]));
+    assert!(page.status.success(), "the console serves the machine page");
+    let page = String::from_utf8_lossy(&page.stdout);
+    assert!(
+        page.contains("id=\"boot-log\"")
+            && page.contains("<code>no DHCP lease on eth0</code>")
+            && !page.contains("not mine"),
+        "the machine page shows its boot log:\n{page}"
+    );
+}
+
 fn component_pid(dir: &Path, name: &str) -> i32 {
     let state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("state.json")).expect("state.json"))
@@ -276,6 +417,7 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
         "TINK_DEV_AGENT_ID='02:00:00:00:00:01'",
         "NATS_USER=tink-admin",
         "NATS_PASSWORD=",
+        "TINK_SYSLOG_ADDR='127.0.0.1:",
     ] {
         assert!(env.contains(key), "{key} missing from the env file:\n{env}");
     }
@@ -396,6 +538,12 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
             && script.contains(&format!("grpc_authority={first_server}")),
         "{script}"
     );
+    let syslog_addr = value("TINK_SYSLOG_ADDR=");
+    assert!(
+        script.contains(&format!("syslog_host={syslog_addr} ")),
+        "the script names the syslog receiver {syslog_addr}:\n{script}"
+    );
+    syslog_lines_reach_tinkctl_and_the_console(&stack, &syslog_addr, &console_url, &value).await;
 
     // The actions' output, through the servers and NATS, with `tinkctl workflow logs`.
     // (Lines travel apart from the events: the last ones may land just after Succeeded.)
@@ -465,13 +613,22 @@ async fn the_dev_stack_runs_workflows_end_to_end() {
     assert_eq!(trace.len(), 32, "{trace}");
     assert!(text.contains(&format!("trace id {trace}")), "{text}");
     let services = ["tink-controller", "tink-server", "tink-agent"];
+    // The agent exports its spans in batches: wait for all four action spans, not the first.
     let spans = otlp
         .wait_for(|spans| {
             services.iter().all(|svc| {
                 spans
                     .iter()
                     .any(|s| s.trace_id == trace && s.service_name.as_deref() == Some(svc))
-            })
+            }) && spans
+                .iter()
+                .filter(|s| {
+                    s.trace_id == trace
+                        && s.service_name.as_deref() == Some("tink-agent")
+                        && s.name == "action"
+                })
+                .count()
+                >= 4
         })
         .await
         .unwrap_or_else(|e| {

@@ -17,13 +17,16 @@
 //! | dispatch targets bucket | [`DISPATCH_TARGETS_BUCKET`] | KV: workflow token -> [`DispatchTarget`] (JSON): the agent a StartWorkflow was forwarded to (servers write before forwarding, and check events against it) |
 //! | logs subject | `tink.logs.<workflow token>.<action token>` | a `LogBatch` (protobuf), see [`LOGS_STREAM`] |
 //! | takeover subject | `tink.presence.takeover.<agent token>` | core NATS: "a newer stream for this agent exists", session id |
+//! | syslog subject | `tink.syslog.<hardware token>` | a [`SyslogLine`] (JSON) a machine sent to tink-netboot's syslog receiver; stream [`SYSLOG_STREAM`], created and bounded by tink-netboot, its only writer ([`ensure_syslog_stream`]) |
 //!
 //! Tokens: agent ids (MAC addresses) and workflow ids (`namespace/name`) contain characters a
 //! subject token, a KV key or a consumer name cannot hold.
 //!
 //! Who creates what: the controller (or an admin job) creates and updates every stream and
 //! bucket ([`ensure_streams`]); every other service only finds them ([`verify_streams`]), as
-//! its NATS user (deploy/nats/nats.yaml) may not create, change, delete or purge a stream. [`encode_token`] maps any id to a
+//! its NATS user (deploy/nats/nats.yaml) may not create, change, delete or purge a stream; the
+//! one exception is [`SYSLOG_STREAM`], which tink-netboot creates and updates with its own
+//! bounds (module `syslog`). [`encode_token`] maps any id to a
 //! reversible token over `[A-Za-z0-9_-]` (see its documentation).
 //!
 //! Modules, each depending only on those listed before it: `token` and `subjects` (names),
@@ -47,6 +50,7 @@ mod publish;
 mod setup;
 mod streams;
 mod subjects;
+mod syslog;
 mod token;
 
 pub use args::BusArgs;
@@ -91,6 +95,11 @@ pub use subjects::{
     DISPATCH_ALL, DISPATCH_PREFIX, EVENTS_ALL, EVENTS_PREFIX, TAKEOVER_ALL, TAKEOVER_PREFIX,
     agent_from_dispatch_subject, dispatch_subject, events_subject, takeover_subject,
     workflow_from_events_subject,
+};
+pub use syslog::{
+    FACILITY_NAMES, MAX_HARDWARE_ID_LEN, SEVERITY_NAMES, SYSLOG_ALL, SYSLOG_PREFIX, SYSLOG_STREAM,
+    SyslogLimits, SyslogLine, SyslogRead, SyslogReadError, SyslogSummary, ensure_syslog_stream,
+    read_syslog, syslog_stream_config, syslog_subject,
 };
 pub use token::{
     MAX_AGENT_ID_LEN, MAX_WORKFLOW_ID_LEN, TokenError, agent_token, decode_token, encode_token,

@@ -68,6 +68,8 @@ pub struct Cache {
     synced: [AtomicBool; 3],
     /// Agent presence (off unless configured); shared with [`crate::presence::watch`].
     pub presence: Arc<Presence>,
+    /// Machines' boot logs (syslog), read over the presence watch's NATS connection.
+    pub syslog: Arc<crate::syslog::SyslogSource>,
     /// Every BMC Machine (`bmc.tinkerbell.org`), when the API is there.
     pub bmc_machines: Store<BmcMachine>,
     /// Every BMC Job, when the API is there.
@@ -208,6 +210,7 @@ impl Cache {
             tombstones_max: tombstones,
             synced: Default::default(),
             presence: Default::default(),
+            syslog: Default::default(),
             bmc_machines,
             bmc_jobs,
             jobs_by_machine: RwLock::default(),

@@ -30,6 +30,7 @@ pub mod logs;
 mod metrics;
 pub mod pages;
 pub mod presence;
+pub mod syslog;
 pub mod views;
 
 use std::net::SocketAddr;
@@ -199,6 +200,7 @@ pub async fn run_on(
             presence::watch(
                 p,
                 cache.presence.clone(),
+                cache.syslog.clone(),
                 move |c| changes.agent_changed(&c),
                 tasks.clone(),
             ),

@@ -72,6 +72,8 @@ pub struct MachinePage<'a> {
     pub actions: Vec<(&'static str, &'static str, bool)>,
     /// A message after an action.
     pub notice: String,
+    /// Its boot log: the last lines it sent by syslog.
+    pub boot_log: crate::syslog::BootLog,
 }
 
 /// The BMC part of a machine's page (also pushed live).

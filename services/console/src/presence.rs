@@ -89,14 +89,17 @@ impl Presence {
 }
 
 /// Watches the bucket until `shutdown`, reconnecting after failures, keeping `presence`
-/// current; hands every agent that connected or left to `changed`.
+/// current; hands every agent that connected or left to `changed`. The connection is handed to
+/// `syslog` too (machines' boot logs on their pages).
 pub async fn watch(
     config: PresenceConfig,
     presence: Arc<Presence>,
+    syslog: Arc<crate::syslog::SyslogSource>,
     mut changed: impl FnMut(AgentChanged) + Send,
     shutdown: CancellationToken,
 ) {
     presence.enable(config.ttl);
+    syslog.configure();
     while !shutdown.is_cancelled() {
         let client = match tink_bus::connect(
             &config.nats_url,
@@ -112,6 +115,8 @@ pub async fn watch(
             }
         };
         let js = async_nats::jetstream::new(client);
+        // The machine pages read boot logs (syslog) over the same connection.
+        syslog.connected(js.clone());
         loop {
             let bucket = match js.get_key_value(tink_bus::PRESENCE_BUCKET).await {
                 Ok(b) => b,

@@ -38,7 +38,9 @@ struct Args {
     /// Whether the agent skips verifying the server certificate (`tinkerbell_insecure_tls=`).
     #[arg(long, env = "TINK_HEGEL_TINKERBELL_INSECURE_TLS", default_value_t = false, action = ArgAction::Set)]
     tinkerbell_insecure_tls: bool,
-    /// Where the OSIE sends syslog (`syslog_host=`); left out when unset.
+    /// Where the OSIE sends syslog (`syslog_host=`): tink-netboot's syslog receiver, `HOST` or
+    /// `HOST:PORT` (514 when left out; the OSIE runs busybox `syslogd -R` with it); left out
+    /// when unset.
     #[arg(long, env = "TINK_HEGEL_SYSLOG_HOST")]
     syslog_host: Option<String>,
     /// `facility=` for Hardware without a migrated facility code; left out when unset.
@@ -88,6 +90,13 @@ async fn main() -> anyhow::Result<()> {
     ipxe.tinkerbell_tls = args.tinkerbell_tls;
     ipxe.tinkerbell_insecure_tls = args.tinkerbell_insecure_tls;
     ipxe.syslog_host = args.syslog_host.filter(|s| !s.trim().is_empty());
+    if let Some(host) = &ipxe.syslog_host
+        && !host.bytes().all(|b| b.is_ascii_graphic())
+    {
+        anyhow::bail!(
+            "--syslog-host {host:?}: expected HOST or HOST:PORT (one kernel parameter: no spaces)"
+        );
+    }
     ipxe.facility = args.facility.filter(|s| !s.trim().is_empty());
     ipxe.console = args
         .consoles

@@ -32,6 +32,7 @@ pub mod iso;
 pub mod machine;
 mod metrics;
 pub mod server;
+pub mod syslog;
 pub mod tftp;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -78,6 +79,8 @@ pub struct NetbootConfig {
     pub namespace: Option<String>,
     /// The ISO route's source ISO and kernel parameter values (`None`: `/iso/...` answers 404).
     pub iso: Option<IsoConfig>,
+    /// The syslog receiver (`None`: off).
+    pub syslog: Option<syslog::SyslogConfig>,
 }
 
 impl NetbootConfig {
@@ -102,6 +105,7 @@ impl NetbootConfig {
             files_dir,
             namespace: None,
             iso: None,
+            syslog: None,
         }
     }
 }
@@ -138,6 +142,7 @@ pub struct Bound {
     http: Option<TcpListener>,
     root: Option<Root>,
     iso: Option<Arc<IsoSource>>,
+    syslog: Option<UdpSocket>,
 }
 
 impl Bound {
@@ -158,6 +163,11 @@ impl Bound {
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http.as_ref().and_then(|s| s.local_addr().ok())
     }
+
+    /// The syslog socket's address.
+    pub fn syslog_addr(&self) -> Option<SocketAddr> {
+        self.syslog.as_ref().and_then(|s| s.local_addr().ok())
+    }
 }
 
 fn bind_error(what: &str, addr: SocketAddr, e: &std::io::Error) -> Error {
@@ -167,6 +177,11 @@ fn bind_error(what: &str, addr: SocketAddr, e: &std::io::Error) -> Error {
              container capability NET_BIND_SERVICE)",
             addr.port()
         ),
+        std::io::ErrorKind::AddrInUse if what == "syslog" => {
+            " (another process listens there: a syslog daemon such as rsyslog receiving UDP on \
+             this host?)"
+                .to_string()
+        }
         std::io::ErrorKind::AddrInUse => {
             " (another process listens there: a DHCP/TFTP server already running on this host?)"
                 .to_string()
@@ -218,6 +233,10 @@ pub async fn bind(config: &NetbootConfig) -> Result<Bound, Error> {
         ),
         None => None,
     };
+    let syslog = match &config.syslog {
+        Some(c) => Some(syslog::bind(c.listen).map_err(|e| bind_error("syslog", c.listen, &e))?),
+        None => None,
+    };
     let root = if tftp.is_some() || http.is_some() {
         Some(Root::new(&config.files_dir).map_err(Error::Files)?)
     } else {
@@ -240,12 +259,13 @@ pub async fn bind(config: &NetbootConfig) -> Result<Bound, Error> {
         http,
         root,
         iso,
+        syslog,
     })
 }
 
 impl Bound {
     /// Runs until `shutdown`: feeds the Hardware index (ready once Hardware and OSIEs are
-    /// listed) and serves DHCP, TFTP and HTTP. Any part ending on its own ends the service.
+    /// listed) and serves DHCP, TFTP, HTTP and syslog. Any part ending on its own ends the service.
     pub async fn run(
         self,
         config: NetbootConfig,
@@ -323,6 +343,15 @@ impl Bound {
                         what: "HTTP",
                         source,
                     })
+            });
+        }
+        if let (Some(socket), Some(sc)) = (self.syslog, &config.syslog) {
+            let (sc, index, metrics, tasks) =
+                (sc.clone(), index.clone(), metrics.clone(), tasks.clone());
+            set.spawn_critical("syslog receiver", async move {
+                syslog::serve(socket, sc, index, metrics, tasks)
+                    .await
+                    .map_err(|e| Error::Stopped(e.to_string()))
             });
         }
         // The first task to end before shutdown ends them all.

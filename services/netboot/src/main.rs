@@ -1,4 +1,5 @@
-//! tink-netboot: DHCP, TFTP and HTTP for netbooting machines into iPXE.
+//! tink-netboot: DHCP, TFTP and HTTP for netbooting machines into iPXE, and a syslog receiver
+//! for their boot logs.
 #![forbid(unsafe_code)]
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -131,6 +132,8 @@ struct Args {
     #[command(flatten)]
     iso: IsoArgs,
     #[command(flatten)]
+    syslog: SyslogArgs,
+    #[command(flatten)]
     admin: tink_runtime::AdminArgs,
     #[command(flatten)]
     telemetry: tink_telemetry::TelemetryArgs,
@@ -173,6 +176,118 @@ struct IsoArgs {
         value_delimiter = ' '
     )]
     extra_kernel_params: Vec<String>,
+}
+
+/// The syslog receiver: machines' boot logs (RFC 3164 and 5424 over UDP), attributed to a
+/// Hardware by source address and stored in NATS JetStream (stream TINK_SYSLOG), where
+/// `tinkctl hardware logs` and the console read them.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Syslog")]
+struct SyslogArgs {
+    /// UDP address of the syslog receiver (deploy/ uses 0.0.0.0:514); empty or unset: off.
+    /// Needs --nats-url.
+    #[arg(long, env = "TINK_NETBOOT_SYSLOG_ADDR")]
+    syslog_addr: Option<String>,
+    /// NATS URL(s) the lines are published to (comma separated).
+    #[arg(long, env = "TINK_NETBOOT_NATS_URL")]
+    nats_url: Option<String>,
+    /// NATS credentials file (JWT and NKey seed).
+    #[arg(long, env = "NATS_CREDS")]
+    nats_creds: Option<PathBuf>,
+    /// NATS user (with --nats-password); deploy/'s is `tink-netboot`.
+    #[arg(long, env = "NATS_USER", requires = "nats_password")]
+    nats_user: Option<String>,
+    /// NATS password.
+    #[arg(
+        long,
+        env = "NATS_PASSWORD",
+        requires = "nats_user",
+        hide_env_values = true
+    )]
+    nats_password: Option<String>,
+    /// CA certificate (PEM) of the NATS servers; turns TLS on.
+    #[arg(long, env = "NATS_TLS_CA")]
+    nats_tls_ca: Option<PathBuf>,
+    /// Lines kept per machine (the stream's per-subject limit; the oldest go first).
+    #[arg(
+        long,
+        env = "TINK_NETBOOT_SYSLOG_LINES_PER_MACHINE",
+        default_value_t = 1000
+    )]
+    syslog_lines_per_machine: i64,
+    /// Longest message text stored, in bytes (longer lines are cut, marked with `…`).
+    #[arg(
+        long,
+        env = "TINK_NETBOOT_SYSLOG_MAX_LINE_BYTES",
+        default_value_t = 1024
+    )]
+    syslog_max_line_bytes: usize,
+    /// Size of the whole stream, in bytes (every machine's lines).
+    #[arg(long, env = "TINK_NETBOOT_SYSLOG_MAX_BYTES", default_value_t = 256 << 20)]
+    syslog_max_bytes: i64,
+    /// How long a line is kept, in seconds.
+    #[arg(long, env = "TINK_NETBOOT_SYSLOG_MAX_AGE_SECONDS", default_value_t = 7 * 24 * 3600)]
+    syslog_max_age_seconds: u64,
+    /// Replicas of the stream (3 on deploy/'s NATS cluster).
+    #[arg(long, env = "TINK_NATS_STREAM_REPLICAS", default_value_t = 1)]
+    stream_replicas: usize,
+    /// Lines a second one source address may send, sustained.
+    #[arg(long, env = "TINK_NETBOOT_SYSLOG_RATE", default_value_t = 100.0)]
+    syslog_rate: f64,
+    /// Lines one source address may send at once (a kernel's boot log arrives in one burst).
+    #[arg(long, env = "TINK_NETBOOT_SYSLOG_BURST", default_value_t = 2000.0)]
+    syslog_burst: f64,
+    /// Lines waiting to be published, at most (beyond: dropped and counted).
+    #[arg(long, env = "TINK_NETBOOT_SYSLOG_QUEUE", default_value_t = 8192)]
+    syslog_queue: usize,
+}
+
+impl SyslogArgs {
+    fn config(self) -> anyhow::Result<Option<tink_netboot::syslog::SyslogConfig>> {
+        let Some(addr) = self.syslog_addr.filter(|a| !a.trim().is_empty()) else {
+            return Ok(None);
+        };
+        let listen: SocketAddr = addr.trim().parse().with_context(|| {
+            format!("--syslog-addr {addr:?}: expected IP:PORT, e.g. 0.0.0.0:514")
+        })?;
+        let Some(url) = self.nats_url.filter(|u| !u.trim().is_empty()) else {
+            anyhow::bail!(
+                "--syslog-addr {listen} stores the lines in NATS JetStream: give --nats-url \
+                 (TINK_NETBOOT_NATS_URL), or turn the receiver off with an empty --syslog-addr"
+            );
+        };
+        if !(self.syslog_rate.is_finite() && self.syslog_rate > 0.0) {
+            anyhow::bail!(
+                "--syslog-rate {}: must be a positive number",
+                self.syslog_rate
+            );
+        }
+        if !(self.syslog_burst.is_finite() && self.syslog_burst >= 1.0) {
+            anyhow::bail!("--syslog-burst {}: must be at least 1", self.syslog_burst);
+        }
+        let nats = tink_netboot::syslog::SyslogNats {
+            url,
+            auth: tink_bus::NatsAuth {
+                credentials_file: self.nats_creds,
+                user: self.nats_user,
+                password: self.nats_password,
+                tls_ca: self.nats_tls_ca,
+                ..Default::default()
+            },
+        };
+        let mut config = tink_netboot::syslog::SyslogConfig::new(listen, nats);
+        config.limits = tink_bus::SyslogLimits {
+            lines_per_machine: self.syslog_lines_per_machine.max(1),
+            max_line_bytes: self.syslog_max_line_bytes.clamp(64, 64 * 1024),
+            max_bytes: self.syslog_max_bytes.max(1 << 20),
+            max_age: Duration::from_secs(self.syslog_max_age_seconds.max(60)),
+            replicas: self.stream_replicas.max(1),
+        };
+        config.rate.rate = self.syslog_rate;
+        config.rate.burst = self.syslog_burst;
+        config.queue = self.syslog_queue.max(1);
+        Ok(Some(config))
+    }
 }
 
 impl IsoArgs {
@@ -259,12 +374,17 @@ async fn main() -> anyhow::Result<()> {
         files_dir: args.files_dir,
         namespace: args.namespace,
         iso: args.iso.config()?,
+        syslog: args.syslog.config()?,
     };
     if config.iso.is_some() && config.http.is_none() {
         anyhow::bail!("--iso-source is served over HTTP: it needs --http true");
     }
-    if config.dhcp.is_none() && config.tftp.is_none() && config.http.is_none() {
-        anyhow::bail!("DHCP, TFTP and HTTP are all turned off: nothing to serve");
+    if config.dhcp.is_none()
+        && config.tftp.is_none()
+        && config.http.is_none()
+        && config.syslog.is_none()
+    {
+        anyhow::bail!("DHCP, TFTP, HTTP and syslog are all turned off: nothing to serve");
     }
 
     // Listeners first: a missing privilege or a busy port is reported before anything else.

@@ -63,6 +63,11 @@ pub struct Metrics {
     pub iso_requests: Family<HttpLabels, Counter>,
     /// Bytes of ISO sent.
     pub iso_bytes: Counter,
+    /// Syslog datagrams by what became of them (`accepted`, `unknown_source`, `rate_limited`,
+    /// ...: see the syslog module).
+    pub syslog_datagrams: Family<ResultLabels, Counter>,
+    /// Accepted syslog lines JetStream did not store.
+    pub syslog_publish_errors: Counter,
 }
 
 impl Metrics {
@@ -107,7 +112,32 @@ impl Metrics {
             m.iso_requests.clone(),
         );
         r.register("iso_bytes", "Bytes of ISO sent", m.iso_bytes.clone());
+        r.register(
+            "syslog_datagrams",
+            "Syslog datagrams by result (accepted, unknown_source, conflicting_source, \
+             rate_limited, malformed, queue_full, not_ready)",
+            m.syslog_datagrams.clone(),
+        );
+        r.register(
+            "syslog_publish_errors",
+            "Accepted syslog lines NATS JetStream did not store",
+            m.syslog_publish_errors.clone(),
+        );
         m
+    }
+
+    /// Syslog datagrams counted with `result` so far.
+    pub fn syslog_count(&self, result: &'static str) -> u64 {
+        self.syslog_datagrams
+            .get_or_create(&ResultLabels { result })
+            .get()
+    }
+
+    /// Counts a syslog datagram by what became of it.
+    pub fn syslog(&self, result: &'static str) {
+        self.syslog_datagrams
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     /// Counts a received packet.

@@ -1,14 +1,15 @@
 //! `tinkctl dev up|down|status`: the local development stack, every service its own process on
 //! loopback: kube-lite (persistent), `nats-server -js`, the webhook (HTTPS with a generated
 //! certificate), two controllers, two servers, Hegel, the web console and one agent on the
-//! local Docker engine.
+//! local Docker engine; tink-netboot's syslog receiver on a free loopback UDP port (the whole
+//! netboot service with `--netboot-interface`), which Hegel's scripts name as `syslog_host`.
 //!
 //! Everything lives under the data directory:
 //!
 //! | path | what |
 //! |---|---|
 //! | `state.json` | the running components (pid, executable, readiness URL, log) for `down` and `status` |
-//! | `env` | shell assignments: `KUBECONFIG`, `NATS_URL`, `TINK_SERVER`, `HEGEL_URL`, `TINK_CONSOLE_URL`, `TINK_DEV_AGENT_ID` |
+//! | `env` | shell assignments: `KUBECONFIG`, `NATS_URL`, `TINK_SERVER`, `HEGEL_URL`, `TINK_CONSOLE_URL`, `TINK_DEV_AGENT_ID`, `TINK_SYSLOG_ADDR` (host:port of the syslog receiver) |
 //! | `kubeconfig` | for kubectl and the services |
 //! | `logs/<component>.log` | one log per component |
 //! | `pki/` | the development CA and the webhook's serving certificate |
@@ -69,10 +70,11 @@ const DEPLOY_NATS_YAML: &str = include_str!("../../../../deploy/nats/nats.yaml")
 
 /// The NATS users of deploy/nats/nats.yaml: (user, the variable nats-server reads its password
 /// from). tinkctl itself connects as `tink-admin`.
-pub const NATS_USERS: [(&str, &str); 4] = [
+pub const NATS_USERS: [(&str, &str); 5] = [
     ("tink-controller", "TINK_NATS_CONTROLLER_PASSWORD"),
     ("tink-server", "TINK_NATS_SERVER_PASSWORD"),
     ("tink-console", "TINK_NATS_CONSOLE_PASSWORD"),
+    ("tink-netboot", "TINK_NATS_NETBOOT_PASSWORD"),
     ("tink-admin", "TINK_NATS_ADMIN_PASSWORD"),
 ];
 
@@ -325,9 +327,11 @@ fn up(args: &UpArgs) -> anyhow::Result<()> {
         Ok(p)
     };
     let exes = Exes {
+        // Required for DHCP and TFTP (--netboot-interface); otherwise it runs only the syslog
+        // receiver, and a build without it runs the rest of the stack and says so.
         netboot: match args.netboot_interface {
             Some(_) => Some(bin("tink-netboot")?),
-            None => None,
+            None => bin("tink-netboot").ok(),
         },
         kube_lite: bin("kube-lite")?,
         webhook: bin("tink-webhook")?,
@@ -393,6 +397,8 @@ struct Env {
     console_url: Option<String>,
     /// The netboot service's HTTP URL, when it runs.
     netboot_url: Option<String>,
+    /// The syslog receiver's `host:port`, when it runs.
+    syslog_addr: Option<String>,
 }
 
 struct Stack {
@@ -655,17 +661,28 @@ impl Stack {
         }
         let (hegel_port, admin) = (process::free_port()?, process::free_port()?);
         let hegel_url = format!("http://{}", exposed(hegel_port));
+        // The syslog receiver (tink-netboot, started below) on an unprivileged UDP port where
+        // machines reach it; Hegel's iPXE scripts name it (`syslog_host=HOST:PORT`).
+        let syslog_addr = match &exes.netboot {
+            Some(_) => Some(free_udp_addr(&machine_ip)?),
+            None => None,
+        };
+        let mut hegel_args: Vec<String> = vec![
+            "--listen".into(),
+            exposed(hegel_port),
+            "--grpc-authority".into(),
+            grpc[0].clone(),
+            "--admin-addr".into(),
+            loopback(admin),
+        ];
+        if let Some(addr) = &syslog_addr {
+            hegel_args.push("--syslog-host".into());
+            hegel_args.push(addr.clone());
+        }
         self.launch(
             "hegel",
             &exes.hegel,
-            vec![
-                "--listen".into(),
-                exposed(hegel_port),
-                "--grpc-authority".into(),
-                grpc[0].clone(),
-                "--admin-addr".into(),
-                loopback(admin),
-            ],
+            hegel_args,
             &identity("hegel")?,
             format!("http://{}/readyz", loopback(admin)),
         )?;
@@ -731,6 +748,9 @@ impl Stack {
                     "--grpc-authority".into(),
                     grpc[0].clone(),
                 ];
+                if let Some(addr) = &syslog_addr {
+                    netboot_args.extend(syslog_args(addr, &nats_url));
+                }
                 // The OSIE ISO for BMC virtual media, when the files hold one
                 // (`osie/build.sh --iso`): served at /iso/<mac>/hook.iso.
                 let iso = files.join("osie.iso");
@@ -742,12 +762,44 @@ impl Stack {
                     "netboot",
                     exe,
                     netboot_args,
-                    &identity("tink-netboot")?,
+                    &nats_user(&identity("tink-netboot")?, "tink-netboot"),
                     format!("http://{}/readyz", loopback(admin)),
                 )?;
                 Some(format!("http://{http}"))
             }
-            _ => None,
+            // No machines' network: only the syslog receiver (DHCP, TFTP and HTTP off).
+            (Some(exe), None) => {
+                let admin = process::free_port()?;
+                let mut netboot_args: Vec<String> = vec![
+                    "--dhcp".into(),
+                    "false".into(),
+                    "--tftp".into(),
+                    "false".into(),
+                    "--http".into(),
+                    "false".into(),
+                    "--server-ip".into(),
+                    machine_ip.clone(),
+                    "--ipxe-script-url".into(),
+                    format!("{hegel_url}/ipxe/script/auto.ipxe"),
+                    "--admin-addr".into(),
+                    loopback(admin),
+                ];
+                if let Some(addr) = &syslog_addr {
+                    netboot_args.extend(syslog_args(addr, &nats_url));
+                }
+                self.launch(
+                    "netboot-syslog",
+                    exe,
+                    netboot_args,
+                    &nats_user(&identity("tink-netboot")?, "tink-netboot"),
+                    format!("http://{}/readyz", loopback(admin)),
+                )?;
+                None
+            }
+            (None, _) => {
+                self.state.missing.push("netboot-syslog".into());
+                None
+            }
         };
         if !args.no_agent {
             let admin = process::free_port()?;
@@ -788,6 +840,7 @@ impl Stack {
             hegel_url,
             console_url,
             netboot_url,
+            syslog_addr,
         };
         write_env(&dir, &env)?;
         Ok(env)
@@ -914,6 +967,12 @@ fn write_env(dir: &Path, env: &Env) -> anyhow::Result<()> {
             shell_quote(url)
         ));
     }
+    if let Some(addr) = &env.syslog_addr {
+        text.push_str(&format!(
+            "TINK_SYSLOG_ADDR={}\nexport TINK_SYSLOG_ADDR\n",
+            shell_quote(addr)
+        ));
+    }
     let p = dir.join("env");
     std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
     // It holds a NATS password.
@@ -952,6 +1011,28 @@ fn print_summary(dir: &Path, env: &Env, state: &State) {
     if let Some(url) = &env.netboot_url {
         println!("Netboot: DHCP and TFTP on the machines' network, files at {url}/");
     }
+    if let Some(addr) = &env.syslog_addr {
+        println!(
+            "Syslog: machines send to udp://{addr}; read with `tinkctl hardware logs NAME -f`"
+        );
+    }
+}
+
+/// A free UDP port on `ip` (the syslog receiver's), as `ip:port`.
+fn free_udp_addr(ip: &str) -> anyhow::Result<String> {
+    let socket = std::net::UdpSocket::bind((ip, 0))
+        .with_context(|| format!("finding a free UDP port on {ip}"))?;
+    Ok(socket.local_addr()?.to_string())
+}
+
+/// tink-netboot's flags for its syslog receiver on `addr`, publishing to `nats_url`.
+fn syslog_args(addr: &str, nats_url: &str) -> [String; 4] {
+    [
+        "--syslog-addr".into(),
+        addr.to_string(),
+        "--nats-url".into(),
+        nats_url.to_string(),
+    ]
 }
 
 /// The iPXE binaries the netboot service hands to PXE clients that are not iPXE yet, copied
@@ -1045,12 +1126,13 @@ mod tests {
             hegel_url: "http://127.0.0.1:4".into(),
             console_url: Some("http://127.0.0.1:5".into()),
             netboot_url: Some("http://10.99.0.1:8080".into()),
+            syslog_addr: Some("127.0.0.1:5514".into()),
         };
         write_env(dir.path(), &env).expect("env");
         let out = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(
-                ". '{}/env' && echo \"$KUBECONFIG|$TINK_SERVER|$TINK_DEV_AGENT_ID|$TINK_CONSOLE_URL|$TINK_NETBOOT_URL|$NATS_USER|$NATS_PASSWORD\"",
+                ". '{}/env' && echo \"$KUBECONFIG|$TINK_SERVER|$TINK_DEV_AGENT_ID|$TINK_CONSOLE_URL|$TINK_NETBOOT_URL|$NATS_USER|$NATS_PASSWORD|$TINK_SYSLOG_ADDR\"",
                 dir.path().display()
             ))
             .output()
@@ -1058,7 +1140,7 @@ mod tests {
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
             format!(
-                "{}|127.0.0.1:2,127.0.0.1:3|{DEV_AGENT_ID}|http://127.0.0.1:5|http://10.99.0.1:8080|tink-admin|pw",
+                "{}|127.0.0.1:2,127.0.0.1:3|{DEV_AGENT_ID}|http://127.0.0.1:5|http://10.99.0.1:8080|tink-admin|pw|127.0.0.1:5514",
                 dir.path().join("kube config").display()
             )
         );

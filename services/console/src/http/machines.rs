@@ -409,6 +409,7 @@ pub(super) async fn machine(
             }
             _ => String::new(),
         };
+        let boot_log = cache.syslog.last_lines(&ns, &name).await;
         let page = MachinePage {
             layout: st.layout(
                 &s,
@@ -428,6 +429,7 @@ pub(super) async fn machine(
                 .map(|c| (c.as_str(), c.label(), c.warning().is_some()))
                 .collect(),
             notice,
+            boot_log,
         };
         Ok(html(StatusCode::OK, &page))
     }
