@@ -369,7 +369,11 @@ fn dmi_id(ctx: &mut Ctx) -> Firmware {
     };
     let chassis = Chassis {
         manufacturer: t("chassis_vendor"),
-        kind: None,
+        // The kernel writes the type byte in decimal.
+        kind: t("chassis_type")
+            .and_then(|v| v.parse::<u8>().ok())
+            .and_then(|v| smbios::chassis_type(v & 0x7F))
+            .map(str::to_owned),
         version: t("chassis_version"),
         serial: t("chassis_serial"),
         asset_tag: t("chassis_asset_tag"),

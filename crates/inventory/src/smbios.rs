@@ -381,7 +381,7 @@ fn chassis(s: &Structure<'_>) -> Chassis {
 }
 
 /// SMBIOS 3.7 table 17 (bits 6:0 of the type byte).
-fn chassis_type(t: u8) -> Option<&'static str> {
+pub(crate) fn chassis_type(t: u8) -> Option<&'static str> {
     Some(match t {
         0x01 => "Other",
         0x03 => "Desktop",
