@@ -18,7 +18,7 @@ use crate::smbios;
 use crate::text::clean;
 use crate::validate::{
     MAX_CPU_FLAGS, MAX_DISKS, MAX_MEMORY_MODULES, MAX_NICS, MAX_PCI_DEVICES, MAX_PROCESSORS,
-    MAX_WARNINGS, is_mac, is_pci_address,
+    MAX_THREADS, MAX_WARNINGS, OPERSTATES, is_mac, is_pci_address,
 };
 
 /// `/proc/cpuinfo` of a 512-thread machine is about 1 MiB.
@@ -51,6 +51,11 @@ impl Ctx {
 
     fn warn(&mut self, msg: String) {
         if self.warnings.len() < MAX_WARNINGS - 1 {
+            // File names and OS errors go in: keep the text printable and bounded.
+            let msg: String = msg
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
             self.warnings
                 .push(crate::text::truncate(&msg, 256).to_owned());
         } else if self.warnings.len() == MAX_WARNINGS - 1 {
@@ -145,10 +150,19 @@ pub fn collect(root: &Path) -> Inventory {
 fn cpu(ctx: &mut Ctx) -> Cpu {
     match read_limited(&ctx.path("proc/cpuinfo"), CPUINFO_LIMIT) {
         Ok(raw) => {
-            let cpu = parse_cpuinfo(&String::from_utf8_lossy(&raw));
+            let mut cpu = parse_cpuinfo(&String::from_utf8_lossy(&raw));
             if cpu.threads == 0 {
                 ctx.warn("/proc/cpuinfo: no processor entries".into());
             }
+            if cpu.threads > MAX_THREADS {
+                ctx.warn(format!(
+                    "/proc/cpuinfo: {} processors, reported as {MAX_THREADS}",
+                    cpu.threads
+                ));
+                cpu.threads = MAX_THREADS;
+            }
+            cpu.cores = cpu.cores.min(cpu.threads);
+            cpu.sockets = cpu.sockets.min(cpu.cores);
             cpu
         }
         Err(e) => {
@@ -521,7 +535,10 @@ fn nics(ctx: &mut Ctx) -> Vec<Nic> {
                 .number::<i64>(&dir.join("speed"))
                 .filter(|s| *s > 0)
                 .and_then(|s| u32::try_from(s).ok()),
-            operstate: ctx.text(&dir.join("operstate")),
+            // Through `attr`, not `text`: "unknown" is a real operstate, not a placeholder.
+            operstate: ctx
+                .attr(&dir.join("operstate"))
+                .filter(|s| OPERSTATES.contains(&s.as_str())),
             carrier: ctx.number::<u8>(&dir.join("carrier")).map(|c| c != 0),
             mtu: ctx.number(&dir.join("mtu")),
             pci_address,

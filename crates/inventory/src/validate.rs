@@ -148,7 +148,8 @@ struct Validator {
     errors: Vec<FieldError>,
 }
 
-const OPERSTATES: &[&str] = &[
+/// The kernel's `operstate` values (RFC 2863 names, lower case).
+pub const OPERSTATES: &[&str] = &[
     "unknown",
     "notpresent",
     "down",
