@@ -14,6 +14,8 @@
 //!   pci.ids name database. `class` is the base class name.
 //! - `networkInterfaces[]`: one entry per interface with one port, as upstream's in-band
 //!   collector reports them; `linkStatus` is the kernel operstate.
+//! - `memory.modules[].speedMHz` carries SMBIOS's speed in MT/s (the configured speed, else the
+//!   maximum), as dmidecode and ghw long reported it under "MHz".
 //! - `memory.modules` is filled from SMBIOS type 17 (upstream documents it as out-of-band only;
 //!   the SMBIOS tables give it in band too).
 

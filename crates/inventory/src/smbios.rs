@@ -216,7 +216,13 @@ impl<'a> Iterator for Structures<'a> {
         }
         let offset = self.pos;
         // A table that ends exactly here, or in zero padding, ends the walk quietly.
-        if offset >= self.data.len() {
+        // (A 3.0 table's length is a maximum: firmware may pad it with zeros after the last
+        // structure when it has no end-of-table structure.)
+        if self
+            .data
+            .get(offset..)
+            .is_none_or(|rest| rest.iter().all(|b| *b == 0))
+        {
             self.done = true;
             return None;
         }
@@ -692,6 +698,12 @@ mod tests {
         let d = decode(&good, None);
         assert_eq!(d.bios.and_then(|b| b.vendor).as_deref(), Some("Vendor"));
         assert_eq!(d.problem, Some(Problem::HeaderTruncated { offset: keep }));
+
+        // Zero padding after the last structure (no end-of-table structure) ends quietly.
+        let mut padded = st(0, 0, &[1, 2, 0, 0, 3], &["Vendor", "1.0", "01/01/2020"]);
+        padded.extend_from_slice(&[0; 64]);
+        let d = decode(&padded, None);
+        assert_eq!((d.structures, d.problem), (1, None));
 
         let cases: Vec<(Vec<u8>, Problem)> = vec![
             (

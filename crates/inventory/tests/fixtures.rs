@@ -120,7 +120,11 @@ fn machine_a_everything() {
         .collect();
     assert_eq!(
         nics,
-        [("eno1", "3c:fd:fe:a1:b2:c3"), ("eth1", "52:54:00:12:34:56")]
+        [
+            ("eno1", "3c:fd:fe:a1:b2:c3"),
+            ("eth1", "52:54:00:12:34:56"),
+            ("eth2", "de:ad:be:ef:00:02")
+        ]
     );
     let eno1 = &inv.nics[0];
     assert_eq!(eno1.driver.as_deref(), Some("i40e"));
@@ -141,6 +145,15 @@ fn machine_a_everything() {
         "virtio: the PCI function is the parent of virtio1"
     );
     assert_eq!(eth1.pci_id.as_deref(), Some("1af4:1000"));
+    // A SoC NIC on the platform bus: no PCI function; "unknown" is a real operstate.
+    let eth2 = &inv.nics[2];
+    assert_eq!(eth2.driver.as_deref(), Some("rk_gmac-dwmac"));
+    assert_eq!(
+        (eth2.pci_address.as_deref(), eth2.pci_id.as_deref()),
+        (None, None)
+    );
+    assert_eq!(eth2.operstate.as_deref(), Some("unknown"));
+    assert_eq!(eth2.speed_mbps, None, "no speed file");
 
     // PCI
     let pci: Vec<(&str, &str, &str, &str, Option<&str>)> = inv
