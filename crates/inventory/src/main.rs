@@ -1,12 +1,15 @@
 //! `tink-inventory [--root DIR] [--attributes]`: prints what this machine (or the tree under
 //! DIR) reports as inventory, as JSON; `--attributes` prints Tinkerbell's `attributes` shape.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: tink-inventory [--root DIR] [--attributes]\n\
-  --root DIR     read /proc and /sys under DIR instead of / (default /)\n\
-  --attributes   print Tinkerbell's Hardware status attributes (inBand) instead";
+const USAGE: &str = concat!(
+    "usage: tink-inventory [--root DIR] [--attributes]\n",
+    "  --root DIR     read /proc and /sys under DIR instead of / (default /)\n",
+    "  --attributes   print Tinkerbell's Hardware status attributes (inBand) instead",
+);
 
 fn main() -> ExitCode {
     let mut root = PathBuf::from("/");
@@ -42,13 +45,19 @@ fn main() -> ExitCode {
     } else {
         serde_json::to_string_pretty(&inventory)
     };
-    match out {
-        Ok(json) => {
-            println!("{json}");
-            ExitCode::SUCCESS
-        }
+    let json = match out {
+        Ok(json) => json,
         Err(e) => {
             eprintln!("tink-inventory: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // A closed pipe (`| head`) is the reader's choice, not an error worth a panic.
+    match writeln!(std::io::stdout().lock(), "{json}") {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tink-inventory: stdout: {e}");
             ExitCode::FAILURE
         }
     }
