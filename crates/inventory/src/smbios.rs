@@ -735,6 +735,44 @@ mod tests {
     }
 
     #[test]
+    fn processors_populated_only_with_3_0_core_counts() {
+        let cpu = |status: u8, cores: u8, cores2: u16| {
+            let mut body = vec![0u8; 0x30 - 4];
+            body[0x04 - 4] = 1; // socket designation
+            body[0x07 - 4] = 2; // manufacturer
+            body[0x10 - 4] = 3; // version
+            body[0x14 - 4..0x16 - 4].copy_from_slice(&3800u16.to_le_bytes());
+            body[0x16 - 4..0x18 - 4].copy_from_slice(&2100u16.to_le_bytes());
+            body[0x18 - 4] = status;
+            body[0x23 - 4] = cores;
+            body[0x25 - 4] = 0xFF;
+            body[0x2A - 4..0x2C - 4].copy_from_slice(&cores2.to_le_bytes());
+            body[0x2E - 4..0x30 - 4].copy_from_slice(&(cores2 * 2).to_le_bytes());
+            st(4, 0x400, &body, &["CPU1", "AMD", "EPYC 9654"])
+        };
+        let mut t = Vec::new();
+        t.extend(cpu(0x41, 0xFF, 96)); // populated, enabled; 96 cores in the 3.0 word
+        t.extend(cpu(0x00, 8, 0)); // empty socket
+        t.extend(cpu(0x41, 16, 0)); // 16 cores in the byte, threads from the word (0)
+        t.extend(end());
+        let d = decode(&t, None);
+        assert_eq!(d.processors.len(), 2);
+        let p = &d.processors[0];
+        assert_eq!(p.socket.as_deref(), Some("CPU1"));
+        assert_eq!(p.manufacturer.as_deref(), Some("AMD"));
+        assert_eq!(p.version.as_deref(), Some("EPYC 9654"));
+        assert_eq!((p.cores, p.threads), (Some(96), Some(192)));
+        assert_eq!(
+            (p.max_speed_mhz, p.current_speed_mhz),
+            (Some(3800), Some(2100))
+        );
+        assert_eq!(
+            (d.processors[1].cores, d.processors[1].threads),
+            (Some(16), None)
+        );
+    }
+
+    #[test]
     fn the_walk_is_bounded() {
         let one = st(200, 0, &[], &[]);
         let table: Vec<u8> = one
