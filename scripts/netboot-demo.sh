@@ -12,7 +12,9 @@
 #      so the reboot stops it);
 #   4. checks: the Workflow is Succeeded; the disk holds the image's partition and marker and the
 #      file (read with qemu-img and mtools after the VM stopped);
-#   5. the VM boots from that disk: its OS takes a lease, fetches user-data from Hegel and prints
+#   5. the machine's boot log (kernel and OSIE init), forwarded by syslog to tink-netboot, is read
+#      back with `tinkctl hardware logs`;
+#   6. the VM boots from that disk: its OS takes a lease, fetches user-data from Hegel and prints
 #      it on the serial console, which must match the Hardware's spec.instance.userdata.
 #
 # With --bmc redfish|ipmi the machine is powered by its BMC, as a rack is (scripts/lib/bmc-vm.sh):
@@ -389,6 +391,17 @@ echo "   workflow: $state"
 [ "$state" = Succeeded ] || { echo "error: the workflow is $state after the machine stopped" >&2; exit 1; }
 boot_end=$(date +%s.%N)
 report_provisioning ", machine stopped $(python3 -c "print(f'{$boot_end - $boot_start:.1f}')")"
+
+stage "the machine's boot log, received by syslog (tinkctl hardware logs)"
+# The OSIE forwards the kernel log and its init's messages to tink-netboot's receiver
+# (syslog_host= from Hegel's script); they are read back the way an operator reads them.
+nsx "$bins/tinkctl" hardware logs demo-vm -n netboot-demo --tail 2000 >"$out/boot-log.txt" 2>"$out/boot-log.err" \
+  || { cat "$out/boot-log.err" >&2; echo "error: tinkctl hardware logs failed" >&2; exit 1; }
+echo "   $(grep -c . "$out/boot-log.txt" || true) lines; the kernel's and init's first:"
+grep -a -m1 "Linux version" "$out/boot-log.txt" | cut -c1-150 | sed 's/^/     /' || true
+grep -a -m1 "tink-osie: starting tink-agent" "$out/boot-log.txt" | cut -c1-150 | sed 's/^/     /' || true
+grep -aq "Linux version" "$out/boot-log.txt" || { echo "error: the kernel's log did not arrive by syslog" >&2; exit 1; }
+grep -aq "tink-osie: starting tink-agent" "$out/boot-log.txt" || { echo "error: the OSIE init's messages did not arrive by syslog" >&2; exit 1; }
 
 stage "the disk after the machine stopped (qemu-img, mtools)"
 check_disk
