@@ -70,6 +70,14 @@ fi
 # tinkerbell/actions/image2disk:latest), so a published template needs only its registry host
 # changed once the demos push them to their registry.
 actions_tag="${TINK_ACTIONS_TAG:-latest}"
+# build_image TAG DIR: docker build, once more when the engine fails: its classic builder now and
+# then loses a layer it just wrote ("failed to get layer ...: layer does not exist", seen here
+# while other builds ran), which a second build does not repeat.
+build_image() {
+  docker build -q -t "$1" "$2" >/dev/null 2>"$2.err" && return 0
+  echo "   docker build $1 failed ($(tail -n 1 "$2.err")); once more" >&2
+  docker build -q -t "$1" "$2" >/dev/null
+}
 echo "== actions (tinkerbell/actions/*:$actions_tag)"
 ctx=$(mktemp -d /tmp/tink-actions-image.XXXXXX)
 if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl && command -v musl-gcc >/dev/null 2>&1; then
@@ -83,18 +91,15 @@ else
   actions_base="$base"
 fi
 strip "$ctx/tink-actions" 2>/dev/null || true
-mkdir -p "$ctx/tmp" && chmod 1777 "$ctx/tmp"
-# The public roots (Debian's ca-certificates bundle) for https:// image URLs; a private CA is given
-# to an action with CA_CERT.
-mkdir -p "$ctx/certs"
-[ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt "$ctx/certs/"
-{
-  echo "FROM $actions_base"
-  echo "COPY tink-actions /usr/local/bin/tink-actions"
-  echo "COPY tmp /tmp"
-  echo "COPY certs /etc/ssl/certs"
-} > "$ctx/Dockerfile"
-docker build -q -t "tinkerbell/actions/tink-actions:$actions_tag" "$ctx" >/dev/null
+# One layer: the binary, a world-writable /tmp and the public roots (Debian's ca-certificates
+# bundle) for https:// image URLs; a private CA is given to an action with CA_CERT.
+mkdir -p "$ctx/root/usr/local/bin" "$ctx/root/tmp" "$ctx/root/etc/ssl/certs"
+chmod 1777 "$ctx/root/tmp"
+mv "$ctx/tink-actions" "$ctx/root/usr/local/bin/tink-actions"
+[ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt "$ctx/root/etc/ssl/certs/"
+printf 'FROM %s\nCOPY root /\n' "$actions_base" > "$ctx/Dockerfile"
+build_image "tinkerbell/actions/tink-actions:$actions_tag" "$ctx"
+rm -rf "$ctx/root"
 for a in image2disk oci2disk qemuimg2disk archive2disk writefile cexec kexec grub2disk; do
   printf 'FROM tinkerbell/actions/tink-actions:%s\nENTRYPOINT ["/usr/local/bin/tink-actions", "%s"]\n' "$actions_tag" "$a" > "$ctx/Dockerfile"
   if [ "$a" = qemuimg2disk ]; then
@@ -109,9 +114,9 @@ for a in image2disk oci2disk qemuimg2disk archive2disk writefile cexec kexec gru
     done
     echo "COPY qemu /" >> "$ctx/Dockerfile"
   fi
-  docker build -q -t "tinkerbell/actions/$a:$actions_tag" "$ctx" >/dev/null
+  build_image "tinkerbell/actions/$a:$actions_tag" "$ctx"
   # The older quay.io/tinkerbell-actions/<name> path of many published templates.
   docker tag "tinkerbell/actions/$a:$actions_tag" "tinkerbell-actions/$a:$actions_tag"
 done
-rm -rf "$ctx"
+rm -rf "$ctx" "$ctx.err"
 docker run --rm --entrypoint /usr/local/bin/tink-actions "tinkerbell/actions/image2disk:$actions_tag" --version
