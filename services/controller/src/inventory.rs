@@ -115,9 +115,18 @@ impl Inventories {
         hardware: Store<Hardware>,
         cancel: CancellationToken,
     ) {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            ready = hardware.wait_until_ready() => if ready.is_err() { return },
+        // Asked again every second: a waiter of the store's readiness that is not the last
+        // one polled may never be woken (kube-runtime's DelayedInit keeps one waker), so it
+        // never waits for long on one future.
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                ready = tokio::time::timeout(Duration::from_secs(1), hardware.wait_until_ready()) => match ready {
+                    Ok(Ok(())) => break,
+                    Ok(Err(_)) => return,
+                    Err(_) => continue,
+                },
+            }
         }
         let config = tink_bus::inventory_consumer_config(ACK_WAIT);
         let name = tink_bus::CONTROLLER_INVENTORY_CONSUMER;
