@@ -126,3 +126,32 @@ pub async fn report(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_collected_inventory_is_what_the_server_accepts() {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../crates/inventory/tests/fixtures/machine-a");
+        let json = collect_json(root).await.expect("collected");
+        let inventory =
+            tink_inventory::Inventory::from_json(json.as_bytes()).expect("valid for the server");
+        assert!(inventory.cpu.threads > 0);
+        assert!(!inventory.disks.is_empty() || !inventory.nics.is_empty());
+    }
+
+    #[tokio::test]
+    async fn no_root_no_report() {
+        let mut config = AgentConfig::new(
+            "aa:bb:cc:00:00:01",
+            vec!["127.0.0.1:1".parse().expect("address")],
+        );
+        config.inventory_root = None;
+        let pool = ServerPool::new(&config).expect("pool");
+        let (_tx, rx) = watch::channel(true);
+        let reported = report(pool, Arc::new(config), rx, CancellationToken::new()).await;
+        assert_eq!(reported, Reported::Abandoned);
+    }
+}
