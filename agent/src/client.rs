@@ -89,6 +89,8 @@ pub struct ServerPool {
     token_file: Option<std::path::PathBuf>,
     /// The machine's pre-shared secret, as metadata (checked once at start).
     secret: Option<MetadataValue<tonic::metadata::Ascii>>,
+    /// True while a command stream is open (the session token is then current).
+    connected: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl ServerPool {
@@ -143,7 +145,13 @@ impl ServerPool {
                 }
                 _ => None,
             },
+            connected: Arc::new(tokio::sync::watch::channel(false).0),
         })
+    }
+
+    /// Turns true while a command stream is open.
+    pub fn connected(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.connected.subscribe()
     }
 
     /// Adds the session token to a request's metadata.
@@ -273,6 +281,7 @@ pub async fn command_stream(
                 }
                 info!(server = address, "command stream open");
                 pool.preferred.store(index % pool.len(), Ordering::Relaxed);
+                pool.connected.send_replace(true);
                 metrics.stream_connects.inc();
                 metrics.connected.set(1);
                 health.set_ready(true);
@@ -283,6 +292,7 @@ pub async fn command_stream(
                         () = shutdown.cancelled() => {
                             health.set_ready(false);
                             metrics.connected.set(0);
+                            pool.connected.send_replace(false);
                             return;
                         }
                         m = stream.message() => m,
@@ -315,6 +325,7 @@ pub async fn command_stream(
                 }
                 health.set_ready(false);
                 metrics.connected.set(0);
+                pool.connected.send_replace(false);
             }
             Ok(Err(status)) if status.code() == Code::PermissionDenied => {
                 error!(

@@ -190,6 +190,9 @@ pub struct AgentConfig {
     /// Commands for the power contract (`/tinkerbell/power`), split on whitespace, run without
     /// a shell once the workflow succeeded and every event was confirmed.
     pub power_commands: PowerCommands,
+    /// Where the machine's `/proc` and `/sys` are read for its hardware inventory, reported
+    /// once per start ([`crate::inventory`]); `None`: no inventory is reported.
+    pub inventory_root: Option<std::path::PathBuf>,
 }
 
 /// The commands the agent runs for the power contract.
@@ -231,6 +234,7 @@ impl AgentConfig {
             agent_secret: None,
             remembered_dispatches: 4096,
             power_commands: PowerCommands::default(),
+            inventory_root: None,
         }
     }
 }

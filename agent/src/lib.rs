@@ -17,6 +17,7 @@ pub mod cmdline;
 pub mod config;
 pub mod convert;
 pub mod executor;
+pub mod inventory;
 pub mod logs;
 pub mod metrics;
 pub mod reason;
@@ -94,6 +95,12 @@ pub async fn run_with_logs(
         logs.clone(),
         abandon_logs.clone(),
     ));
+    let inventory = tokio::spawn(inventory::report(
+        pool.clone(),
+        config.clone(),
+        pool.connected(),
+        shutdown.clone(),
+    ));
     // The stream stays open until the last events are flushed: it holds the agent's session,
     // and a server accepts events only within one.
     let stream_stop = CancellationToken::new();
@@ -129,6 +136,7 @@ pub async fn run_with_logs(
         warn!("queued action output was not all sent before the flush timeout");
         abandon_logs.cancel();
     }
+    inventory.abort();
     stream_stop.cancel();
     if let Err(e) = stream.await {
         warn!(error = %e, "the command stream task failed");

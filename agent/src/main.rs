@@ -117,6 +117,12 @@ struct Args {
     /// Run action containers privileged (provisioning needs the disks).
     #[arg(long, env = "TINK_AGENT_PRIVILEGED", default_value_t = true, action = ArgAction::Set)]
     privileged: bool,
+    /// Where the machine's /proc and /sys are read for the hardware inventory reported at start.
+    #[arg(long, env = "TINK_AGENT_INVENTORY_ROOT", default_value = "/")]
+    inventory_root: std::path::PathBuf,
+    /// Do not collect or report the hardware inventory.
+    #[arg(long, env = "TINK_AGENT_NO_INVENTORY")]
+    no_inventory: bool,
     /// Longest pause between reconnection or publication attempts, in seconds.
     #[arg(long, env = "TINK_AGENT_BACKOFF_MAX_SECONDS", default_value_t = 5)]
     backoff_max_seconds: u64,
@@ -182,6 +188,7 @@ async fn main() -> anyhow::Result<()> {
     let mut config = AgentConfig::new(agent_id.clone(), servers);
     config.backoff_max = Duration::from_secs(args.backoff_max_seconds.max(1));
     config.token_file = Some(args.work_dir.join("session-token"));
+    config.inventory_root = (!args.no_inventory).then(|| args.inventory_root.clone());
     config.agent_secret = match (&args.agent_secret, &args.agent_secret_file) {
         (Some(s), _) => Some(s.clone()),
         (None, Some(path)) => Some(

@@ -761,7 +761,40 @@ fn a2_hardware() -> impl Strategy<Value = a2::Hardware> {
                 }
             },
         );
-    (metadata(), spec).prop_map(|(metadata, spec)| a2::Hardware { metadata, spec })
+    // Observed attributes as the controller writes them (an inventory's `inBand`), and the
+    // report time that v1alpha1 has no field for.
+    let in_band = (1u32..256, opt_text()).prop_map(|(threads, serial)| {
+        let mut v = serde_json::json!({
+            "collectionMethod": "agent",
+            "cpu": {"totalThreads": threads, "totalCores": threads.div_ceil(2)},
+            "memory": {"totalBytes": u64::from(threads) << 30},
+            "blockDevices": [{"name": "sda", "sizeBytes": 1u64 << 34}],
+        });
+        if let Some(serial) = serial {
+            v["product"] = serde_json::json!({"serialNumber": serial});
+        }
+        v
+    });
+    let status = option::of(
+        (
+            option::of(
+                option::of(in_band).prop_map(|in_band| a2::HardwareAttributes {
+                    in_band,
+                    out_of_band: None,
+                }),
+            ),
+            opt_text(),
+        )
+            .prop_map(|(attributes, inventory_reported_at)| a2::HardwareStatus {
+                attributes,
+                inventory_reported_at,
+            }),
+    );
+    (metadata(), spec, status).prop_map(|(metadata, spec, status)| a2::Hardware {
+        metadata,
+        spec,
+        status,
+    })
 }
 
 fn a2_action() -> impl Strategy<Value = a2::Action> {
@@ -1077,4 +1110,42 @@ proptest! {
             prop_assert_eq!(raw_round_trip(j.clone(), a1::API_VERSION, a2::API_VERSION), j);
         }
     }
+}
+
+/// Tinkerbell's observed attributes live in `status.attributes` in both versions: the
+/// agent's inventory (`inBand`) written on a v1alpha2 Hardware reads the same through v1alpha1,
+/// and a v1alpha1 Hardware's attributes reach v1alpha2; both come back exactly.
+#[test]
+fn status_attributes_map_both_ways() {
+    let in_band = json!({
+        "collectionMethod": "agent",
+        "lastUpdated": "2026-11-27T10:00:00Z",
+        "cpu": {"totalCores": 4, "totalThreads": 8},
+        "memory": {"totalBytes": 17179869184u64},
+        "product": {"serialNumber": "QEMU-1"},
+    });
+    let v2: a2::Hardware = serde_json::from_value(json!({
+        "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+        "metadata": {"name": "m1", "namespace": "a"},
+        "spec": {"networkInterfaces": {"02:00:00:00:00:01": {}}},
+        "status": {"attributes": {"inBand": in_band}, "inventoryReportedAt": "2026-11-27T10:00:01Z"},
+    }))
+    .unwrap();
+    let v1 = conversion::hardware_to_v1alpha1(&v2);
+    let v1_status = v1.status.clone().expect("v1alpha1 status");
+    assert_eq!(v1_status.extra["attributes"]["inBand"], in_band);
+    let back = conversion::hardware_to_v1alpha2(&v1);
+    assert_eq!(back.status, v2.status);
+
+    let v1: a1::Hardware = serde_json::from_value(json!({
+        "apiVersion": "tinkerbell.org/v1alpha1", "kind": "Hardware",
+        "metadata": {"name": "m2", "namespace": "a"},
+        "spec": {},
+        "status": {"state": "Ready", "attributes": {"inBand": in_band}},
+    }))
+    .unwrap();
+    let v2 = conversion::hardware_to_v1alpha2(&v1);
+    let attributes = v2.status.as_ref().and_then(|s| s.attributes.as_ref());
+    assert_eq!(attributes.and_then(|a| a.in_band.as_ref()), Some(&in_band));
+    assert_eq!(conversion::hardware_to_v1alpha1(&v2), v1);
 }

@@ -79,6 +79,10 @@ pub struct BusArgs {
     /// which creates the bucket.
     #[arg(long, env = "TINK_DISPATCH_TARGETS_MAX_BYTES", default_value_t = 64 << 20)]
     pub dispatch_targets_max_bytes: i64,
+    /// The most bytes the inventory stream keeps (the latest hardware inventory of each agent;
+    /// the oldest go first when full). Used by the controller, which creates the stream.
+    #[arg(long, env = "TINK_INVENTORY_MAX_BYTES", default_value_t = 1 << 30)]
+    pub inventory_max_bytes: i64,
 }
 
 impl BusArgs {
@@ -114,6 +118,7 @@ impl BusArgs {
             logs_max_bytes: self.logs_max_bytes.max(1 << 20),
             logs_max_age: Duration::from_secs(self.logs_max_age_seconds.max(60)),
             dispatch_targets_max_bytes: self.dispatch_targets_max_bytes.max(1 << 20),
+            inventory_max_bytes: self.inventory_max_bytes.max(4 << 20),
             ..BusConfig::default()
         }
     }

@@ -46,6 +46,9 @@ pub struct BusConfig {
     /// The most bytes the dispatch targets bucket keeps (an entry is about 200 bytes; the oldest
     /// go first when full; entries expire with [`BusConfig::events_max_age`]).
     pub dispatch_targets_max_bytes: i64,
+    /// The most bytes the inventory stream keeps (one inventory per agent, each at most 1 MiB
+    /// and typically 10-100 KiB; the oldest agents' go first when full).
+    pub inventory_max_bytes: i64,
 }
 
 impl Default for BusConfig {
@@ -66,6 +69,7 @@ impl Default for BusConfig {
             logs_max_bytes: 1 << 30,
             logs_max_age: Duration::from_secs(7 * 24 * 3600),
             dispatch_targets_max_bytes: 64 << 20,
+            inventory_max_bytes: 1 << 30,
         }
     }
 }

@@ -15,6 +15,7 @@
 //! | exchanged agent secrets bucket | [`AGENT_SECRETS_USED_BUCKET`] | KV: agent token -> hex SHA-256 of the boot secret it exchanged for a session (servers write before answering and refuse it afterwards; the controller rotates the machine's secret) |
 //! | admitted agents bucket | [`ADMITTED_AGENTS_BUCKET`] | KV: agent token -> the `namespace/name` of the Hardware naming that agent id (controller writes, servers refuse every other id) |
 //! | dispatch targets bucket | [`DISPATCH_TARGETS_BUCKET`] | KV: workflow token -> [`DispatchTarget`] (JSON): the agent a StartWorkflow was forwarded to (servers write before forwarding, and check events against it) |
+//! | inventory subject | `tink.inventory.<agent token>` | the agent's hardware inventory (tink-inventory JSON), see [`INVENTORY_STREAM`]: one per agent, de-duplicated by content |
 //! | logs subject | `tink.logs.<workflow token>.<action token>` | a `LogBatch` (protobuf), see [`LOGS_STREAM`] |
 //! | takeover subject | `tink.presence.takeover.<agent token>` | core NATS: "a newer stream for this agent exists", session id |
 //! | syslog subject | `tink.syslog.<hardware token>` | a [`SyslogLine`] (JSON) a machine sent to tink-netboot's syslog receiver; stream [`SYSLOG_STREAM`], created and bounded by tink-netboot, its only writer ([`ensure_syslog_stream`]) |
@@ -78,22 +79,25 @@ pub use logs::{
 };
 pub use presence::Presence;
 pub use publish::{
-    MSG_ID_HEADER, headers_with, publish_command, publish_event, publish_event_with_headers,
-    publish_log_batch,
+    MAX_INVENTORY_BYTES, MSG_ID_HEADER, headers_with, inventory_msg_id, publish_command,
+    publish_event, publish_event_with_headers, publish_inventory, publish_log_batch,
 };
 pub use setup::{Bus, ensure_streams, verify_streams};
 pub use streams::{
     ADMITTED_AGENTS_BUCKET, ADMITTED_AGENTS_STREAM, AGENT_SECRET_MISSING, AGENT_SECRETS_BUCKET,
     AGENT_SECRETS_STREAM, AGENT_SECRETS_USED_BUCKET, AGENT_SECRETS_USED_STREAM,
-    CONTROLLER_EVENTS_CONSUMER, DISPATCH_STREAM, DISPATCH_TARGETS_BUCKET, DISPATCH_TARGETS_STREAM,
-    EVENTS_STREAM, LOGS_STREAM, PRESENCE_BUCKET, PRESENCE_STREAM, admitted_agents_stream_config,
-    agent_consumer_config, agent_consumer_name, agent_pull_subject, agent_secrets_stream_config,
+    CONTROLLER_EVENTS_CONSUMER, CONTROLLER_INVENTORY_CONSUMER, DISPATCH_STREAM,
+    DISPATCH_TARGETS_BUCKET, DISPATCH_TARGETS_STREAM, EVENTS_STREAM, INVENTORY_STREAM, LOGS_STREAM,
+    PRESENCE_BUCKET, PRESENCE_STREAM, admitted_agents_stream_config, agent_consumer_config,
+    agent_consumer_name, agent_pull_subject, agent_secrets_stream_config,
     agent_secrets_used_stream_config, dispatch_stream_config, dispatch_targets_stream_config,
-    events_consumer_config, events_stream_config, logs_stream_config, presence_stream_config,
+    events_consumer_config, events_stream_config, inventory_consumer_config,
+    inventory_stream_config, logs_stream_config, presence_stream_config,
 };
 pub use subjects::{
-    DISPATCH_ALL, DISPATCH_PREFIX, EVENTS_ALL, EVENTS_PREFIX, TAKEOVER_ALL, TAKEOVER_PREFIX,
-    agent_from_dispatch_subject, dispatch_subject, events_subject, takeover_subject,
+    DISPATCH_ALL, DISPATCH_PREFIX, EVENTS_ALL, EVENTS_PREFIX, INVENTORY_ALL, INVENTORY_PREFIX,
+    TAKEOVER_ALL, TAKEOVER_PREFIX, agent_from_dispatch_subject, agent_from_inventory_subject,
+    dispatch_subject, events_subject, inventory_subject, takeover_subject,
     workflow_from_events_subject,
 };
 pub use syslog::{

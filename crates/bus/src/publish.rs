@@ -10,7 +10,8 @@ use tink_proto::workflow::v2::{Event, GetWorkflowsResponse, LogBatch};
 use crate::codec::{encode_command, encode_event, event_msg_id, validate_command, validate_event};
 use crate::error::BusError;
 use crate::logs::{encode_log_batch, log_batch_msg_id, logs_subject, validate_log_batch};
-use crate::subjects::{dispatch_subject, events_subject};
+use crate::subjects::{dispatch_subject, events_subject, inventory_subject};
+use crate::token::agent_token;
 
 /// The JetStream de-duplication header.
 pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
@@ -98,4 +99,39 @@ pub async fn publish_log_batch(
     let mut headers = HeaderMap::new();
     headers.insert(MSG_ID_HEADER, log_batch_msg_id(batch).as_str());
     publish(jetstream, subject, headers, encode_log_batch(batch)).await
+}
+
+/// The largest inventory (JSON) [`publish_inventory`] stores: tink-inventory's
+/// `MAX_SERIALIZED_BYTES` (1 MiB).
+pub const MAX_INVENTORY_BYTES: usize = 1 << 20;
+
+/// The de-duplication id of an agent's inventory: `inv.<agent token>.<SHA-256 of the JSON>`, so
+/// an identical report (a retry, a restarted agent on the same machine) is stored once.
+pub fn inventory_msg_id(agent_id: &str, json: &[u8]) -> Result<String, crate::TokenError> {
+    let digest = ring::digest::digest(&ring::digest::SHA256, json);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("inv.{}.{hex}", agent_token(agent_id)?))
+}
+
+/// Stores `json` (an inventory the caller validated) as the latest inventory of `agent_id`
+/// (the authenticated agent), de-duplicated by [`inventory_msg_id`]; returns once JetStream
+/// acknowledged it (`PublishAck::duplicate` tells an identical earlier report).
+pub async fn publish_inventory(
+    jetstream: &jetstream::Context,
+    agent_id: &str,
+    json: Vec<u8>,
+) -> Result<PublishAck, BusError> {
+    if json.len() > MAX_INVENTORY_BYTES {
+        return Err(BusError::Invalid(crate::InvalidMessage::new(
+            "inventory",
+            format!(
+                "{} bytes, above the limit of {MAX_INVENTORY_BYTES}",
+                json.len()
+            ),
+        )));
+    }
+    let subject = inventory_subject(agent_id)?;
+    let mut headers = HeaderMap::new();
+    headers.insert(MSG_ID_HEADER, inventory_msg_id(agent_id, &json)?.as_str());
+    publish(jetstream, subject, headers, Bytes::from(json)).await
 }

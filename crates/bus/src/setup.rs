@@ -8,7 +8,8 @@ use crate::config::BusConfig;
 use crate::error::BusError;
 use crate::streams::{
     ADMITTED_AGENTS_BUCKET, AGENT_SECRETS_BUCKET, AGENT_SECRETS_USED_BUCKET, DISPATCH_STREAM,
-    DISPATCH_TARGETS_BUCKET, EVENTS_STREAM, LOGS_STREAM, PRESENCE_BUCKET, all_streams,
+    DISPATCH_TARGETS_BUCKET, EVENTS_STREAM, INVENTORY_STREAM, LOGS_STREAM, PRESENCE_BUCKET,
+    all_streams,
 };
 
 /// Handles on the bus's streams and bucket, made by [`ensure_streams`].
@@ -34,6 +35,8 @@ pub struct Bus {
     pub config: BusConfig,
     /// The logs stream (action output).
     pub logs: stream::Stream,
+    /// The inventory stream (the latest hardware inventory of each agent).
+    pub inventory: stream::Stream,
 }
 
 /// Creates every stream and bucket, or updates them to `config`. Idempotent. Only the
@@ -149,5 +152,6 @@ async fn open(jetstream: &jetstream::Context, config: &BusConfig) -> Result<Bus,
         admitted_agents: bucket(jetstream, ADMITTED_AGENTS_BUCKET).await?,
         config: config.clone(),
         logs: get_stream(jetstream, LOGS_STREAM).await?,
+        inventory: get_stream(jetstream, INVENTORY_STREAM).await?,
     })
 }

@@ -8,7 +8,7 @@ use async_nats::jetstream::{consumer, stream};
 
 use crate::config::BusConfig;
 use crate::logs::LOGS_ALL;
-use crate::subjects::{DISPATCH_ALL, EVENTS_ALL, dispatch_subject};
+use crate::subjects::{DISPATCH_ALL, EVENTS_ALL, INVENTORY_ALL, dispatch_subject};
 use crate::token::{TokenError, agent_token};
 
 /// The stream holding commands for agents (`tink.dispatch.*`).
@@ -62,6 +62,54 @@ pub const LOGS_STREAM: &str = "TINK_LOGS";
 pub const ADMITTED_AGENTS_BUCKET: &str = "tink_admitted_agents";
 /// The stream backing [`ADMITTED_AGENTS_BUCKET`].
 pub const ADMITTED_AGENTS_STREAM: &str = "KV_tink_admitted_agents";
+
+/// The stream holding the latest hardware inventory of each agent (`tink.inventory.*`).
+pub const INVENTORY_STREAM: &str = "TINK_INVENTORY";
+/// The durable consumer name the controller reads inventories with.
+pub const CONTROLLER_INVENTORY_CONSUMER: &str = "tink-controller-inventory";
+
+/// The inventory stream: limits retention, one message per subject (an agent's latest
+/// inventory replaces the previous one), identical reports de-duplicated by their
+/// `Nats-Msg-Id` ([`crate::inventory_msg_id`]), at most [`BusConfig::inventory_max_bytes`].
+pub fn inventory_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        name: INVENTORY_STREAM.to_string(),
+        description: Some(
+            "tinkerbell hardware inventories from agents, the latest per agent".to_string(),
+        ),
+        subjects: vec![INVENTORY_ALL.to_string()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        max_messages_per_subject: 1,
+        max_bytes: config.inventory_max_bytes,
+        max_message_size: i32::try_from(crate::publish::MAX_INVENTORY_BYTES + 4096)
+            .unwrap_or(i32::MAX),
+        discard: stream::DiscardPolicy::Old,
+        duplicate_window: config.duplicate_window,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
+/// The controller's durable pull consumer of inventories: explicit acks (acked once the
+/// Hardware status is written, or the inventory dropped), from the start of the stream (one
+/// message per agent). Controller replicas share it; only the leader pulls.
+pub fn inventory_consumer_config(ack_wait: Duration) -> consumer::pull::Config {
+    consumer::pull::Config {
+        durable_name: Some(CONTROLLER_INVENTORY_CONSUMER.to_string()),
+        name: Some(CONTROLLER_INVENTORY_CONSUMER.to_string()),
+        description: Some(
+            "tinkerbell controller: agent inventories to Hardware status".to_string(),
+        ),
+        filter_subject: INVENTORY_ALL.to_string(),
+        deliver_policy: consumer::DeliverPolicy::All,
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait,
+        max_deliver: -1,
+        max_ack_pending: 256,
+        ..Default::default()
+    }
+}
 
 /// The dispatch stream: a work queue, so a command is removed once acknowledged, and at most
 /// one consumer (the agent's) may filter on an agent's subject.
@@ -268,7 +316,7 @@ pub fn events_consumer_config(ack_wait: Duration) -> consumer::pull::Config {
 }
 
 /// Every stream the bus needs, with its configuration, in creation order.
-pub(crate) fn all_streams(config: &BusConfig) -> [(&'static str, stream::Config); 8] {
+pub(crate) fn all_streams(config: &BusConfig) -> [(&'static str, stream::Config); 9] {
     [
         (DISPATCH_STREAM, dispatch_stream_config(config)),
         (EVENTS_STREAM, events_stream_config(config)),
@@ -287,5 +335,6 @@ pub(crate) fn all_streams(config: &BusConfig) -> [(&'static str, stream::Config)
             ADMITTED_AGENTS_STREAM,
             admitted_agents_stream_config(config),
         ),
+        (INVENTORY_STREAM, inventory_stream_config(config)),
     ]
 }

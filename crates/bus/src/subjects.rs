@@ -15,6 +15,21 @@ pub const TAKEOVER_PREFIX: &str = "tink.presence.takeover";
 /// All takeover notices (each server replica subscribes once).
 pub const TAKEOVER_ALL: &str = "tink.presence.takeover.*";
 
+/// Prefix of the per-agent inventory subjects.
+pub const INVENTORY_PREFIX: &str = "tink.inventory";
+/// All inventory subjects (the inventory stream's subject; the controller's filter).
+pub const INVENTORY_ALL: &str = "tink.inventory.*";
+
+/// `tink.inventory.<agent token>`.
+pub fn inventory_subject(agent_id: &str) -> Result<String, TokenError> {
+    Ok(format!("{INVENTORY_PREFIX}.{}", agent_token(agent_id)?))
+}
+
+/// The agent id of an inventory subject, `None` when the subject is not one.
+pub fn agent_from_inventory_subject(subject: &str) -> Option<String> {
+    id_after(subject, INVENTORY_PREFIX)
+}
+
 /// `tink.dispatch.<agent token>`.
 pub fn dispatch_subject(agent_id: &str) -> Result<String, TokenError> {
     Ok(format!("{DISPATCH_PREFIX}.{}", agent_token(agent_id)?))
@@ -70,5 +85,15 @@ mod tests {
         assert_eq!(agent_from_dispatch_subject("tink.dispatch."), None);
         assert_eq!(agent_from_dispatch_subject("tink.dispatch.a.b"), None);
         assert!(dispatch_subject("").is_err());
+        let subject = inventory_subject("aa:bb:cc:dd:ee:ff").unwrap();
+        assert_eq!(subject, "tink.inventory.aa_3abb_3acc_3add_3aee_3aff");
+        assert_eq!(
+            agent_from_inventory_subject(&subject).as_deref(),
+            Some("aa:bb:cc:dd:ee:ff")
+        );
+        assert_eq!(
+            agent_from_inventory_subject(&dispatch_subject("aa:bb:cc:dd:ee:ff").unwrap()),
+            None
+        );
     }
 }

@@ -189,6 +189,12 @@ pub(crate) async fn lead(
         spawner.clone(),
     ));
 
+    let inventories = Arc::new(crate::inventory::Inventories::new(
+        client.clone(),
+        metrics.clone(),
+        hw_index.clone(),
+    ));
+
     let hw_stream = {
         let (secrets, admitted) = (secrets.clone(), admitted.clone());
         let mut applier = Applier::<Hardware>::default();
@@ -288,6 +294,14 @@ pub(crate) async fn lead(
         let spawner = spawner.clone();
         group.spawn_critical("events consumer", async move {
             events::run(ctx, stream, bound_tx, spawner, term).await;
+            Ok(())
+        });
+    }
+    {
+        let (term, hardware) = (term.clone(), hardware.clone());
+        let stream = bus.inventory.clone();
+        group.spawn_critical("inventory consumer", async move {
+            inventories.run(stream, hardware, term).await;
             Ok(())
         });
     }

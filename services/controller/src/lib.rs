@@ -44,6 +44,7 @@ mod effects;
 mod engine;
 mod error;
 mod events;
+pub mod inventory;
 mod keys;
 /// The Lease elector (from `tink-lease`, shared with the BMC controller).
 pub use tink_lease as leader;

@@ -50,6 +50,10 @@ pub struct Metrics {
     pub verdicts: Family<Label, Counter>,
     /// Start commands by what a restart found (`republished`, `queued`, `received`).
     pub resumed_starts: Family<Label, Counter>,
+    /// Agent inventories by outcome: `written` (Hardware status patched), `unchanged` (no
+    /// write), `unknown_agent` (no Hardware names the agent id: dropped), `conflict` (several
+    /// do: dropped), `gone` (the Hardware was deleted), `invalid` (dropped), `failed` (retried).
+    pub inventories: Family<Label, Counter>,
 }
 
 impl Default for Metrics {
@@ -66,6 +70,7 @@ impl Default for Metrics {
             resync_dispatches: Counter::default(),
             verdicts: Family::default(),
             resumed_starts: Family::default(),
+            inventories: Family::default(),
         }
     }
 }
@@ -118,7 +123,21 @@ impl Metrics {
             "Start commands of Scheduled workflows seen after a restart, by what the streams showed",
             m.resumed_starts.clone(),
         );
+        r.register(
+            "inventories",
+            "Agent inventories by outcome (written, unchanged, unknown_agent, conflict, gone, invalid, failed)",
+            m.inventories.clone(),
+        );
         m
+    }
+
+    pub(crate) fn inventory(&self, outcome: &str) {
+        self.inventories.get_or_create(&Label::of(outcome)).inc();
+    }
+
+    /// The inventories counted with `outcome` so far.
+    pub fn inventory_count(&self, outcome: &str) -> u64 {
+        self.inventories.get_or_create(&Label::of(outcome)).get()
     }
 
     pub(crate) fn verdict(&self, reason: &str) {

@@ -144,7 +144,7 @@ impl Auth {
 
 /// Who sent an event: an agent that proved its identity, or (with unauthenticated agents
 /// allowed) a caller without credentials.
-enum Caller {
+pub(crate) enum Caller {
     Agent(AgentId),
     Anonymous(Option<AgentId>),
 }
@@ -277,7 +277,7 @@ impl Shared {
         )))
     }
 
-    async fn authenticate_identity(
+    pub(crate) async fn authenticate_identity(
         &self,
         auth: &Auth,
         field: &str,
@@ -328,7 +328,7 @@ impl Shared {
             _ => {
                 self.metrics.error("forged_event");
                 Err(Status::permission_denied(format!(
-                    "the session token is not agent {claimed}'s (its session may have ended: open a GetWorkflows stream for a new one)"
+                    "{field}: the session token is not agent {claimed}'s (its session may have ended: open a GetWorkflows stream for a new one)"
                 )))
             }
         }

@@ -55,6 +55,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+mod inventory;
 mod log_access;
 mod logs;
 mod metrics;

@@ -68,6 +68,10 @@ pub struct Metrics {
     pub log_reads: Family<ReadResultLabel, Counter>,
     /// Action output lines sent to `ReadLogs` callers.
     pub log_lines_served: Counter,
+    /// `ReportInventory` calls by result: `accepted` (stored), `duplicate` (an identical
+    /// inventory was stored already), `invalid` (too large or malformed), `denied` (another
+    /// agent's id, unauthenticated or not admitted), `unavailable` (not stored; the agent retries).
+    pub inventory_reports: Family<ReadResultLabel, Counter>,
 }
 
 /// Every event kind, in the order of [`kind_index`].
@@ -119,6 +123,7 @@ impl Default for Metrics {
             publish_logs_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             log_reads: Family::default(),
             log_lines_served: Counter::default(),
+            inventory_reports: Family::default(),
         }
     }
 }
@@ -194,7 +199,30 @@ impl Metrics {
             "Action output lines sent to ReadLogs callers",
             metrics.log_lines_served.clone(),
         );
+        registry.register(
+            "inventory_reports",
+            "ReportInventory calls by result (accepted, duplicate, invalid, denied, unavailable)",
+            metrics.inventory_reports.clone(),
+        );
         metrics
+    }
+
+    /// Counts a `ReportInventory` call with `result`.
+    pub fn inventory_report(&self, result: &str) {
+        self.inventory_reports
+            .get_or_create(&ReadResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// The `ReportInventory` calls counted with `result`.
+    pub fn inventory_report_count(&self, result: &str) -> u64 {
+        self.inventory_reports
+            .get_or_create(&ReadResultLabel {
+                result: result.to_string(),
+            })
+            .get()
     }
 
     /// Counts a `ReadLogs` call with `result`.

@@ -8,6 +8,7 @@ use tink_bus::BusError;
 use tink_bus::proto::workflow_service_server::WorkflowService;
 use tink_bus::proto::{
     GetWorkflowsRequest, LogAck, LogBatch, PublishEventRequest, PublishEventResponse,
+    ReportInventoryRequest, ReportInventoryResponse,
 };
 use tonic::{Request, Response, Status};
 use tracing::{Instrument as _, debug, warn};
@@ -155,6 +156,15 @@ impl WorkflowService for Gateway {
         let ack =
             crate::logs::publish(&self.shared, &self.logs, auth, request.into_inner()).await?;
         Ok(Response::new(ack))
+    }
+
+    async fn report_inventory(
+        &self,
+        request: Request<ReportInventoryRequest>,
+    ) -> Result<Response<ReportInventoryResponse>, Status> {
+        let auth = Auth::of(&request);
+        let response = crate::inventory::report(&self.shared, auth, request.into_inner()).await?;
+        Ok(Response::new(response))
     }
 }
 

@@ -50,6 +50,31 @@ fn lease_time_up(seconds: i64, index: usize, warnings: &mut Vec<String>) -> i32 
     }
 }
 
+/// The key of Tinkerbell's observed attributes in both versions' `status`.
+const ATTRIBUTES: &str = "attributes";
+
+/// v1alpha1 `status.attributes` (kept among the status's unknown fields) -> v1alpha2
+/// `status.attributes`. A value that is not an attributes object stays in the annotation.
+fn status_up(v1: Option<&a1::HardwareStatus>) -> Option<a2::HardwareStatus> {
+    let attributes = v1?.extra.get(ATTRIBUTES)?;
+    let attributes: a2::HardwareAttributes = serde_json::from_value(attributes.clone()).ok()?;
+    Some(a2::HardwareStatus {
+        attributes: Some(attributes),
+        inventory_reported_at: None,
+    })
+}
+
+/// v1alpha2 `status.attributes` -> v1alpha1 `status.attributes`; `inventoryReportedAt` has no
+/// v1alpha1 home (annotation).
+fn status_down(v2: Option<&a2::HardwareStatus>) -> Option<a1::HardwareStatus> {
+    let attributes = v2?.attributes.as_ref()?;
+    let value = serde_json::to_value(attributes).ok()?;
+    Some(a1::HardwareStatus {
+        state: String::new(),
+        extra: BTreeMap::from([(ATTRIBUTES.to_string(), value)]),
+    })
+}
+
 fn interface_key(v: &Value) -> Option<String> {
     let mac = v.get("dhcp")?.get("mac")?.as_str()?;
     (!mac.is_empty()).then(|| mac.to_ascii_lowercase())
@@ -133,6 +158,7 @@ impl Mapping for HardwareMapping {
                     .as_ref()
                     .map(|r| a2::LocalObjectReference::new(r.name.clone())),
             },
+            status: status_up(v1.status.as_ref()),
         }
     }
 
@@ -212,7 +238,7 @@ impl Mapping for HardwareMapping {
                 vendor_data: instance.vendordata,
                 ..Default::default()
             },
-            status: None,
+            status: status_down(v2.status.as_ref()),
         }
     }
 

@@ -37,7 +37,10 @@
 //!   objects from them and sets `spec.osie.osieRef`;
 //! - `disks[].device` -> `storageDevices`, `userData`/`vendorData` -> `instance`,
 //!   `bmcRef.name` -> `bmcRef.name`;
-//! - `metadata`, `tinkVersion`, `resources`, `status`, `arch`, `uefi`, `iface_name`,
+//! - `status.attributes` (Tinkerbell's observed attributes, `inBand` from the agent's
+//!   inventory) -> `status.attributes`, both ways; v1alpha2's `status.inventoryReportedAt` has
+//!   no v1alpha1 home (annotation);
+//! - `metadata`, `tinkVersion`, `resources`, `status.state`, `arch`, `uefi`, `iface_name`,
 //!   `allowWorkflow` and unknown fields: annotation.
 //!
 //! Template: `spec.data` is parsed ([`TemplateDoc`](crate::v1alpha1::TemplateDoc)):

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use kube::CustomResource;
-use schemars::JsonSchema;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 use super::{LocalObjectReference, patterns, rules};
@@ -28,6 +28,7 @@ fn default_lease_time() -> i32 {
     namespaced,
     shortname = "hw",
     category = "tinkerbell",
+    status = "HardwareStatus",
     derive = "PartialEq",
     derive = "Default",
     doc = "Hardware is a logical representation of a machine that can execute Workflows.",
@@ -54,6 +55,34 @@ fn default_lease_time() -> i32 {
         type_ = "string",
         json_path = ".spec.bmcRef.name",
         description = "Baseboard management controller attached to the Hardware",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Threads",
+        type_ = "integer",
+        json_path = ".status.attributes.inBand.cpu.totalThreads",
+        description = "Logical processors the agent reported",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Memory",
+        type_ = "integer",
+        json_path = ".status.attributes.inBand.memory.totalBytes",
+        description = "Memory in bytes the agent reported",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Serial",
+        type_ = "string",
+        json_path = ".status.attributes.inBand.product.serialNumber",
+        description = "System serial number the agent reported (SMBIOS)",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Inventory",
+        type_ = "date",
+        json_path = ".status.inventoryReportedAt",
+        description = "When the agent's inventory was last stored",
         priority = "1"
     ),
     printcolumn(
@@ -98,6 +127,74 @@ pub struct HardwareSpec {
     /// BMCRef references a Rufio Machine object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bmc_ref: Option<LocalObjectReference>,
+}
+
+/// The observed state of a machine (written by the controller through the status
+/// subresource): what its agent reported about it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareStatus {
+    /// Attributes observed about the machine, in Tinkerbell's `attributes` shape: `inBand`
+    /// (the agent's inventory, from inside the OS) and `outOfBand` (a BMC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<HardwareAttributes>,
+
+    /// When the controller last stored a changed inventory from the machine's agent (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory_reported_at: Option<String>,
+}
+
+/// Tinkerbell's `HardwareAttributes`: one `Attributes` subtree per collection path.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareAttributes {
+    /// Attributes collected by the agent from inside the machine (`collectionMethod: agent`):
+    /// cpu, memory, blockDevices, networkInterfaces, pciDevices, chassis, baseboard, bios,
+    /// product, lastUpdated (the shape of tink-inventory's `Attributes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "attributes_schema")]
+    pub in_band: Option<serde_json::Value>,
+
+    /// Attributes collected out of band (a BMC), in the same shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "attributes_schema")]
+    pub out_of_band: Option<serde_json::Value>,
+}
+
+/// Schema of an `Attributes` subtree: its fields kept as the collector wrote them, with the
+/// few that printer columns show typed.
+fn attributes_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "properties": {
+            "lastUpdated": {"type": "string"},
+            "collectionMethod": {"type": "string"},
+            "cpu": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {
+                    "totalCores": {"type": "integer"},
+                    "totalThreads": {"type": "integer"}
+                }
+            },
+            "memory": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {
+                    "totalBytes": {"type": "integer"},
+                    "usableBytes": {"type": "integer"}
+                }
+            },
+            "product": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {
+                    "serialNumber": {"type": "string"}
+                }
+            }
+        }
+    })
 }
 
 /// The desired configuration for a particular network interface.

@@ -23,8 +23,8 @@ pub use boot::{
 };
 pub use condition::{Condition, ConditionSeverity, ConditionStatus, ConditionType, set_condition};
 pub use hardware::{
-    DEFAULT_LEASE_TIME, Dhcp, Hardware, HardwareOsie, HardwareSpec, Instance, Ipxe,
-    NetworkInterface,
+    DEFAULT_LEASE_TIME, Dhcp, Hardware, HardwareAttributes, HardwareOsie, HardwareSpec,
+    HardwareStatus, Instance, Ipxe, NetworkInterface,
 };
 pub use osie::{Osie, OsieSpec};
 pub use template::{Action, Template, TemplateSpec};

@@ -1,0 +1,157 @@
+//! The machine's hardware inventory, reported once per agent start (issue 30).
+//!
+//! At start the agent reads the machine ([`tink_inventory::collect`] on
+//! [`AgentConfig::inventory_root`], `/` in the OSIE, in a blocking task: it reads `/proc`,
+//! `/sys` and the SMBIOS tables) and, once its command stream is open (so it holds its session
+//! token), sends it with `ReportInventory`. Transient failures (no server, NATS down, rate
+//! limited) are retried with the usual capped back-off, across servers; a refusal that
+//! retrying cannot change (`INVALID_ARGUMENT`: the server names the field;
+//! `PERMISSION_DENIED`, `UNAUTHENTICATED` after the stream opened; `UNIMPLEMENTED`: a server
+//! without the extension) is logged with the server's message and the agent stops reporting.
+//! Nothing here delays workflows.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tink_proto::workflow::v2::ReportInventoryRequest;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+use tracing::{error, info, warn};
+
+use crate::client::ServerPool;
+use crate::config::{AgentConfig, Backoff};
+
+/// What became of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reported {
+    /// A server stored it (`duplicate`: it had this exact inventory already).
+    Stored { duplicate: bool },
+    /// A server refused it for good (the code and the server's message).
+    Refused { code: Code, message: String },
+    /// The agent stopped before a server stored it.
+    Abandoned,
+}
+
+/// Collects the inventory under `root` without blocking the runtime, as JSON.
+pub async fn collect_json(root: PathBuf) -> Result<String, String> {
+    let collected = tokio::task::spawn_blocking(move || {
+        let inventory = tink_inventory::collect(&root);
+        for warning in &inventory.warnings {
+            warn!(root = %root.display(), warning, "inventory");
+        }
+        inventory.to_json()
+    })
+    .await
+    .map_err(|e| format!("the inventory task failed: {e}"))?;
+    let bytes = collected.map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|e| e.to_string())
+}
+
+/// Collects and reports the inventory once `connected` turns true; returns what became of it.
+pub async fn report(
+    pool: ServerPool,
+    config: Arc<AgentConfig>,
+    mut connected: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+) -> Reported {
+    let Some(root) = config.inventory_root.clone() else {
+        return Reported::Abandoned;
+    };
+    let inventory = match collect_json(root.clone()).await {
+        Ok(json) => json,
+        Err(e) => {
+            error!(root = %root.display(), error = %e, "cannot collect the inventory; not reporting it");
+            return Reported::Abandoned;
+        }
+    };
+    let mut backoff = Backoff::new(config.backoff_initial, config.backoff_max);
+    let mut index = pool.preferred_index();
+    loop {
+        // Wait for the command stream: it brings the session token every call presents.
+        tokio::select! {
+            () = shutdown.cancelled() => return Reported::Abandoned,
+            open = connected.wait_for(|c| *c) => if open.is_err() { return Reported::Abandoned },
+        }
+        let (address, mut client) = pool.get(index);
+        let mut request = tonic::Request::new(ReportInventoryRequest {
+            agent_id: config.agent_id.clone(),
+            inventory: inventory.clone(),
+        });
+        request.set_timeout(config.request_timeout);
+        pool.authenticate(&mut request);
+        let result = tokio::select! {
+            () = shutdown.cancelled() => return Reported::Abandoned,
+            r = tokio::time::timeout(config.request_timeout, client.report_inventory(request)) => r,
+        };
+        match result {
+            Ok(Ok(response)) => {
+                let duplicate = response.into_inner().duplicate;
+                info!(
+                    server = address,
+                    duplicate,
+                    bytes = inventory.len(),
+                    "inventory reported"
+                );
+                return Reported::Stored { duplicate };
+            }
+            Ok(Err(status))
+                if matches!(
+                    status.code(),
+                    Code::InvalidArgument
+                        | Code::PermissionDenied
+                        | Code::Unauthenticated
+                        | Code::Unimplemented
+                ) =>
+            {
+                error!(server = address, code = ?status.code(), message = status.message(), "the server refused the inventory; not reporting it again");
+                return Reported::Refused {
+                    code: status.code(),
+                    message: status.message().to_string(),
+                };
+            }
+            Ok(Err(status)) => {
+                warn!(server = address, code = ?status.code(), message = status.message(), "reporting the inventory failed; retrying");
+            }
+            Err(_) => warn!(
+                server = address,
+                "reporting the inventory timed out; retrying"
+            ),
+        }
+        index = index.wrapping_add(1);
+        let delay = backoff.next_delay();
+        tokio::select! {
+            () = shutdown.cancelled() => return Reported::Abandoned,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_collected_inventory_is_what_the_server_accepts() {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../crates/inventory/tests/fixtures/machine-a");
+        let json = collect_json(root).await.expect("collected");
+        let inventory =
+            tink_inventory::Inventory::from_json(json.as_bytes()).expect("valid for the server");
+        assert!(inventory.cpu.threads > 0);
+        assert!(!inventory.disks.is_empty() || !inventory.nics.is_empty());
+    }
+
+    #[tokio::test]
+    async fn no_root_no_report() {
+        let mut config = AgentConfig::new(
+            "aa:bb:cc:00:00:01",
+            vec!["127.0.0.1:1".parse().expect("address")],
+        );
+        config.inventory_root = None;
+        let pool = ServerPool::new(&config).expect("pool");
+        let (_tx, rx) = watch::channel(true);
+        let reported = report(pool, Arc::new(config), rx, CancellationToken::new()).await;
+        assert_eq!(reported, Reported::Abandoned);
+    }
+}
