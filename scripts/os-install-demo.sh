@@ -47,8 +47,9 @@ out="${TINK_OS_DEMO_OUT:-$repo/target/os-install-demo}"
 timeout_s="${TINK_OS_DEMO_TIMEOUT:-1500}"
 nonce="${TINK_OS_DEMO_NONCE:-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')}"
 ns="tinkos$$"
-bridge_ip=10.98.0.1
-vm_ip=10.98.0.10
+# The netboot demo's addresses: with --reuse its certificates (made for 10.99.0.1) serve here.
+bridge_ip=10.99.0.1
+vm_ip=10.99.0.20
 vm_mac=52:54:00:0b:5e:01
 vm_name=os-demo
 registry="$bridge_ip:5000"
