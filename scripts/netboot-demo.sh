@@ -14,6 +14,7 @@
 #      file (read with qemu-img and mtools after the VM stopped);
 #   5. the machine's boot log (kernel and OSIE init), forwarded by syslog to tink-netboot, is read
 #      back with `tinkctl hardware logs`;
+#      and the inventory its agent reported (CPU, memory, disks, NICs) is on the Hardware's status;
 #   6. the VM boots from that disk: its OS takes a lease, fetches user-data from Hegel and prints
 #      it on the serial console, which must match the Hardware's spec.instance.userdata.
 #
@@ -402,6 +403,17 @@ grep -a -m1 "Linux version" "$out/boot-log.txt" | cut -c1-150 | sed 's/^/     /'
 grep -a -m1 "tink-osie: starting tink-agent" "$out/boot-log.txt" | cut -c1-150 | sed 's/^/     /' || true
 grep -aq "Linux version" "$out/boot-log.txt" || { echo "error: the kernel's log did not arrive by syslog" >&2; exit 1; }
 grep -aq "tink-osie: starting tink-agent" "$out/boot-log.txt" || { echo "error: the OSIE init's messages did not arrive by syslog" >&2; exit 1; }
+
+stage "the machine's inventory, reported by its agent (Hardware status)"
+inv_macs=""
+for _ in $(seq 1 15); do
+  inv_macs=$(nsx kubectl get hardware demo-vm -n netboot-demo -o jsonpath='{.status.attributes.inBand.networkInterfaces[*].ports[*].mac}' 2>/dev/null || true)
+  [ -n "$inv_macs" ] && break
+  sleep 1
+done
+nsx kubectl get hardware demo-vm -n netboot-demo -o wide | sed 's/^/   /'
+echo "   reported NIC MACs: ${inv_macs:-none}; CPU threads: $(nsx kubectl get hardware demo-vm -n netboot-demo -o jsonpath='{.status.attributes.inBand.cpu.totalThreads}')"
+case " $inv_macs " in *" $vm_mac "*) ;; *) echo "error: the Hardware's inventory does not name the machine's NIC $vm_mac" >&2; exit 1 ;; esac
 
 stage "the disk after the machine stopped (qemu-img, mtools)"
 check_disk
