@@ -157,6 +157,8 @@ impl Mapping for HardwareMapping {
                     .bmc_ref
                     .as_ref()
                     .map(|r| a2::LocalObjectReference::new(r.name.clone())),
+                // v1alpha1 has no home for it: the round-trip annotation keeps it.
+                discovery: None,
             },
             status: status_up(v1.status.as_ref()),
         }

@@ -39,7 +39,7 @@
 //!   `bmcRef.name` -> `bmcRef.name`;
 //! - `status.attributes` (Tinkerbell's observed attributes, `inBand` from the agent's
 //!   inventory) -> `status.attributes`, both ways; v1alpha2's `status.inventoryReportedAt` has
-//!   no v1alpha1 home (annotation);
+//!   no v1alpha1 home (annotation), nor has `spec.discovery` (a discovered machine's approval);
 //! - `metadata`, `tinkVersion`, `resources`, `status.state`, `arch`, `uefi`, `iface_name`,
 //!   `allowWorkflow` and unknown fields: annotation.
 //!

@@ -86,6 +86,13 @@ fn default_lease_time() -> i32 {
         priority = "1"
     ),
     printcolumn(
+        name = "Approved",
+        type_ = "boolean",
+        json_path = ".spec.discovery.approved",
+        description = "Discovered machines only: whether it may get Workflows",
+        priority = "1"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -127,6 +134,32 @@ pub struct HardwareSpec {
     /// BMCRef references a Rufio Machine object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bmc_ref: Option<LocalObjectReference>,
+
+    /// Discovery is set on a Hardware the controller created for a machine that enrolled
+    /// itself (its agent reported an inventory under an id no Hardware named). Such a machine
+    /// gets no Workflow until `approved` is true; making it true needs the verb `approve` on
+    /// `hardware.tinkerbell.org` (checked by the webhook), not only `update`. A Hardware without
+    /// this field was written by a person and needs no approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<Discovery>,
+}
+
+/// How a discovered machine came, and whether a person (or a rule) approved it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Discovery {
+    /// Approved: the machine may get Workflows (and with them, secrets). Needs `approve`.
+    #[serde(default)]
+    pub approved: bool,
+
+    /// When the machine first enrolled (RFC 3339, set by the controller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovered_at: Option<String>,
+
+    /// The address the machine's agent enrolled from (as its server saw it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub address: Option<String>,
 }
 
 /// The observed state of a machine (written by the controller through the status
@@ -357,6 +390,12 @@ pub struct Instance {
 }
 
 impl HardwareSpec {
+    /// Whether this machine may get Workflows: a Hardware a person wrote always may; a
+    /// discovered one once `spec.discovery.approved` is true.
+    pub fn approved(&self) -> bool {
+        self.discovery.as_ref().is_none_or(|d| d.approved)
+    }
+
     /// The interface with this MAC, compared case-insensitively.
     pub fn interface(&self, mac: &str) -> Option<&NetworkInterface> {
         self.network_interfaces

@@ -23,7 +23,7 @@ pub use boot::{
 };
 pub use condition::{Condition, ConditionSeverity, ConditionStatus, ConditionType, set_condition};
 pub use hardware::{
-    DEFAULT_LEASE_TIME, Dhcp, Hardware, HardwareAttributes, HardwareOsie, HardwareSpec,
+    DEFAULT_LEASE_TIME, Dhcp, Discovery, Hardware, HardwareAttributes, HardwareOsie, HardwareSpec,
     HardwareStatus, Instance, Ipxe, NetworkInterface,
 };
 pub use osie::{Osie, OsieSpec};
