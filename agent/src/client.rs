@@ -91,7 +91,15 @@ pub struct ServerPool {
     secret: Option<MetadataValue<tonic::metadata::Ascii>>,
     /// True while a command stream is open (the session token is then current).
     connected: Arc<tokio::sync::watch::Sender<bool>>,
+    /// True once a server refused the stream because no Hardware names this machine yet and
+    /// said enrollment is open ([`ENROLLMENT_TRAILER`]): the inventory is then reported
+    /// without credentials, to enroll.
+    enrollment_open: Arc<tokio::sync::watch::Sender<bool>>,
 }
+
+/// The trailer a server adds to a refused stream of an unknown machine when it takes
+/// enrollments (value `open`).
+pub const ENROLLMENT_TRAILER: &str = "x-tink-enrollment";
 
 impl ServerPool {
     /// Channels for each configured server (no connection is made yet).
@@ -146,12 +154,18 @@ impl ServerPool {
                 _ => None,
             },
             connected: Arc::new(tokio::sync::watch::channel(false).0),
+            enrollment_open: Arc::new(tokio::sync::watch::channel(false).0),
         })
     }
 
     /// Turns true while a command stream is open.
     pub fn connected(&self) -> tokio::sync::watch::Receiver<bool> {
         self.connected.subscribe()
+    }
+
+    /// Whether a server said this unknown machine may enroll (see [`ENROLLMENT_TRAILER`]).
+    pub fn enrollment_open(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.enrollment_open.subscribe()
     }
 
     /// Adds the session token to a request's metadata.
@@ -326,6 +340,20 @@ pub async fn command_stream(
                 health.set_ready(false);
                 metrics.connected.set(0);
                 pool.connected.send_replace(false);
+            }
+            Ok(Err(status))
+                if status.code() == Code::PermissionDenied
+                    && status
+                        .metadata()
+                        .get(ENROLLMENT_TRAILER)
+                        .is_some_and(|v| v.as_bytes() == b"open") =>
+            {
+                if !pool.enrollment_open.send_replace(true) {
+                    info!(
+                        server = address,
+                        "no Hardware names this machine yet and the server takes enrollments: reporting the inventory to enroll, then retrying the stream until the discovered Hardware exists"
+                    );
+                }
             }
             Ok(Err(status)) if status.code() == Code::PermissionDenied => {
                 error!(

@@ -9,6 +9,11 @@
 //! `PERMISSION_DENIED`, `UNAUTHENTICATED` after the stream opened; `UNIMPLEMENTED`: a server
 //! without the extension) is logged with the server's message and the agent stops reporting.
 //! Nothing here delays workflows.
+//!
+//! A machine no Hardware names yet has no stream; when a server refuses its stream saying it
+//! takes enrollments ([`crate::client::ENROLLMENT_TRAILER`]), the inventory is sent once
+//! without credentials to enroll (the controller makes a discovered Hardware of it), and again,
+//! authenticated, once the stream opens.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -65,26 +70,46 @@ pub async fn report(
             return Reported::Abandoned;
         }
     };
+    let mut enrollment = pool.enrollment_open();
+    let mut enrolled = false;
     let mut backoff = Backoff::new(config.backoff_initial, config.backoff_max);
     let mut index = pool.preferred_index();
     loop {
-        // Wait for the command stream: it brings the session token every call presents.
+        // Wait for the command stream: it brings the session token every call presents. A
+        // machine no Hardware names yet enrolls first (once), without credentials, when a
+        // server said it takes enrollments.
         tokio::select! {
             () = shutdown.cancelled() => return Reported::Abandoned,
             open = connected.wait_for(|c| *c) => if open.is_err() { return Reported::Abandoned },
+            open = enrollment.wait_for(|e| *e), if !enrolled => if open.is_err() { return Reported::Abandoned },
         }
+        let enrolling = !*connected.borrow();
         let (address, mut client) = pool.get(index);
         let mut request = tonic::Request::new(ReportInventoryRequest {
             agent_id: config.agent_id.clone(),
             inventory: inventory.clone(),
         });
         request.set_timeout(config.request_timeout);
-        pool.authenticate(&mut request);
+        if !enrolling {
+            pool.authenticate(&mut request);
+        }
         let result = tokio::select! {
             () = shutdown.cancelled() => return Reported::Abandoned,
             r = tokio::time::timeout(config.request_timeout, client.report_inventory(request)) => r,
         };
         match result {
+            Ok(Ok(response)) if enrolling => {
+                let response = response.into_inner();
+                info!(
+                    server = address,
+                    enrolled = response.enrolled,
+                    duplicate = response.duplicate,
+                    "inventory reported to enroll this machine; it is reported again once the stream opens"
+                );
+                enrolled = true;
+                backoff.reset();
+                continue;
+            }
             Ok(Ok(response)) => {
                 let duplicate = response.into_inner().duplicate;
                 info!(
@@ -94,6 +119,19 @@ pub async fn report(
                     "inventory reported"
                 );
                 return Reported::Stored { duplicate };
+            }
+            // While enrolling, a refusal may only mean the discovered Hardware exists by now
+            // (credentials needed): wait for the stream instead of giving up.
+            Ok(Err(status))
+                if enrolling
+                    && matches!(
+                        status.code(),
+                        Code::PermissionDenied | Code::Unauthenticated
+                    ) =>
+            {
+                warn!(server = address, code = ?status.code(), message = status.message(), "the enrollment was not taken; waiting for the stream");
+                enrolled = true;
+                continue;
             }
             Ok(Err(status))
                 if matches!(

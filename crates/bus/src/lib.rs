@@ -79,8 +79,9 @@ pub use logs::{
 };
 pub use presence::Presence;
 pub use publish::{
-    MAX_INVENTORY_BYTES, MSG_ID_HEADER, headers_with, inventory_msg_id, publish_command,
-    publish_event, publish_event_with_headers, publish_inventory, publish_log_batch,
+    ENROLLMENT_HEADER, MAX_INVENTORY_BYTES, MSG_ID_HEADER, headers_with, inventory_msg_id,
+    publish_command, publish_enrollment, publish_event, publish_event_with_headers,
+    publish_inventory, publish_log_batch,
 };
 pub use setup::{Bus, ensure_streams, verify_streams};
 pub use streams::{

@@ -105,6 +105,10 @@ pub async fn publish_log_batch(
 /// `MAX_SERIALIZED_BYTES` (1 MiB).
 pub const MAX_INVENTORY_BYTES: usize = 1 << 20;
 
+/// The header that marks an inventory as an enrollment: a machine no Hardware named reported
+/// it without credentials (issue 30). Its value is the address the server saw it from.
+pub const ENROLLMENT_HEADER: &str = "Tink-Enrollment";
+
 /// The de-duplication id of an agent's inventory: `inv.<agent token>.<SHA-256 of the JSON>`, so
 /// an identical report (a retry, a restarted agent on the same machine) is stored once.
 pub fn inventory_msg_id(agent_id: &str, json: &[u8]) -> Result<String, crate::TokenError> {
@@ -133,5 +137,32 @@ pub async fn publish_inventory(
     let subject = inventory_subject(agent_id)?;
     let mut headers = HeaderMap::new();
     headers.insert(MSG_ID_HEADER, inventory_msg_id(agent_id, &json)?.as_str());
+    publish(jetstream, subject, headers, Bytes::from(json)).await
+}
+
+/// Stores `json` (validated by the caller) as the enrollment of `agent_id`, an id no Hardware
+/// names, reported without credentials from `address`: on the agent's inventory subject (its
+/// latest report), marked with [`ENROLLMENT_HEADER`], de-duplicated apart from authenticated
+/// reports (`enr.` ids) so an enrollment never hides one.
+pub async fn publish_enrollment(
+    jetstream: &jetstream::Context,
+    agent_id: &str,
+    address: &str,
+    json: Vec<u8>,
+) -> Result<PublishAck, BusError> {
+    if json.len() > MAX_INVENTORY_BYTES {
+        return Err(BusError::Invalid(crate::InvalidMessage::new(
+            "inventory",
+            format!(
+                "{} bytes, above the limit of {MAX_INVENTORY_BYTES}",
+                json.len()
+            ),
+        )));
+    }
+    let subject = inventory_subject(agent_id)?;
+    let id = inventory_msg_id(agent_id, &json)?;
+    let mut headers = HeaderMap::new();
+    headers.insert(MSG_ID_HEADER, format!("enr.{id}").as_str());
+    headers.insert(ENROLLMENT_HEADER, address);
     publish(jetstream, subject, headers, Bytes::from(json)).await
 }

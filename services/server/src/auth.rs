@@ -41,8 +41,8 @@ use base64::Engine as _;
 use tink_api::AgentId;
 use tink_bus::Presence;
 use tokio::time::Instant;
-use tonic::Status;
 use tonic::metadata::MetadataMap;
+use tonic::{Code, Status};
 use tracing::warn;
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
@@ -50,6 +50,10 @@ use crate::session::Shared;
 
 /// The metadata key of the session token, in responses (issued) and requests (presented).
 pub const TOKEN_HEADER: &str = "x-tink-agent-token";
+
+/// The trailer of a refused stream of an unknown agent id when enrollment is on (value
+/// `open`): the agent may report its inventory without credentials to enroll.
+pub const ENROLLMENT_TRAILER: &str = "x-tink-enrollment";
 
 /// The agent id a client certificate names (the first URI SAN of the form
 /// `spiffe://<domain>/agent/<id>`), in canonical form (the CA vouches for the name, whatever its
@@ -272,6 +276,20 @@ impl Shared {
             return Ok(());
         }
         self.metrics.error("agent_not_admitted");
+        if self.limits.enrollment {
+            let mut metadata = MetadataMap::new();
+            metadata.insert(
+                ENROLLMENT_TRAILER,
+                tonic::metadata::MetadataValue::from_static("open"),
+            );
+            return Err(Status::with_metadata(
+                Code::PermissionDenied,
+                format!(
+                    "agent {agent} is not admitted: no Hardware names it in spec.networkInterfaces; enrollment is open: report the inventory (ReportInventory, no credentials) and a discovered Hardware is made for this machine, which may connect then and gets work once approved"
+                ),
+                metadata,
+            ));
+        }
         Err(Status::permission_denied(format!(
             "agent {agent} is not admitted: no Hardware names it in spec.networkInterfaces (a new Hardware is admitted within seconds, once the controller has published it)"
         )))

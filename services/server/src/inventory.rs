@@ -16,13 +16,26 @@
 //! - **Stored.** On `tink.inventory.<agent token>` ([`tink_bus::publish_inventory`]): one
 //!   message per agent, de-duplicated by content; OK means JetStream acknowledged it.
 //!
-//! Metrics: `tink_server_inventory_reports{result}`.
+//! - **Enrollment** (`--enrollment`, off by default): a report WITHOUT credentials for an agent
+//!   id that no Hardware names is an unknown machine enrolling itself. It is validated the same
+//!   way, limited per replica (`--enrollments-per-second`, bursts of ten times that), and stored
+//!   on the agent's inventory subject marked [`tink_bus::ENROLLMENT_HEADER`] with the address
+//!   the call came from; the controller creates a discovered Hardware from it, which gets no
+//!   Workflow until approved. A report without credentials for an id a Hardware names is
+//!   refused (UNAUTHENTICATED) and stores nothing: a machine that spoofs a known MAC changes
+//!   nothing. With enrollment on, the stream of an unknown id is refused with the trailer
+//!   [`crate::auth::ENROLLMENT_TRAILER`], which tells the agent to enroll.
+//!
+//! Metrics: `tink_server_inventory_reports{result}` (`enrollment`, `enrollment_duplicate`
+//! among them).
+
+use std::net::IpAddr;
 
 use tink_bus::BusError;
 use tink_bus::proto::{ReportInventoryRequest, ReportInventoryResponse};
 use tink_inventory::{Inventory, InventoryError};
 use tonic::{Code, Status};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::auth::{Auth, Caller, TOKEN_HEADER};
 use crate::session::Shared;
@@ -63,15 +76,85 @@ fn result_of(status: &Status) -> &'static str {
 pub(crate) async fn report(
     shared: &Shared,
     auth: Auth,
+    peer: Option<IpAddr>,
     request: ReportInventoryRequest,
 ) -> Result<ReportInventoryResponse, Status> {
-    let result = store(shared, auth, request).await;
+    let result = if shared.limits.enrollment && !auth.presented_credentials() {
+        enroll(shared, peer, request).await
+    } else {
+        store(shared, auth, request).await
+    };
     match &result {
+        Ok(r) if r.enrolled && r.duplicate => {
+            shared.metrics.inventory_report("enrollment_duplicate")
+        }
+        Ok(r) if r.enrolled => shared.metrics.inventory_report("enrollment"),
         Ok(r) if r.duplicate => shared.metrics.inventory_report("duplicate"),
         Ok(_) => shared.metrics.inventory_report("accepted"),
         Err(status) => shared.metrics.inventory_report(result_of(status)),
     }
     result
+}
+
+/// An inventory without credentials, with enrollment on: taken only for an agent id that no
+/// Hardware names (a known id needs its session token or certificate, whatever it claims),
+/// within the replica's enrollment rate, validated as any other, and stored as an enrollment
+/// with the address it came from.
+async fn enroll(
+    shared: &Shared,
+    peer: Option<IpAddr>,
+    request: ReportInventoryRequest,
+) -> Result<ReportInventoryResponse, Status> {
+    let agent = crate::auth::claimed_agent("agent_id", &request.agent_id)?;
+    let token = tink_bus::agent_token(agent.as_str())
+        .map_err(|e| Status::invalid_argument(format!("agent_id: {e}")))?;
+    if !shared.admitted.is_loaded() {
+        return Err(Status::unavailable(
+            "this server replica has not loaded the admitted agents yet; retry",
+        ));
+    }
+    if shared.admitted.contains(&token) {
+        shared.metrics.error("enrollment_of_known_agent");
+        return Err(Status::unauthenticated(format!(
+            "agent {agent} is known (a Hardware names it): its inventory needs its session token in `{TOKEN_HEADER}` (issued on its GetWorkflows stream) or its client certificate; enrollment is only for machines no Hardware names"
+        )));
+    }
+    if let Some(limiter) = &shared.enrollments
+        && limiter.check().is_err()
+    {
+        shared.metrics.error("enrollment_rate_limited");
+        return Err(Status::resource_exhausted(format!(
+            "more than {} enrollments per second reach this server; retry after a pause",
+            shared.limits.enrollments_per_second
+        )));
+    }
+    let inventory = Inventory::from_json(request.inventory.as_bytes()).map_err(|e| {
+        debug!(agent_id = %agent, error = %e, "refusing an invalid enrollment");
+        Status::invalid_argument(refusal(&e))
+    })?;
+    let json = inventory
+        .to_json()
+        .map_err(|e| Status::internal(format!("cannot serialize the inventory: {e}")))?;
+    let address = peer
+        .map(|ip| ip.to_canonical().to_string())
+        .unwrap_or_default();
+    match tink_bus::publish_enrollment(&shared.bus.jetstream, agent.as_str(), &address, json).await
+    {
+        Ok(ack) => {
+            info!(agent_id = %agent, address, duplicate = ack.duplicate, "enrollment stored");
+            Ok(ReportInventoryResponse {
+                duplicate: ack.duplicate,
+                enrolled: true,
+            })
+        }
+        Err(e) => {
+            shared.metrics.error("publish_inventory");
+            warn!(agent_id = %agent, error = %e, "enrollment not stored");
+            Err(Status::unavailable(format!(
+                "enrollment not stored, retry: {e}"
+            )))
+        }
+    }
 }
 
 async fn store(
@@ -112,6 +195,7 @@ async fn store(
     match tink_bus::publish_inventory(&shared.bus.jetstream, agent.as_str(), json).await {
         Ok(ack) => Ok(ReportInventoryResponse {
             duplicate: ack.duplicate,
+            enrolled: false,
         }),
         Err(BusError::Invalid(e)) => Err(Status::invalid_argument(e.to_string())),
         Err(BusError::Token(e)) => Err(Status::invalid_argument(format!("agent_id: {e}"))),

@@ -152,6 +152,12 @@ pub struct ServerConfig {
     /// `PublishEvent` and `PublishLogs` calls one agent may make per second (bursts of ten
     /// times that); 0: no limit.
     pub agent_calls_per_second: u32,
+    /// Enrollment: take inventories without credentials from agent ids no Hardware names
+    /// (unknown machines enrolling themselves; the controller makes discovered Hardware of
+    /// them). Off by default.
+    pub enrollment: bool,
+    /// Enrollments this replica takes per second (bursts of ten times that); 0: no limit.
+    pub enrollments_per_second: u32,
     /// The Kubernetes API that checks `ReadLogs` callers (TokenReview, SubjectAccessReview) and
     /// holds the Workflows; without it `ReadLogs` answers FAILED_PRECONDITION.
     pub kube: Option<KubeClient>,
@@ -182,6 +188,8 @@ impl ServerConfig {
             max_sessions: 50_000,
             stream_opens_per_peer: 20,
             agent_calls_per_second: 100,
+            enrollment: false,
+            enrollments_per_second: 20,
             kube: None,
             log_access_cache: Duration::from_secs(5),
             logs_max_in_flight: 8,

@@ -59,6 +59,13 @@ struct Args {
         default_value_t = 100
     )]
     agent_calls_per_second: u32,
+    /// Enrollment: take the inventory of a machine no Hardware names, without credentials, so
+    /// the controller creates a discovered Hardware for it (approved before any Workflow).
+    #[arg(long, env = "TINK_SERVER_ENROLLMENT")]
+    enrollment: bool,
+    /// Enrollments this replica takes per second (bursts of ten times that); 0 for no limit.
+    #[arg(long, env = "TINK_SERVER_ENROLLMENTS_PER_SECOND", default_value_t = 20)]
+    enrollments_per_second: u32,
     /// Serve LogService.ReadLogs, checking callers with the Kubernetes API of this kubeconfig
     /// (TokenReview, SubjectAccessReview, get workflows). Without it or --kube-in-cluster,
     /// ReadLogs answers FAILED_PRECONDITION.
@@ -136,6 +143,8 @@ async fn main() -> anyhow::Result<()> {
     config.max_sessions = args.max_agent_streams;
     config.stream_opens_per_peer = args.stream_opens_per_peer;
     config.agent_calls_per_second = args.agent_calls_per_second;
+    config.enrollment = args.enrollment;
+    config.enrollments_per_second = args.enrollments_per_second;
     config.log_access_cache = std::time::Duration::from_secs(args.log_access_cache_seconds);
     config.logs_max_in_flight = args.logs_max_in_flight as usize;
     config.log_readers_max = args.log_readers_max as usize;

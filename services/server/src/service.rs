@@ -163,7 +163,9 @@ impl WorkflowService for Gateway {
         request: Request<ReportInventoryRequest>,
     ) -> Result<Response<ReportInventoryResponse>, Status> {
         let auth = Auth::of(&request);
-        let response = crate::inventory::report(&self.shared, auth, request.into_inner()).await?;
+        let peer = request.remote_addr().map(|a| a.ip());
+        let response =
+            crate::inventory::report(&self.shared, auth, peer, request.into_inner()).await?;
         Ok(Response::new(response))
     }
 }

@@ -83,6 +83,8 @@ pub(crate) struct Shared {
     pub(crate) stream_opens: Option<governor::DefaultKeyedRateLimiter<std::net::IpAddr>>,
     /// Event and log calls per agent.
     pub(crate) agent_calls: Option<governor::DefaultKeyedRateLimiter<String>>,
+    /// Enrollments (inventories of unknown machines) taken per second by this replica.
+    pub(crate) enrollments: Option<governor::DefaultDirectRateLimiter>,
     /// Session token hashes of other replicas' sessions, read from presence.
     pub(crate) token_cache: crate::auth::TokenCache,
     /// Per-machine pre-shared secrets (a mirror of the bucket).
@@ -117,6 +119,9 @@ pub(crate) struct Limits {
     pub max_sessions: usize,
     pub stream_opens_per_peer: u32,
     pub agent_calls_per_second: u32,
+    /// Take inventories of unknown machines without credentials (enrollment).
+    pub enrollment: bool,
+    pub enrollments_per_second: u32,
 }
 
 impl Limits {
@@ -127,6 +132,8 @@ impl Limits {
             max_sessions: config.max_sessions.max(1),
             stream_opens_per_peer: config.stream_opens_per_peer,
             agent_calls_per_second: config.agent_calls_per_second,
+            enrollment: config.enrollment,
+            enrollments_per_second: config.enrollments_per_second,
         }
     }
 }
@@ -168,6 +175,11 @@ impl Shared {
             allow_unauthenticated,
             stream_opens: limiter(limits.stream_opens_per_peer),
             agent_calls: limiter(limits.agent_calls_per_second),
+            enrollments: std::num::NonZeroU32::new(limits.enrollments_per_second).map(|rate| {
+                let burst =
+                    std::num::NonZeroU32::new(rate.get().saturating_mul(10)).unwrap_or(rate);
+                governor::RateLimiter::direct(governor::Quota::per_second(rate).allow_burst(burst))
+            }),
             limits,
             admitted: Arc::new(crate::mirror::KvMirror::new(
                 tink_bus::ADMITTED_AGENTS_BUCKET,
