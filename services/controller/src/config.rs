@@ -73,6 +73,8 @@ pub struct ControllerConfig {
     /// The Cluster API infrastructure provider (off by default here; the binary's `--capi`
     /// defaults to auto).
     pub capi: crate::capi::CapiConfig,
+    /// Discovery of unknown machines (off by default).
+    pub discovery: crate::inventory::DiscoveryConfig,
 }
 
 impl ControllerConfig {
@@ -100,6 +102,7 @@ impl ControllerConfig {
             system_namespace: tink_api::agent_secret::DEFAULT_SYSTEM_NAMESPACE.into(),
             boot_job_timeout: Duration::from_secs(15 * 60),
             capi: crate::capi::CapiConfig::default(),
+            discovery: crate::inventory::DiscoveryConfig::default(),
         }
     }
 }

@@ -152,11 +152,14 @@ impl Dispatch {
 }
 
 impl Dispatch {
-    /// The cached Hardware `w` runs on.
+    /// The cached Hardware `w` runs on, if it may get work: a discovered machine that is not
+    /// approved never gets a dispatch (nor boot steps), whatever admitted the Workflow; its
+    /// Workflows wait, and its approval (a Hardware change) wakes them.
     fn hardware_of(&self, w: &Workflow) -> Option<Arc<Hardware>> {
         let namespace = w.namespace().unwrap_or_default();
         self.hardware
             .get(&ObjectRef::new(&w.spec.hardware_ref.name).within(&namespace))
+            .filter(|hw| hw.spec.approved())
     }
 }
 

@@ -193,6 +193,8 @@ pub(crate) async fn lead(
         client.clone(),
         metrics.clone(),
         hw_index.clone(),
+        hardware.clone(),
+        config.discovery.clone(),
     ));
 
     let hw_stream = {

@@ -13,8 +13,21 @@
 //! inventory (an agent reports once per boot; identical reports are also de-duplicated by the
 //! stream).
 //!
-//! An inventory for an agent id that no Hardware names (or several do) is dropped and counted
-//! (discovery of unknown machines comes later); so is an invalid one. Messages are acked after
+//! An inventory for an agent id that no Hardware names (or several do) is dropped and counted;
+//! so is an invalid one. One agent's reports are applied one at a time and in stream order: a
+//! report older (by stream sequence) than the last one applied is dropped (`stale`), so an old
+//! inventory is never written last.
+//!
+//! **Discovery** ([`DiscoveryConfig`], off by default): a report marked as an enrollment
+//! ([`tink_bus::ENROLLMENT_HEADER`]: a machine no Hardware named reported it without
+//! credentials) creates the Hardware `discovery-<mac>` in the discovery namespace, labelled
+//! [`DISCOVERED_LABEL`], with `spec.discovery.approved: false` (no Workflow until approved),
+//! its MAC with the address it came from, and the discovery OSIE; then its inventory is written
+//! as any other. At most `max` discovered Hardware wait for approval (counted from the cache
+//! plus what this leader just created, one creation at a time); more enrollments are dropped
+//! and counted
+//! (`discovery_limit`). An enrollment for an id a Hardware names already changes nothing
+//! (`enrollment_known`): only that machine's authenticated agent reports for it. Messages are acked after
 //! the write (or the drop); a failed write is handed back and delivered again.
 //!
 //! Metrics: `tink_controller_inventories{value}` and `tink_controller_api_writes{value="hardware_status"}`.
@@ -26,7 +39,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, AckKind};
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt as _};
 use serde_json::{Value, json};
@@ -84,12 +97,90 @@ fn digest(value: &Value) -> String {
 #[derive(Debug, Default)]
 struct Written(Mutex<HashMap<String, (String, String)>>);
 
+/// Discovery of unknown machines (issue 30): what the controller does with an enrollment.
+#[derive(Clone, Debug)]
+pub struct DiscoveryConfig {
+    /// Create discovered Hardware from enrollments. Off by default: enrollments are dropped.
+    pub enabled: bool,
+    /// The namespace discovered Hardware are created in.
+    pub namespace: String,
+    /// The most discovered Hardware waiting for approval (labelled [`DISCOVERED_LABEL`], not
+    /// approved) in that namespace; further enrollments are dropped and counted until some
+    /// are approved or deleted.
+    pub max: usize,
+    /// The OSIE discovered machines boot (their `spec.osie.osieRef`), so a machine that reboots
+    /// before approval comes back into the OSIE.
+    pub osie: Option<String>,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            namespace: "default".into(),
+            max: 100,
+            osie: None,
+        }
+    }
+}
+
+/// The label of a Hardware the controller created for an enrolled machine.
+pub const DISCOVERED_LABEL: &str = "tinkerbell.org/discovered";
+
+/// The name of the discovered Hardware of the machine with this MAC:
+/// `discovery-aa-bb-cc-dd-ee-ff`.
+pub fn discovered_name(mac: &str) -> String {
+    format!("discovery-{}", mac.replace(':', "-"))
+}
+
+/// The discovered Hardware of an enrolled machine: its MAC as the one interface (with the
+/// address it enrolled from, so Hegel knows it), the discovery OSIE, the label, and
+/// `spec.discovery` not approved.
+pub fn discovered_hardware(
+    config: &DiscoveryConfig,
+    mac: &str,
+    address: &str,
+    now: &str,
+) -> Result<Hardware, serde_json::Error> {
+    let mut dhcp = json!({});
+    if address.parse::<std::net::Ipv4Addr>().is_ok() {
+        dhcp = json!({"ip": address});
+    }
+    let mut spec = json!({
+        "networkInterfaces": {mac: {"dhcp": dhcp}},
+        "discovery": {"approved": false, "discoveredAt": now},
+    });
+    if !address.is_empty() {
+        spec["discovery"]["address"] = json!(address);
+    }
+    if let Some(osie) = &config.osie {
+        spec["osie"] = json!({"osieRef": {"name": osie}});
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "tinkerbell.org/v1alpha2",
+        "kind": "Hardware",
+        "metadata": {
+            "name": discovered_name(mac),
+            "namespace": config.namespace,
+            "labels": {DISCOVERED_LABEL: "true"},
+        },
+        "spec": spec,
+    }))
+}
+
 /// The inventory consumer of one term.
 pub(crate) struct Inventories {
     client: Client,
     metrics: Metrics,
     index: Arc<Index<Hardware>>,
+    hardware: Store<Hardware>,
+    discovery: DiscoveryConfig,
     written: Written,
+    /// One agent's reports one at a time and in stream order.
+    order: Order,
+    /// One discovered Hardware created at a time, and the names this leader created that the
+    /// cache may not show yet (counted against the bound).
+    creating: tokio::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 enum Outcome {
@@ -98,12 +189,22 @@ enum Outcome {
 }
 
 impl Inventories {
-    pub fn new(client: Client, metrics: Metrics, index: Arc<Index<Hardware>>) -> Self {
+    pub fn new(
+        client: Client,
+        metrics: Metrics,
+        index: Arc<Index<Hardware>>,
+        hardware: Store<Hardware>,
+        discovery: DiscoveryConfig,
+    ) -> Self {
         Self {
             client,
             metrics,
             index,
+            hardware,
+            discovery,
             written: Written::default(),
+            order: Order::default(),
+            creating: tokio::sync::Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -177,7 +278,28 @@ impl Inventories {
     }
 
     async fn handle(self: Arc<Self>, message: jetstream::Message) {
-        let outcome = self.apply(&message.subject, &message.payload).await;
+        let sequence = message.info().map(|i| i.stream_sequence).unwrap_or(0);
+        let enrollment = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(tink_bus::ENROLLMENT_HEADER))
+            .map(|v| v.as_str().to_string());
+        let subject = message.subject.to_string();
+        let turn = self.order.turn(&subject);
+        let outcome = {
+            let _turn = turn.lock().await;
+            if sequence != 0 && sequence < self.order.last(&subject) {
+                Outcome::Ack("stale")
+            } else {
+                let outcome = self
+                    .apply(&subject, &message.payload, enrollment.as_deref())
+                    .await;
+                if matches!(outcome, Outcome::Ack(_)) {
+                    self.order.applied(&subject, sequence);
+                }
+                outcome
+            }
+        };
         let (ack, outcome) = match outcome {
             Outcome::Ack(o) => (AckKind::Ack, o),
             Outcome::Retry(o) => (AckKind::Nak(Some(NAK_DELAY)), o),
@@ -189,7 +311,7 @@ impl Inventories {
         }
     }
 
-    async fn apply(&self, subject: &str, payload: &[u8]) -> Outcome {
+    async fn apply(&self, subject: &str, payload: &[u8], enrollment: Option<&str>) -> Outcome {
         let Some(agent) =
             tink_bus::agent_from_inventory_subject(subject).and_then(|id| AgentId::parse(&id).ok())
         else {
@@ -206,13 +328,24 @@ impl Inventories {
                 return Outcome::Ack("invalid");
             }
         };
-        let hardware = match self.index.by_agent(&agent) {
-            Lookup::Found(hw, _) => hw,
-            Lookup::Unknown => {
+        let hardware = match (self.index.by_agent(&agent), enrollment) {
+            // An enrollment carries no credentials: it never changes a Hardware that names
+            // the machine already (a spoofed MAC changes nothing), discovered or not.
+            (Lookup::Found(hw, _), Some(_)) => {
+                info!(agent_id = %agent, hardware = %hw.name_any(), "an enrollment for an agent a Hardware names: dropped (only its authenticated agent reports for it)");
+                return Outcome::Ack("enrollment_known");
+            }
+            (Lookup::Conflict(_), Some(_)) => return Outcome::Ack("enrollment_known"),
+            (Lookup::Unknown, Some(address)) => match self.discover(&agent, address).await {
+                Ok(hw) => Arc::new(hw),
+                Err(outcome) => return outcome,
+            },
+            (Lookup::Found(hw, _), None) => hw,
+            (Lookup::Unknown, None) => {
                 debug!(agent_id = %agent, "no Hardware names this agent; inventory dropped");
                 return Outcome::Ack("unknown_agent");
             }
-            Lookup::Conflict(owners) => {
+            (Lookup::Conflict(owners), None) => {
                 warn!(agent_id = %agent, ?owners, "several Hardware name this agent; inventory dropped");
                 return Outcome::Ack("conflict");
             }
@@ -225,6 +358,69 @@ impl Inventories {
             }
         };
         self.write(&hardware, &in_band).await
+    }
+
+    /// Creates the discovered Hardware of an enrolled machine, within the bound; returns it
+    /// (or the outcome to count when none is made).
+    async fn discover(&self, agent: &AgentId, address: &str) -> Result<Hardware, Outcome> {
+        if !self.discovery.enabled {
+            debug!(agent_id = %agent, "an enrollment, and discovery is off: dropped");
+            return Err(Outcome::Ack("discovery_off"));
+        }
+        let mac = agent.as_str();
+        if !agent.is_mac() {
+            warn!(agent_id = %agent, "an enrollment whose agent id is not a MAC address: dropped");
+            return Err(Outcome::Ack("invalid"));
+        }
+        let name = discovered_name(mac);
+        let mut creating = self.creating.lock().await;
+        let namespace = &self.discovery.namespace;
+        let cached: Vec<Arc<Hardware>> = self
+            .hardware
+            .state()
+            .into_iter()
+            .filter(|h| h.namespace().as_deref() == Some(namespace.as_str()))
+            .filter(|h| {
+                h.labels()
+                    .get(DISCOVERED_LABEL)
+                    .is_some_and(|v| v == "true")
+            })
+            .collect();
+        // Names created earlier that the cache shows by now need no memory any more.
+        creating.retain(|n| !cached.iter().any(|h| h.name_any() == *n));
+        let mut discovered: std::collections::HashSet<String> = cached
+            .iter()
+            .filter(|h| !h.spec.approved())
+            .map(|h| h.name_any())
+            .collect();
+        discovered.extend(creating.iter().cloned());
+        if !discovered.contains(&name) && discovered.len() >= self.discovery.max {
+            self.metrics.error("discovery_limit");
+            warn!(agent_id = %agent, address, limit = self.discovery.max, "an enrollment beyond the bound of discovered Hardware: dropped (approve or delete some)");
+            return Err(Outcome::Ack("discovery_limit"));
+        }
+        let now = jiff::Timestamp::now().to_string();
+        let hw = discovered_hardware(&self.discovery, mac, address, &now).map_err(|e| {
+            warn!(agent_id = %agent, error = %e, "cannot build a discovered Hardware");
+            Outcome::Ack("invalid")
+        })?;
+        let api: Api<Hardware> = Api::namespaced(self.client.clone(), namespace);
+        match api.create(&PostParams::default(), &hw).await {
+            Ok(created) => {
+                self.metrics.write("hardware");
+                creating.insert(name.clone());
+                info!(agent_id = %agent, address, hardware = %format!("{namespace}/{name}"), "a machine enrolled: discovered Hardware created (no Workflow until approved)");
+                Ok(created)
+            }
+            // Made already (by an earlier delivery, or a person): an enrollment changes no
+            // existing Hardware.
+            Err(kube::Error::Api(e)) if e.code == 409 => Err(Outcome::Ack("enrollment_known")),
+            Err(e) => {
+                self.metrics.error("discovery_create");
+                warn!(agent_id = %agent, error = %e, "cannot create the discovered Hardware; the enrollment comes again");
+                Err(Outcome::Retry("failed"))
+            }
+        }
     }
 
     /// Writes `in_band` to `cached` (the index's copy) when it changed; on a failed patch
@@ -284,6 +480,44 @@ impl Inventories {
             }
         }
         Outcome::Retry("failed")
+    }
+}
+
+/// The most agents whose last applied report [`Order`] remembers; beyond it, the entries of
+/// agents with no report in hand are forgotten (an enrollment flood must not grow it forever).
+const ORDER_MAX: usize = 100_000;
+
+/// Per agent (inventory subject): a lock that keeps its reports one at a time, and the stream
+/// sequence of the last one applied, so an older report delivered again later (handed back,
+/// or its ack lost) is dropped instead of being written over a newer one.
+#[derive(Default)]
+struct Order(Mutex<HashMap<String, (Turn, u64)>>);
+
+/// The lock one agent's reports take in turn.
+type Turn = Arc<tokio::sync::Mutex<()>>;
+
+impl Order {
+    /// The lock of `subject`'s reports.
+    fn turn(&self, subject: &str) -> Turn {
+        let mut map = lock(&self.0);
+        if map.len() >= ORDER_MAX && !map.contains_key(subject) {
+            map.retain(|_, (turn, _)| Arc::strong_count(turn) > 1);
+        }
+        map.entry(subject.to_string())
+            .or_insert_with(|| (Arc::new(tokio::sync::Mutex::new(())), 0))
+            .0
+            .clone()
+    }
+
+    /// The stream sequence of `subject`'s last applied report (0: none known).
+    fn last(&self, subject: &str) -> u64 {
+        lock(&self.0).get(subject).map_or(0, |(_, last)| *last)
+    }
+
+    fn applied(&self, subject: &str, sequence: u64) {
+        if let Some((_, last)) = lock(&self.0).get_mut(subject) {
+            *last = (*last).max(sequence);
+        }
     }
 }
 

@@ -88,6 +88,21 @@ struct Args {
     /// Do not publish Kubernetes Events for transitions.
     #[arg(long, env = "TINK_NO_KUBE_EVENTS")]
     no_kube_events: bool,
+    /// Discovery: create a Hardware `discovery-<mac>` (not approved: no Workflow until a
+    /// person with the verb `approve` on hardware approves it) for each machine that enrolls
+    /// (servers started with --enrollment). Off by default.
+    #[arg(long, env = "TINK_DISCOVERY")]
+    discovery: bool,
+    /// The namespace of discovered Hardware (default: --namespace, else `default`).
+    #[arg(long, env = "TINK_DISCOVERY_NAMESPACE")]
+    discovery_namespace: Option<String>,
+    /// The most discovered Hardware waiting for approval; later enrollments are dropped (and
+    /// counted) until some are approved or deleted.
+    #[arg(long, env = "TINK_DISCOVERY_MAX", default_value_t = 100)]
+    discovery_max: usize,
+    /// The OSIE (name, in the discovery namespace) discovered machines boot.
+    #[arg(long, env = "TINK_DISCOVERY_OSIE")]
+    discovery_osie: Option<String>,
     #[command(flatten)]
     admin: tink_runtime::AdminArgs,
     #[command(flatten)]
@@ -101,6 +116,23 @@ async fn main() -> anyhow::Result<()> {
 
     let replica_id = tink_runtime::replica_id(args.replica_id, "tink-controller");
     let mut config = tink_controller::ControllerConfig::new(args.bus.nats_url.clone(), replica_id);
+    config.discovery = tink_controller::inventory::DiscoveryConfig {
+        enabled: args.discovery,
+        namespace: args
+            .discovery_namespace
+            .or_else(|| args.namespace.clone())
+            .unwrap_or_else(|| "default".into()),
+        max: args.discovery_max,
+        osie: args.discovery_osie.filter(|o| !o.is_empty()),
+    };
+    if let (Some(ns), true) = (&args.namespace, args.discovery)
+        && *ns != config.discovery.namespace
+    {
+        anyhow::bail!(
+            "--discovery-namespace {} is outside --namespace {ns}: this controller would not see the Hardware it creates",
+            config.discovery.namespace
+        );
+    }
     config.namespace = args.namespace;
     config.concurrency = args.concurrency.max(1);
     config.kube_events = !args.no_kube_events;

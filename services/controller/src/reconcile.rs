@@ -242,6 +242,14 @@ async fn prepare(term: &Term, w: &Workflow) -> Input {
             message: format!("waiting for Hardware {namespace}/{hardware_name}"),
         };
     };
+    if !hardware.spec.approved() {
+        return Input::Unresolved {
+            reason: "HardwareNotApproved".into(),
+            message: format!(
+                "Hardware {namespace}/{hardware_name} is a discovered machine waiting for approval (spec.discovery.approved; `tinkctl hardware approve {hardware_name}`)"
+            ),
+        };
+    }
     let span = tracing::info_span!("render", template = %template_name);
     let data = render::template_data(w, &hardware);
     let spec = template.spec.clone();

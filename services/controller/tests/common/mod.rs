@@ -133,9 +133,9 @@ impl Stack {
             &nats.url(),
             "server-0",
             &bus,
-            allow_unauthenticated,
             listener,
             server_shutdown.clone(),
+            |c| c.allow_unauthenticated_agents = allow_unauthenticated,
         )
         .await;
         Stack {
@@ -150,6 +150,18 @@ impl Stack {
 
     /// Another tink-server replica on the same NATS (stopped with the stack); its address.
     pub async fn add_server(&self, replica: &str, allow_unauthenticated: bool) -> SocketAddr {
+        self.add_server_with(replica, |c| {
+            c.allow_unauthenticated_agents = allow_unauthenticated;
+        })
+        .await
+    }
+
+    /// Another tink-server replica with the test configuration changed by `tweak`.
+    pub async fn add_server_with(
+        &self,
+        replica: &str,
+        tweak: impl FnOnce(&mut tink_server::ServerConfig),
+    ) -> SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -158,9 +170,9 @@ impl Stack {
             &self.nats.url(),
             replica,
             &self.bus,
-            allow_unauthenticated,
             listener,
             self.server_shutdown.clone(),
+            tweak,
         )
         .await;
         addr
@@ -391,13 +403,13 @@ async fn start_server(
     nats_url: &str,
     replica: &str,
     bus: &tink_bus::BusConfig,
-    allow_unauthenticated: bool,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
+    tweak: impl FnOnce(&mut tink_server::ServerConfig),
 ) {
     let mut config = tink_server::ServerConfig::new(nats_url, replica);
     config.bus = bus.clone();
-    config.allow_unauthenticated_agents = allow_unauthenticated;
+    tweak(&mut config);
     config.nats_auth = nats_auth("tink-server");
     let health = tink_runtime::Health::new();
     tokio::spawn(tink_server::serve(
