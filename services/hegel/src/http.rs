@@ -8,7 +8,8 @@
 //! - `GET /{version}/`: `meta-data`, plus `user-data` and `vendor-data` when the caller has them;
 //! - `GET /{version}/meta-data/[path]`: the caller's meta-data tree ([`crate::machine`]);
 //! - `GET /{version}/user-data`, `GET /{version}/vendor-data`: byte-exact, 404 when unset;
-//! - `GET /ipxe/script/{mac}/auto.ipxe`: the script of the interface with that MAC;
+//! - `GET /ipxe/script/{mac}/auto.ipxe`: the script of the interface with that MAC (with
+//!   `--discovery-osie`, a MAC no Hardware has gets that OSIE's script, to enroll);
 //! - `GET /ipxe/script/auto.ipxe` and `GET /auto.ipxe`: the script of the caller's interface;
 //! - `PUT /{version}/api/token`: an IMDSv2 session token ([`crate::imds`]); a request that
 //!   carries one (`X-aws-ec2-metadata-token`) is refused (401) when it is not valid for the
@@ -541,6 +542,24 @@ async fn ipxe_by_mac(
     let (m, i) = match state.index.by_mac(&mac) {
         Lookup::Found(m, i) => (m, i),
         Lookup::Unknown => {
+            // Discovery: an unknown machine boots the discovery OSIE to enroll, unless its
+            // address is another machine's.
+            if let Some((namespace, osie)) = &state.ipxe.discovery_osie {
+                if let Lookup::Found(owner, _) = state.index.by_ip(ip) {
+                    tracing::warn!(%mac, client = %ip, owner = %owner.key, "discovery script refused to another machine's address");
+                    return text(
+                        StatusCode::FORBIDDEN,
+                        "ipxe",
+                        format!(
+                            "the address {ip} belongs to another Hardware; it cannot boot as the unknown machine {mac}\n"
+                        ),
+                    );
+                }
+                state.metrics.miss("mac", "discovery");
+                tracing::info!(%mac, client = %ip, osie = %osie, "no Hardware has this MAC: serving the discovery OSIE");
+                let m = Machine::discovered(namespace, &mac, osie);
+                return script_response(&state, &m, 0, "discovery", false).await;
+            }
             state.metrics.miss("mac", "unknown");
             tracing::info!(%mac, client = %ip, "no Hardware has this MAC; no iPXE script");
             return text(

@@ -33,6 +33,10 @@ pub struct IpxeConfig {
     pub retries: u32,
     /// Seconds between attempts.
     pub retry_delay_seconds: u32,
+    /// Discovery: the OSIE (`namespace`, `name`) a machine that no Hardware names boots when it
+    /// asks for the script of its MAC, so it can enroll; `None` (the default): such a machine
+    /// gets 404.
+    pub discovery_osie: Option<(String, String)>,
 }
 
 impl IpxeConfig {
@@ -49,6 +53,7 @@ impl IpxeConfig {
             extra_kernel_params: Vec::new(),
             retries: 10,
             retry_delay_seconds: 2,
+            discovery_osie: None,
         }
     }
 }

@@ -146,6 +146,38 @@ pub fn key_of(hw: &Hardware) -> String {
 use tink_api::agent_secret::AGENT_SECRET_ANNOTATION;
 
 impl Machine {
+    /// An unknown machine (no Hardware names `mac`) booting the discovery OSIE `osie` of
+    /// `namespace` to enroll: one interface, no address, no user data, no agent secret.
+    pub fn discovered(namespace: &str, mac: &str, osie: &str) -> Self {
+        Self {
+            key: format!("{namespace}/(discovery {mac})"),
+            namespace: namespace.to_string(),
+            name: String::new(),
+            interfaces: vec![Interface {
+                mac: mac.to_string(),
+                ip: None,
+                hostname: None,
+                vlan_id: None,
+                netmask: None,
+                gateway: None,
+                nameservers: Vec::new(),
+                timeservers: Vec::new(),
+                lease_time: None,
+                disable_dhcp: false,
+                disable_netboot: false,
+            }],
+            user_data: None,
+            vendor_data: None,
+            boot: Boot::Osie {
+                name: osie.to_string(),
+                kernel_params: Vec::new(),
+            },
+            facility: None,
+            agent_secret: None,
+            trees: vec![None],
+        }
+    }
+
     /// Everything served about `hw`, computed now.
     pub fn from_hardware(hw: &Hardware) -> Self {
         let legacy = Legacy::of(hw);

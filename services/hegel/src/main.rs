@@ -58,6 +58,13 @@ struct Args {
         value_delimiter = ' '
     )]
     extra_kernel_params: Vec<String>,
+    /// Discovery: the OSIE a machine no Hardware names boots (asking for the script of its MAC,
+    /// as tink-netboot --discovery tells it), to enroll. Off when unset.
+    #[arg(long, env = "TINK_DISCOVERY_OSIE")]
+    discovery_osie: Option<String>,
+    /// The namespace of that OSIE (default: --namespace, else `default`).
+    #[arg(long, env = "TINK_DISCOVERY_NAMESPACE")]
+    discovery_namespace: Option<String>,
     /// Attempts after the first for the kernel, the initrd and the boot in the iPXE script.
     #[arg(long, env = "TINK_HEGEL_IPXE_RETRIES", default_value_t = 10)]
     ipxe_retries: u32,
@@ -108,6 +115,14 @@ async fn main() -> anyhow::Result<()> {
         .into_iter()
         .filter(|p| !p.is_empty())
         .collect();
+    ipxe.discovery_osie = args.discovery_osie.filter(|o| !o.is_empty()).map(|osie| {
+        let namespace = args
+            .discovery_namespace
+            .clone()
+            .or_else(|| args.namespace.clone())
+            .unwrap_or_else(|| "default".into());
+        (namespace, osie)
+    });
     ipxe.retries = args.ipxe_retries;
     ipxe.retry_delay_seconds = args.ipxe_retry_delay_seconds;
     let mut config = hegel::HegelConfig::new(args.listen, ipxe);

@@ -66,6 +66,7 @@ fn responder() -> Responder {
         http_base_url: None,
         boot_files: BootFiles::default(),
         default_lease_seconds: 86_400,
+        discovery: false,
     })
 }
 

@@ -8,6 +8,11 @@
 //! - [`DhcpMode::Proxy`]: another server leases addresses; PXE firmware and iPXE of known
 //!   machines get only the boot information (proxyDHCP, PXE specification 2.1: no `yiaddr`,
 //!   vendor class `PXEClient`, option 43 telling the firmware to boot the file given).
+//!   With [`DhcpConfig::discovery`] (off by default), a PXE or iPXE client whose MAC no
+//!   Hardware owns gets the same boot information, and iPXE the script of its MAC
+//!   ([`discovery_script_url`]: Hegel serves unknown machines the discovery OSIE), so it can
+//!   boot the OSIE and enroll. Addresses still come from the site's DHCP server: a flood of
+//!   requests from made-up MACs costs replies, never a lease or a Hardware.
 //!
 //! The boot information (as Smee chooses it): iPXE (user class `iPXE` or `Tinkerbell`) gets the
 //! iPXE script URL; PXE firmware (vendor class `PXEClient...`) gets an iPXE binary by TFTP chosen
@@ -105,6 +110,23 @@ pub struct DhcpConfig {
     pub boot_files: BootFiles,
     /// Lease time for Hardware without one.
     pub default_lease_seconds: u32,
+    /// Discovery (proxy mode only): boot information for MACs no Hardware owns.
+    pub discovery: bool,
+}
+
+/// The iPXE script URL of the machine with `mac` on the server of `script_url` (Hegel's
+/// `/ipxe/script/{mac}/auto.ipxe`, same scheme, host and port): an unknown machine has no
+/// address Hegel could know it by.
+pub fn discovery_script_url(script_url: &str, mac: &str) -> String {
+    let origin = match script_url.find("://") {
+        Some(i) => {
+            let rest = &script_url[i + 3..];
+            let end = rest.find('/').map_or(script_url.len(), |j| i + 3 + j);
+            &script_url[..end]
+        }
+        None => script_url.split('/').next().unwrap_or_default(),
+    };
+    format!("{origin}/ipxe/script/{mac}/auto.ipxe")
 }
 
 /// Why a packet got no reply (the `reason` label of the ignored-packets metric).
@@ -370,6 +392,10 @@ impl Responder {
         let mac = mac_string(&req.mac);
         let (machine, index) = match lookup(&mac) {
             Lookup::Found(m, i) => (m, i),
+            Lookup::Unknown if self.config.discovery && self.config.mode == DhcpMode::Proxy => {
+                let script = discovery_script_url(&self.config.ipxe_script_url, &mac);
+                return self.proxy(req, &client, from, local_port, &script);
+            }
             Lookup::Unknown => return Err(Ignored::UnknownMac),
             Lookup::Conflict(_) => return Err(Ignored::ConflictingMac),
         };
@@ -379,7 +405,13 @@ impl Responder {
         }
         match self.config.mode {
             DhcpMode::Reservation => self.reservation(req, iface, &client, from, local_port),
-            DhcpMode::Proxy => self.proxy(req, iface, &client, from, local_port),
+            DhcpMode::Proxy => {
+                if !iface.netboot_allowed() {
+                    return Err(Ignored::NetbootDisabled);
+                }
+                let script = self.config.ipxe_script_url.clone();
+                self.proxy(req, &client, from, local_port, &script)
+            }
         }
     }
 
@@ -462,7 +494,8 @@ impl Responder {
             opts.insert(DhcpOption::Hostname(h.clone()));
         }
         let boot_file = if iface.netboot_allowed() {
-            self.boot_info(&mut reply, msg, client, false)
+            let script = self.config.ipxe_script_url.clone();
+            self.boot_info(&mut reply, msg, client, false, &script)
         } else {
             None
         };
@@ -473,14 +506,11 @@ impl Responder {
     fn proxy(
         &self,
         req: &Request,
-        iface: &Interface,
         client: &ClientKind,
         from: SocketAddr,
         local_port: u16,
+        script_url: &str,
     ) -> Result<Reply, Ignored> {
-        if !iface.netboot_allowed() {
-            return Err(Ignored::NetbootDisabled);
-        }
         let kind = match req.kind {
             MessageType::Discover => MessageType::Offer,
             MessageType::Request | MessageType::Inform => {
@@ -501,7 +531,7 @@ impl Responder {
         };
         let msg = &req.msg;
         let mut reply = self.base_reply(msg, &req.mac, kind);
-        let boot_file = self.boot_info(&mut reply, msg, client, true);
+        let boot_file = self.boot_info(&mut reply, msg, client, true, script_url);
         let to = self.destination(msg, from, local_port, false);
         self.finish(reply, to, kind, boot_file)
     }
@@ -533,10 +563,11 @@ impl Responder {
         msg: &Message,
         client: &ClientKind,
         proxy: bool,
+        script_url: &str,
     ) -> Option<String> {
         let file = match client {
             ClientKind::Plain => return None,
-            ClientKind::Ipxe => self.config.ipxe_script_url.clone(),
+            ClientKind::Ipxe => script_url.to_string(),
             ClientKind::Pxe(arch) => self.config.boot_files.for_arch(*arch).to_owned(),
             ClientKind::Http(arch) => {
                 let base = self.config.http_base_url.as_deref()?;
@@ -727,6 +758,7 @@ mod tests {
             http_base_url: Some("http://10.9.0.1:8080".into()),
             boot_files: BootFiles::default(),
             default_lease_seconds: DEFAULT_LEASE_SECONDS,
+            discovery: false,
         })
     }
 
@@ -1058,6 +1090,64 @@ mod tests {
         assert_eq!(msg.yiaddr(), Ipv4Addr::UNSPECIFIED);
         assert!(msg.opts().get(OptionCode::AddressLeaseTime).is_none());
         assert!(msg.opts().get(OptionCode::SubnetMask).is_some());
+    }
+
+    #[test]
+    fn discovery_boots_unknown_macs_in_proxy_mode_only() {
+        let unknown = |r: &Responder, opts: Vec<DhcpOption>| {
+            let bytes = client_request(MessageType::Discover, MAC, 1, opts);
+            r.handle(&bytes, from(), 67, |_| Lookup::Unknown)
+        };
+        // Off (the default): an unknown MAC gets nothing, in either mode.
+        let off = responder(DhcpMode::Proxy);
+        assert_eq!(unknown(&off, pxe(0)).unwrap_err(), Ignored::UnknownMac);
+        let mut config = off.config().clone();
+        config.discovery = true;
+        let on = Responder::new(config.clone());
+        // PXE firmware: the iPXE binary for its architecture, no address.
+        let reply = unknown(&on, pxe(7)).unwrap();
+        let msg = Message::decode(&mut Decoder::new(&reply.bytes)).unwrap();
+        assert_eq!(msg.yiaddr(), Ipv4Addr::UNSPECIFIED);
+        assert_eq!(file(&msg).as_deref(), Some("ipxe.efi"));
+        // iPXE: the script of its own MAC (Hegel cannot know it by an address).
+        let reply = unknown(&on, vec![DhcpOption::UserClass(b"iPXE".to_vec())]).unwrap();
+        let msg = Message::decode(&mut Decoder::new(&reply.bytes)).unwrap();
+        assert_eq!(
+            file(&msg).as_deref(),
+            Some(
+                format!(
+                    "http://10.9.0.1:50061/ipxe/script/{}/auto.ipxe",
+                    mac_string(&MAC)
+                )
+                .as_str()
+            )
+        );
+        // An OS's DHCP client is the site server's business.
+        assert_eq!(unknown(&on, vec![]).unwrap_err(), Ignored::NotPxe);
+        // Reservation mode never answers unknown MACs, discovery or not.
+        config.mode = DhcpMode::Reservation;
+        let reservation = Responder::new(config);
+        assert_eq!(
+            unknown(&reservation, pxe(0)).unwrap_err(),
+            Ignored::UnknownMac
+        );
+    }
+
+    #[test]
+    fn discovery_script_urls_keep_the_servers_origin() {
+        let mac = "52:54:00:0b:5e:02";
+        assert_eq!(
+            discovery_script_url("http://10.9.0.1:50061/ipxe/script/auto.ipxe", mac),
+            "http://10.9.0.1:50061/ipxe/script/52:54:00:0b:5e:02/auto.ipxe"
+        );
+        assert_eq!(
+            discovery_script_url("https://hegel.example/auto.ipxe", mac),
+            "https://hegel.example/ipxe/script/52:54:00:0b:5e:02/auto.ipxe"
+        );
+        assert_eq!(
+            discovery_script_url("http://10.9.0.1:50061", mac),
+            "http://10.9.0.1:50061/ipxe/script/52:54:00:0b:5e:02/auto.ipxe"
+        );
     }
 
     #[test]

@@ -98,6 +98,7 @@ impl NetbootConfig {
                     http_base_url: Some(format!("http://{server_ip}:8080")),
                     boot_files: BootFiles::default(),
                     default_lease_seconds: DEFAULT_LEASE_SECONDS,
+                    discovery: false,
                 },
             }),
             tftp: Some((SocketAddr::from(([0, 0, 0, 0], 69)), TftpConfig::default())),

@@ -26,6 +26,11 @@ struct Args {
     /// server leases, this one only adds boot information for PXE clients.
     #[arg(long, env = "TINK_NETBOOT_DHCP_MODE", value_enum, default_value_t = DhcpMode::Reservation)]
     dhcp_mode: DhcpMode,
+    /// Discovery (with `--dhcp-mode proxy` only): PXE firmware and iPXE of MACs no Hardware
+    /// owns get the boot information too, iPXE the script of its MAC from Hegel (its discovery
+    /// OSIE), so unknown machines boot the OSIE and enroll. Off by default.
+    #[arg(long, env = "TINK_NETBOOT_DISCOVERY")]
+    discovery: bool,
     /// Address of the DHCP listener.
     #[arg(long, env = "TINK_NETBOOT_DHCP_LISTEN", default_value = "0.0.0.0:67")]
     dhcp_listen: SocketAddr,
@@ -328,6 +333,11 @@ async fn main() -> anyhow::Result<()> {
     let _telemetry = tink_telemetry::init("tink-netboot", &args.telemetry)?;
     let replica_id = tink_runtime::replica_id(args.replica_id, "tink-netboot");
     tracing::info!(replica = %replica_id, "tink-netboot starting");
+    if args.discovery && args.dhcp_mode != DhcpMode::Proxy {
+        anyhow::bail!(
+            "--discovery needs --dhcp-mode proxy: unknown machines take their address from the site's DHCP server, this one adds only boot information"
+        );
+    }
 
     let http_boot_url = args
         .http_boot_url
@@ -353,6 +363,7 @@ async fn main() -> anyhow::Result<()> {
                     efi_arm64: args.boot_file_efi_arm64,
                 },
                 default_lease_seconds: args.lease_time_seconds,
+                discovery: args.discovery,
             },
         }),
         tftp: args.tftp.then(|| {

@@ -27,6 +27,7 @@ fn responder(mode: DhcpMode) -> Responder {
         http_base_url: None,
         boot_files: BootFiles::default(),
         default_lease_seconds: 3600,
+        discovery: false,
     })
 }
 

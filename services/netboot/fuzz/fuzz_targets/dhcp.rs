@@ -41,6 +41,7 @@ fuzz_target!(|data: &[u8]| {
         http_base_url: Some("http://10.0.0.1:8080".into()),
         boot_files: BootFiles::default(),
         default_lease_seconds: 3600,
+        discovery: false,
     });
     let from = "0.0.0.0:68".parse().expect("addr");
     let _ = r.handle(packet, from, port, |_| match selector >> 2 & 3 {
