@@ -330,7 +330,7 @@ fn resumable(status: &tonic::Status) -> bool {
 }
 
 /// The TLS settings for the servers, `None` with `--insecure`.
-fn tls_config(args: &ServerArgs) -> anyhow::Result<Option<ClientTlsConfig>> {
+pub(crate) fn tls_config(args: &ServerArgs) -> anyhow::Result<Option<ClientTlsConfig>> {
     if args.insecure {
         return Ok(None);
     }
@@ -348,7 +348,7 @@ fn tls_config(args: &ServerArgs) -> anyhow::Result<Option<ClientTlsConfig>> {
 }
 
 /// The endpoint of one server (`HOST:PORT`).
-fn endpoint(server: &str, tls: Option<&ClientTlsConfig>) -> anyhow::Result<Endpoint> {
+pub(crate) fn endpoint(server: &str, tls: Option<&ClientTlsConfig>) -> anyhow::Result<Endpoint> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let mut endpoint = Channel::from_shared(format!("{scheme}://{server}"))
         .with_context(|| format!("--server {server:?}: expected HOST:PORT"))?

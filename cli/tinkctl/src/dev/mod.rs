@@ -197,6 +197,13 @@ pub struct UpArgs {
     /// Port of the netboot service's HTTP server on --machine-ip.
     #[arg(long, env = "TINK_DEV_NETBOOT_HTTP_PORT", default_value_t = 8080)]
     pub netboot_http_port: u16,
+    /// Discovery: machines no Hardware names boot this OSIE (in the `default` namespace) and
+    /// enroll; the controller creates a Hardware `discovery-<mac>` for each, approved before any
+    /// Workflow. Turns on the servers' --enrollment, the controllers' --discovery, Hegel's
+    /// discovery script, and (with --netboot-interface) proxy DHCP with discovery: addresses
+    /// then come from the network's own DHCP server.
+    #[arg(long, env = "TINK_DEV_DISCOVERY_OSIE")]
+    pub discovery_osie: Option<String>,
     /// Do not start the local development agent (machines bring their own, as netbooted ones do).
     #[arg(long, env = "TINK_DEV_NO_AGENT")]
     pub no_agent: bool,
@@ -597,15 +604,23 @@ impl Stack {
         for i in 0..2 {
             let admin = process::free_port()?;
             // A standby is ready too once it can read the Lease.
+            let mut controller_args: Vec<String> = vec![
+                "--admin-addr".into(),
+                loopback(admin),
+                "--replica-id".into(),
+                format!("controller-{i}"),
+            ];
+            if let Some(osie) = &args.discovery_osie {
+                controller_args.extend([
+                    "--discovery".into(),
+                    "--discovery-osie".into(),
+                    osie.clone(),
+                ]);
+            }
             self.launch(
                 &format!("controller-{i}"),
                 &exes.controller,
-                vec![
-                    "--admin-addr".into(),
-                    loopback(admin),
-                    "--replica-id".into(),
-                    format!("controller-{i}"),
-                ],
+                controller_args,
                 &nats_user(&identity("tink-controller")?, "tink-controller"),
                 format!("http://{}/readyz", loopback(admin)),
             )?;
@@ -632,10 +647,14 @@ impl Stack {
         let mut grpc = Vec::new();
         for i in 0..2 {
             let (port, admin) = (process::free_port()?, process::free_port()?);
+            let enrollment = args
+                .discovery_osie
+                .is_some()
+                .then(|| "--enrollment".to_string());
             self.launch(
                 &format!("server-{i}"),
                 &exes.server,
-                vec![
+                [
                     "--listen".into(),
                     exposed(port),
                     "--admin-addr".into(),
@@ -653,7 +672,10 @@ impl Stack {
                     service_kubeconfig(&dir, "tink-server", &api_server)?
                         .display()
                         .to_string(),
-                ],
+                ]
+                .into_iter()
+                .chain(enrollment)
+                .collect(),
                 &nats_user(&common, "tink-server"),
                 format!("http://{}/readyz", loopback(admin)),
             )?;
@@ -678,6 +700,10 @@ impl Stack {
         if let Some(addr) = &syslog_addr {
             hegel_args.push("--syslog-host".into());
             hegel_args.push(addr.clone());
+        }
+        if let Some(osie) = &args.discovery_osie {
+            hegel_args.push("--discovery-osie".into());
+            hegel_args.push(osie.clone());
         }
         self.launch(
             "hegel",
@@ -750,6 +776,13 @@ impl Stack {
                 ];
                 if let Some(addr) = &syslog_addr {
                     netboot_args.extend(syslog_args(addr, &nats_url));
+                }
+                if args.discovery_osie.is_some() {
+                    netboot_args.extend([
+                        "--dhcp-mode".into(),
+                        "proxy".into(),
+                        "--discovery".into(),
+                    ]);
                 }
                 // The OSIE ISO for BMC virtual media, when the files hold one
                 // (`osie/build.sh --iso`): served at /iso/<mac>/hook.iso.
