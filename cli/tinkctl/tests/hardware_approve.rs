@@ -54,9 +54,7 @@ fn yaml_docs(path: &Path) -> Vec<Value> {
 /// A kubeconfig whose user presents `token`.
 fn kubeconfig(server: &kube_lite::RunningServer, dir: &Path, token: &str) -> PathBuf {
     let path = dir.join(format!("kubeconfig-{token}"));
-    let text = kube_lite::kubeconfig_yaml(&server.url())
-        .replace("token: kube-lite", &format!("token: {token}"));
-    std::fs::write(&path, text).expect("kubeconfig");
+    std::fs::write(&path, server.kubeconfig_as(token)).expect("kubeconfig");
     path
 }
 
@@ -79,14 +77,10 @@ async fn tinkctl(kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_follows_rbac_through_the_webhook() {
     let dir = tempfile::tempdir().expect("tmp");
-    let tokens = dir.path().join("tokens.csv");
-    std::fs::write(&tokens, "t-alice,alice,u-alice\nt-bob,bob,u-bob\n").expect("tokens");
-    let server = kube_lite::Server::start(kube_lite::Config {
-        token_file: Some(tokens),
-        ..Default::default()
-    })
-    .await
-    .expect("kube-lite");
+    let tokens = "t-alice,alice,u-alice\nt-bob,bob,u-bob\n";
+    let server = kube_lite::Server::start_with_tokens(dir.path(), tokens)
+        .await
+        .expect("kube-lite");
     let client = server.client().expect("client");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for kind in ["hardware", "templates", "workflows"] {

@@ -415,14 +415,10 @@ async fn admission_reviews_name_the_user_of_the_bearer_token() {
     let dir = tempfile::tempdir().expect("tmp");
     let cert = make_cert(dir.path(), "webhook", "localhost");
     let addr = webhook_server(&cert, Arc::new(Calls::default())).await;
-    let tokens = dir.path().join("tokens.csv");
-    std::fs::write(&tokens, "t-alice,alice,u-1,\"ops,dev\"\nt-bob,bob,u-2\n").expect("tokens");
-    let server = kube_lite::Server::start(kube_lite::Config {
-        token_file: Some(tokens),
-        ..Default::default()
-    })
-    .await
-    .expect("kube-lite");
+    let tokens = "t-alice,alice,u-1,\"ops,dev\"\nt-bob,bob,u-2\n";
+    let server = kube_lite::Server::start_with_tokens(dir.path(), tokens)
+        .await
+        .expect("kube-lite");
     let client = server.client().expect("client");
     create_ns(&client, "who").await;
     apply(&client, json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",

@@ -136,8 +136,8 @@ async fn approving_needs_the_approve_verb_and_workflows_wait_for_it() {
         refused.message
     );
 
-    let alice = env.api_as("t-alice", "Hardware", "v1alpha2").await;
-    let bob = env.api_as("t-bob", "Hardware", "v1alpha2").await;
+    let alice = env.api_as("t-alice", "Hardware", "v1alpha2");
+    let bob = env.api_as("t-bob", "Hardware", "v1alpha2");
 
     // alice may edit it (update is bound to her group) but not approve it.
     alice
@@ -177,7 +177,7 @@ async fn approving_needs_the_approve_verb_and_workflows_wait_for_it() {
     assert_alice_refused(e, &ns);
     // Through v1alpha1, whose discovery lives in the conversion annotation: editing or
     // dropping the annotation approves, and is refused.
-    let alice_v1 = env.api_as("t-alice", "Hardware", "v1alpha1").await;
+    let alice_v1 = env.api_as("t-alice", "Hardware", "v1alpha1");
     let v1 = alice_v1.get(NAME).await.expect("v1alpha1 read");
     let annotation = tink_api::CONVERSION_DATA_ANNOTATION;
     let raw = v1

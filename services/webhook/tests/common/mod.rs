@@ -118,16 +118,10 @@ impl Env {
     /// CSV: `token,user,uid[,"groups"]`), whose users its AdmissionReviews name.
     pub async fn with_tokens(ns: &str, admission: bool, tokens: Option<&str>) -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
-        let token_file = tokens.map(|text| {
-            let path = dir.path().join("tokens.csv");
-            std::fs::write(&path, text).expect("token file");
-            path
-        });
-        let server = kube_lite::Server::start(kube_lite::Config {
-            token_file,
-            ..Default::default()
-        })
-        .await
+        let server = match tokens {
+            Some(tokens) => kube_lite::Server::start_with_tokens(dir.path(), tokens).await,
+            None => kube_lite::Server::start(kube_lite::Config::default()).await,
+        }
         .expect("kube-lite");
         let kubeconfig = dir.path().join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
@@ -249,22 +243,9 @@ impl Env {
         }
     }
 
-    /// A client sending `Authorization: Bearer <token>`.
-    pub async fn client_as(&self, token: &str) -> kube::Client {
-        let yaml = self
-            .server
-            .kubeconfig()
-            .replace("token: kube-lite", &format!("token: {token}"));
-        let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).expect("kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .expect("config");
-        kube::Client::try_from(config).expect("client")
-    }
-
     /// [`Env::api`] as the user of `token`.
-    pub async fn api_as(&self, token: &str, kind: &str, version: &str) -> Api<DynamicObject> {
-        let client = self.client_as(token).await;
+    pub fn api_as(&self, token: &str, kind: &str, version: &str) -> Api<DynamicObject> {
+        let client = self.server.client_as(token).expect("client");
         Api::namespaced_with(client, &self.ns, &resource(kind, version))
     }
 
