@@ -2,14 +2,24 @@
 //! (its kernel log and its OSIE's init messages, from the moment it had an address), so a boot
 //! that fails before the agent starts can be followed.
 //!
+//! `tinkctl hardware approve NAME`: lets a discovered machine (a Hardware the controller created
+//! when an unknown machine enrolled, `spec.discovery.approved: false`) get Workflows, with a
+//! merge patch of `spec.discovery.approved: true`. The webhook allows it only for users with the
+//! RBAC verb `approve` on `hardware.tinkerbell.org` (deploy/rbac/hardware-approver.yaml) and
+//! its refusal is printed as it is. `tinkctl hardware list [-o wide]`: the Hardware of a
+//! namespace with their MACs, approval and (wide) the inventory the agent reported.
+//!
 //! The lines are read from NATS JetStream (stream `TINK_SYSLOG`, subject
 //! `tink.syslog.<token of namespace/name>`, [`tink_bus::read_syslog`]) with the NATS login of
 //! `workflow logs --nats-url` (`tink-admin`, which the dev stack's env file sets). The
 //! Hardware is looked up first, so a mistyped name is an error rather than an empty log.
 
 use anyhow::Context as _;
-use clap::{Args, Subcommand};
-use kube::api::Api;
+use clap::{Args, Subcommand, ValueEnum};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use serde_json::{Value, json};
 use tink_api::v1alpha2::Hardware;
 
 use crate::kubeconfig::KubeArgs;
@@ -21,6 +31,44 @@ pub enum HardwareCommand {
     /// Print a machine's boot log received by syslog (time received, severity, program,
     /// message), oldest first; `-f` keeps printing new lines.
     Logs(HardwareLogsArgs),
+    /// Approve a discovered machine (set spec.discovery.approved), so it may get Workflows;
+    /// needs the RBAC verb `approve` on hardware.tinkerbell.org.
+    Approve(HardwareApproveArgs),
+    /// List Hardware: name, MACs, approval (yes, no, or - for Hardware that was not
+    /// discovered); `-o wide` adds the inventory the agent reported.
+    List(HardwareListArgs),
+}
+
+/// Arguments of `hardware approve`.
+#[derive(Args, Debug, Clone)]
+pub struct HardwareApproveArgs {
+    /// The Hardware's name (a discovered machine's is `discovery-<mac>`).
+    pub name: String,
+    /// The Hardware's namespace.
+    #[arg(short, long, env = "TINK_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// Output formats of `hardware list`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListOutput {
+    /// Also threads, memory, serial number and the inventory's age.
+    Wide,
+}
+
+/// Arguments of `hardware list`.
+#[derive(Args, Debug, Clone)]
+pub struct HardwareListArgs {
+    /// The namespace.
+    #[arg(short, long, env = "TINK_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// Output format.
+    #[arg(short, long, value_enum)]
+    pub output: Option<ListOutput>,
+    #[command(flatten)]
+    pub kube: KubeArgs,
 }
 
 /// Arguments of `hardware logs`.
@@ -52,9 +100,195 @@ pub struct HardwareLogsArgs {
 
 /// Runs a hardware command.
 pub fn run(cmd: HardwareCommand) -> anyhow::Result<()> {
-    let HardwareCommand::Logs(args) = cmd;
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(logs(&args))
+    match cmd {
+        HardwareCommand::Logs(args) => rt.block_on(logs(&args)),
+        HardwareCommand::Approve(args) => rt.block_on(approve(&args)),
+        HardwareCommand::List(args) => rt.block_on(list(&args)),
+    }
+}
+
+/// The refusal of an API call, as the API server (or its webhook) worded it.
+fn refused(e: kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status.message,
+        other => other.to_string(),
+    }
+}
+
+async fn approve(args: &HardwareApproveArgs) -> anyhow::Result<()> {
+    let (ns, name) = (&args.namespace, &args.name);
+    let client = args.kube.client().await?;
+    let api: Api<Hardware> = Api::namespaced(client, ns);
+    let Some(hw) = api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading Hardware {ns}/{name}"))?
+    else {
+        anyhow::bail!("no Hardware {name:?} in namespace {ns:?}");
+    };
+    let Some(discovery) = &hw.spec.discovery else {
+        anyhow::bail!(
+            "hardware/{name} in namespace {ns:?} has no spec.discovery: it was not discovered (a person wrote it), so there is nothing to approve"
+        );
+    };
+    if discovery.approved {
+        println!("hardware/{name} is already approved");
+        return Ok(());
+    }
+    let patch = json!({"spec": {"discovery": {"approved": true}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "approving hardware/{name} in namespace {ns:?} was refused: {}",
+                refused(e)
+            )
+        })?;
+    println!("hardware/{name} approved");
+    Ok(())
+}
+
+async fn list(args: &HardwareListArgs) -> anyhow::Result<()> {
+    let client = args.kube.client().await?;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(tink_api::GROUP, tink_api::v1alpha2::VERSION, "Hardware"),
+        "hardware",
+    );
+    // Untyped: one malformed object is a row with blanks, not a failed listing.
+    let api: Api<DynamicObject> = Api::namespaced_with(client, &args.namespace, &resource);
+    let items = api
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing Hardware in namespace {:?}", args.namespace))?
+        .items;
+    if items.is_empty() {
+        eprintln!("no Hardware in namespace {:?}", args.namespace);
+        return Ok(());
+    }
+    let wide = args.output == Some(ListOutput::Wide);
+    let now = jiff::Timestamp::now();
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|hw| {
+            row(
+                hw.metadata.name.as_deref().unwrap_or_default(),
+                &hw.data,
+                wide,
+                now,
+            )
+        })
+        .collect();
+    print!("{}", table(&header(wide), &rows));
+    Ok(())
+}
+
+fn header(wide: bool) -> Vec<String> {
+    let mut h = vec!["NAME", "MACS", "APPROVED"];
+    if wide {
+        h.extend(["THREADS", "MEMORY", "SERIAL", "INVENTORY"]);
+    }
+    h.into_iter().map(String::from).collect()
+}
+
+/// One Hardware's cells; `-` where there is nothing to show.
+fn row(name: &str, data: &Value, wide: bool, now: jiff::Timestamp) -> Vec<String> {
+    let dash = || "-".to_string();
+    let macs: Vec<&str> = data
+        .pointer("/spec/networkInterfaces")
+        .and_then(Value::as_object)
+        .map(|m| m.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    let approved = match data.pointer("/spec/discovery") {
+        None | Some(Value::Null) => dash(),
+        Some(d) if d["approved"] == json!(true) => "yes".into(),
+        Some(_) => "no".into(),
+    };
+    let mut cells = vec![
+        name.to_string(),
+        if macs.is_empty() {
+            dash()
+        } else {
+            macs.join(",")
+        },
+        approved,
+    ];
+    if wide {
+        let in_band = |path: &str| data.pointer(&format!("/status/attributes/inBand{path}"));
+        cells.push(
+            in_band("/cpu/totalThreads")
+                .and_then(Value::as_u64)
+                .map_or_else(dash, |n| n.to_string()),
+        );
+        cells.push(
+            in_band("/memory/totalBytes")
+                .and_then(Value::as_u64)
+                .map_or_else(dash, bytes),
+        );
+        cells.push(
+            in_band("/product/serialNumber")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map_or_else(dash, String::from),
+        );
+        cells.push(
+            data.pointer("/status/inventoryReportedAt")
+                .and_then(Value::as_str)
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .map_or_else(dash, |at| age(now.duration_since(at))),
+        );
+    }
+    cells
+}
+
+/// Bytes in binary units, as kubectl shows quantities: `512Mi`, `15.6Gi`.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["", "Ki", "Mi", "Gi", "Ti"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 || value.fract() == 0.0 {
+        format!("{value}{}", UNITS[unit])
+    } else {
+        format!("{value:.1}{}", UNITS[unit])
+    }
+}
+
+/// An age as kubectl shows it: `45s`, `12m`, `5h`, `3d`.
+fn age(d: jiff::SignedDuration) -> String {
+    let s = d.as_secs().max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+/// Left-aligned columns separated by three spaces, as kubectl prints.
+fn table(header: &[String], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in std::iter::once(header).chain(rows.iter().map(Vec::as_slice)) {
+        let last = r.len().saturating_sub(1);
+        for (i, (c, w)) in r.iter().zip(&widths).enumerate() {
+            if i == last {
+                out.push_str(c);
+            } else {
+                out.push_str(&format!("{c:<w$}   "));
+            }
+        }
+        out.push('\n');
+    }
+    out
 }
 
 async fn logs(args: &HardwareLogsArgs) -> anyhow::Result<()> {
@@ -138,4 +372,71 @@ async fn logs(args: &HardwareLogsArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_show_approval_and_the_inventory() {
+        let now: jiff::Timestamp = "2026-11-27T17:00:00Z".parse().unwrap();
+        let discovered = json!({"spec": {"networkInterfaces": {"52:54:00:0b:5e:02": {}},
+                "discovery": {"approved": false}},
+            "status": {"inventoryReportedAt": "2026-11-27T16:55:00Z", "attributes": {"inBand": {
+                "cpu": {"totalThreads": 8}, "memory": {"totalBytes": 17179869184u64},
+                "product": {"serialNumber": "QEMU-1234"}}}}});
+        assert_eq!(
+            row("discovery-52-54-00-0b-5e-02", &discovered, true, now),
+            [
+                "discovery-52-54-00-0b-5e-02",
+                "52:54:00:0b:5e:02",
+                "no",
+                "8",
+                "16Gi",
+                "QEMU-1234",
+                "5m"
+            ]
+        );
+        let mut approved = discovered.clone();
+        approved["spec"]["discovery"]["approved"] = json!(true);
+        assert_eq!(
+            row("d", &approved, false, now),
+            ["d", "52:54:00:0b:5e:02", "yes"]
+        );
+        let plain = json!({"spec": {"networkInterfaces": {"aa:bb:cc:dd:ee:01": {}, "aa:bb:cc:dd:ee:02": {}}}});
+        assert_eq!(
+            row("sm01", &plain, true, now),
+            [
+                "sm01",
+                "aa:bb:cc:dd:ee:01,aa:bb:cc:dd:ee:02",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-"
+            ]
+        );
+    }
+
+    #[test]
+    fn sizes_ages_and_columns_read_like_kubectl() {
+        assert_eq!(bytes(512), "512");
+        assert_eq!(bytes(536_870_912), "512Mi");
+        assert_eq!(bytes(16_750_000_000), "15.6Gi");
+        assert_eq!(age(jiff::SignedDuration::from_secs(45)), "45s");
+        assert_eq!(age(jiff::SignedDuration::from_secs(7300)), "2h");
+        assert_eq!(age(jiff::SignedDuration::from_secs(3 * 86400 + 5)), "3d");
+        let t = table(
+            &header(false),
+            &[
+                vec!["a".into(), "x".into(), "yes".into()],
+                vec!["longer-name".into(), "-".into(), "-".into()],
+            ],
+        );
+        assert_eq!(
+            t,
+            "NAME          MACS   APPROVED\na             x      yes\nlonger-name   -      -\n"
+        );
+    }
 }

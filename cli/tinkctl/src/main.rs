@@ -53,7 +53,8 @@ enum Command {
     /// followed to its end.
     #[command(subcommand)]
     Bmc(bmc::BmcCommand),
-    /// Hardware commands (`hardware logs`: a machine's boot log received by syslog).
+    /// Hardware commands: `logs` (a machine's boot log received by syslog), `approve` (a
+    /// discovered machine), `list`.
     #[command(subcommand)]
     Hardware(hardware::HardwareCommand),
 }

@@ -206,23 +206,17 @@ async fn workflow_logs_prints_each_actions_lines_once_in_order() {
 /// A kubeconfig for kube-lite whose user presents `token`.
 fn user_kubeconfig(server: &kube_lite::RunningServer, dir: &Path, token: &str) -> PathBuf {
     let path = dir.join(format!("kubeconfig-{token}"));
-    let text = kube_lite::kubeconfig_yaml(&server.url())
-        .replace("token: kube-lite", &format!("token: {token}"));
-    std::fs::write(&path, text).expect("kubeconfig");
+    std::fs::write(&path, server.kubeconfig_as(token)).expect("kubeconfig");
     path
 }
 
 #[tokio::test]
 async fn workflow_logs_through_the_server_follow_kubernetes_rbac() {
     let dir = tempfile::tempdir().expect("tmp");
-    let tokens = dir.path().join("tokens.csv");
-    std::fs::write(&tokens, "alice-token,alice,u1\nbob-token,bob,u2\n").expect("tokens");
-    let server = kube_lite::Server::start(kube_lite::Config {
-        token_file: Some(tokens),
-        ..Default::default()
-    })
-    .await
-    .expect("kube-lite");
+    let tokens = "alice-token,alice,u1\nbob-token,bob,u2\n";
+    let server = kube_lite::Server::start_with_tokens(dir.path(), tokens)
+        .await
+        .expect("kube-lite");
     let client = server.client().expect("client");
     apply_crds(&client).await;
     let rbac = std::fs::read_to_string(

@@ -237,7 +237,7 @@ async fn call_admission(
         "uid": uid, "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
         "name": t.name.clone().or_else(|| obj.and_then(|o| meta_str(o, "name")).map(String::from)).unwrap_or_default(),
         "operation": op.as_str(),
-        "userInfo": {"username": "kube-lite-admin", "groups": ["system:masters", "system:authenticated"]},
+        "userInfo": crate::auth::current_requester().user_info(),
         "object": obj.cloned().unwrap_or(Value::Null),
         "oldObject": old.cloned().unwrap_or(Value::Null),
         "dryRun": dry_run,

@@ -58,7 +58,9 @@ async fn handle(
     axum::extract::State(core): axum::extract::State<Arc<Core>>,
     req: http::Request<Body>,
 ) -> Response {
-    let (result, warnings) = crate::warnings::collect(route(core, req)).await;
+    let requester = crate::auth::requester(&core.tokens, req.headers());
+    let (result, warnings) =
+        crate::warnings::collect(crate::auth::as_requester(requester, route(core, req))).await;
     let mut response = match result {
         Ok(r) => r,
         Err(e) => e.into_response(),

@@ -2,8 +2,13 @@
 //! authorization evaluated against the RBAC objects kube-lite stores.
 //!
 //! These serve *other* components that delegate authentication and authorization to the API
-//! server (as tink-server does for log reading). kube-lite itself still authenticates nobody:
-//! every request it receives is admin. For tests and the development stack only.
+//! server (as tink-server does for log reading). kube-lite itself still authorizes nothing:
+//! every request it receives is allowed as if admin. The token file does name the user of a
+//! request whose `Authorization: Bearer <token>` it knows, in the `userInfo` of the
+//! AdmissionReviews that request causes ([`requester`]), so an admission webhook can ask a
+//! SubjectAccessReview about that user (as tink-webhook does for approving a discovered
+//! Hardware); a request with no token, an unknown token or the admin token is
+//! [`ADMIN_USER`] in `system:masters`. For tests and the development stack only.
 //!
 //! The token file has kube-apiserver's `--token-auth-file` format: one CSV line per token,
 //! `token,user,uid[,"group1,group2"]`; blank lines and lines starting with `#` are skipped.
@@ -21,6 +26,7 @@
 //! `system:masters` is allowed everything. ClusterRole aggregation is not implemented.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::Path;
 
 use k8s_openapi::api::rbac::v1::{
@@ -139,6 +145,84 @@ impl Tokens {
     pub fn user(&self, token: &str) -> Option<&UserInfo> {
         self.0.get(token)
     }
+}
+
+/// The user an AdmissionReview names for a request: the user of its bearer token when the token
+/// file maps the token to one, with `system:authenticated` added; [`ADMIN_USER`] in
+/// `system:masters` for the admin token (unless the token file names it otherwise) and for a
+/// request with no token or a token the file does not know. kube-lite authorizes nothing
+/// itself: this only tells admission webhooks who asked, so they can ask a SubjectAccessReview.
+pub(crate) fn requester(tokens: &Tokens, headers: &http::HeaderMap) -> Requester {
+    let token = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    match token.and_then(|t| tokens.user(t)) {
+        Some(user) => {
+            let mut groups = user.groups.clone();
+            if !groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+                groups.push(AUTHENTICATED_GROUP.to_string());
+            }
+            Requester {
+                name: user.name.clone(),
+                uid: user.uid.clone(),
+                groups,
+            }
+        }
+        None => Requester::admin(),
+    }
+}
+
+/// Who made the request being served (the `userInfo` of its AdmissionReviews).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Requester {
+    /// The user name.
+    pub(crate) name: String,
+    /// The uid (empty when unknown).
+    pub(crate) uid: String,
+    /// The groups, `system:authenticated` included.
+    pub(crate) groups: Vec<String>,
+}
+
+impl Requester {
+    /// [`ADMIN_USER`] in `system:masters`: what kube-lite treats every request as.
+    pub(crate) fn admin() -> Self {
+        Requester {
+            name: ADMIN_USER.to_string(),
+            uid: String::new(),
+            groups: vec![MASTERS_GROUP.to_string(), AUTHENTICATED_GROUP.to_string()],
+        }
+    }
+
+    /// AdmissionReview `request.userInfo`.
+    pub(crate) fn user_info(&self) -> Value {
+        let mut info = json!({"username": self.name, "groups": self.groups});
+        if !self.uid.is_empty() {
+            info["uid"] = json!(self.uid);
+        }
+        info
+    }
+}
+
+tokio::task_local! {
+    static REQUESTER: Requester;
+}
+
+/// Runs `f` (one request) as `requester`; [`current_requester`] reads it.
+pub(crate) async fn as_requester<T>(requester: Requester, f: impl Future<Output = T>) -> T {
+    REQUESTER.scope(requester, f).await
+}
+
+/// The user of the request being served; admin outside [`as_requester`].
+pub(crate) fn current_requester() -> Requester {
+    REQUESTER
+        .try_with(Requester::clone)
+        .unwrap_or_else(|_| Requester::admin())
 }
 
 /// Splits one CSV line (fields may be double-quoted, `""` is a quote inside one).

@@ -2,7 +2,8 @@
 //! used in production).
 //!
 //! The real `kube` client (with kube-runtime watchers and controllers), `kubectl` v1.32 and our
-//! webhooks talk to it over loopback HTTP (no TLS, no authentication, every request is admin).
+//! webhooks talk to it over loopback HTTP (no TLS, no authorization: every request is allowed
+//! as admin).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -108,7 +109,11 @@
 //!   and authorization.k8s.io/v1 `SubjectAccessReview`, evaluated against the stored RBAC
 //!   objects as kube-apiserver's RBAC authorizer does (no ClusterRole aggregation). This is for
 //!   tests and the development stack only: the reviews are answers for *others*; kube-lite's own
-//!   requests are still never authenticated nor authorized.
+//!   requests are still never authorized (every one is allowed). A request whose
+//!   `Authorization: Bearer <token>` the token file knows is named as that user (its groups plus
+//!   `system:authenticated`) in the `userInfo` of the AdmissionReviews it causes, so webhooks can
+//!   ask a SubjectAccessReview about who asked; no token, an unknown one or the admin token is
+//!   `kube-lite-admin` in `system:masters`.
 //! - Watch on a named object path (`.../configmaps/NAME?watch=true`).
 //! - Errors are `Status` objects with the right code: 400 malformed bodies and selectors, 404,
 //!   405, 406 (no JSON in `Accept`), 409, 410, 413, 415 (unknown content type), 422, 500.

@@ -28,7 +28,8 @@ struct Args {
     #[arg(long = "service", value_name = "NS/NAME=URL")]
     services: Vec<String>,
     /// Static tokens for TokenReview (kube-apiserver's CSV: `token,user,uid,"group1,group2"`).
-    /// Only other components' TokenReviews use them: kube-lite itself still admits every request.
+    /// Other components' TokenReviews use them, and AdmissionReviews name the user of a request
+    /// whose bearer token is listed; kube-lite itself still allows every request.
     #[arg(long, env = "KUBE_LITE_TOKEN_FILE")]
     token_file: Option<PathBuf>,
     /// Seconds an Event lives after its last write, as kube-apiserver's `--event-ttl`; 0 keeps

@@ -141,6 +141,22 @@ impl Core {
 pub struct Server;
 
 impl Server {
+    /// [`Server::start`] with the default configuration and a token file holding `tokens`
+    /// (kube-apiserver's CSV, see [`crate::auth`]) written to `dir/tokens.csv`: for tests of
+    /// components that ask about (or are told) the user of a bearer token.
+    pub async fn start_with_tokens(dir: &Path, tokens: &str) -> Result<RunningServer, Error> {
+        let path = dir.join("tokens.csv");
+        std::fs::write(&path, tokens).map_err(|e| crate::auth::TokenFileError {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::start(Config {
+            token_file: Some(path),
+            ..Default::default()
+        })
+        .await
+    }
+
     /// Binds, loads the data directory if any, and serves in the background.
     pub async fn start(config: Config) -> Result<RunningServer, Error> {
         let tokens = match &config.token_file {
@@ -416,8 +432,18 @@ impl RunningServer {
         format!("http://{}", self.addr)
     }
 
-    /// A `kube::Client` for this server.
+    /// A `kube::Client` for this server (no token: the admin).
     pub fn client(&self) -> Result<kube::Client, Error> {
+        self.client_with(None)
+    }
+
+    /// A `kube::Client` sending `Authorization: Bearer <token>`: the user the token file maps
+    /// it to in AdmissionReviews (see [`crate::auth`]).
+    pub fn client_as(&self, token: &str) -> Result<kube::Client, Error> {
+        self.client_with(Some(token))
+    }
+
+    fn client_with(&self, token: Option<&str>) -> Result<kube::Client, Error> {
         let uri: http::Uri = self
             .url()
             .parse()
@@ -425,12 +451,19 @@ impl RunningServer {
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".into();
         config.read_timeout = None;
+        config.auth_info.token = token.map(|t| t.to_string().into());
         kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
     }
 
     /// The kubeconfig YAML for kubectl and `kube::Config::from_custom_kubeconfig`.
     pub fn kubeconfig(&self) -> String {
         kubeconfig_yaml(&self.url())
+    }
+
+    /// The kubeconfig YAML of a user presenting `token` (for clients of other processes, such
+    /// as tinkctl; kubectl sends no token over plain HTTP).
+    pub fn kubeconfig_as(&self, token: &str) -> String {
+        kubeconfig_yaml_as(&self.url(), token)
     }
 
     /// Writes the kubeconfig to a file.
@@ -473,7 +506,12 @@ impl Drop for RunningServer {
 
 /// A kubeconfig for an insecure loopback server.
 pub fn kubeconfig_yaml(server: &str) -> String {
+    kubeconfig_yaml_as(server, crate::auth::ADMIN_TOKEN)
+}
+
+/// A kubeconfig for an insecure loopback server whose user presents `token`.
+pub fn kubeconfig_yaml_as(server: &str, token: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-lite\n  cluster:\n    server: {server}\ncontexts:\n- name: kube-lite\n  context:\n    cluster: kube-lite\n    user: kube-lite\n    namespace: default\ncurrent-context: kube-lite\nusers:\n- name: kube-lite\n  user:\n    token: kube-lite\npreferences: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-lite\n  cluster:\n    server: {server}\ncontexts:\n- name: kube-lite\n  context:\n    cluster: kube-lite\n    user: kube-lite\n    namespace: default\ncurrent-context: kube-lite\nusers:\n- name: kube-lite\n  user:\n    token: {token}\npreferences: {{}}\n"
     )
 }

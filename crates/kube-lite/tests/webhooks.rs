@@ -116,6 +116,13 @@ async fn answer(path: &str, review: Value, calls: &Calls) -> Value {
             json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                 "response": {"uid": req["uid"], "allowed": true, "patchType": "JSONPatch", "patch": patch}})
         }
+        "/whoami" => {
+            // Refuses with the request's userInfo as the message, so the client sees it.
+            let req = &review["request"];
+            let resp = json!({"uid": req["uid"], "allowed": false,
+                "status": {"code": 403, "message": req["userInfo"].to_string()}});
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp})
+        }
         "/slow" => {
             tokio::time::sleep(Duration::from_secs(5)).await;
             json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": review["request"]["uid"], "allowed": true}})
@@ -352,6 +359,18 @@ async fn post_configmap(
     ns: &str,
     cm: &ConfigMap,
 ) -> (u16, Vec<String>) {
+    let (code, warnings, _) = post_configmap_as(server, ns, cm, None).await;
+    (code, warnings)
+}
+
+/// POSTs a ConfigMap with `Authorization: Bearer <token>` when given: the status, the
+/// `Warning` headers and the answer's body.
+async fn post_configmap_as(
+    server: &kube_lite::RunningServer,
+    ns: &str,
+    cm: &ConfigMap,
+    token: Option<&str>,
+) -> (u16, Vec<String>, Value) {
     let tcp = tokio::net::TcpStream::connect(server.addr())
         .await
         .expect("connect");
@@ -359,9 +378,13 @@ async fn post_configmap(
         .await
         .expect("handshake");
     tokio::spawn(conn);
-    let req = http::Request::post(format!("/api/v1/namespaces/{ns}/configmaps"))
+    let mut req = http::Request::post(format!("/api/v1/namespaces/{ns}/configmaps"))
         .header("host", "kube-lite")
-        .header("content-type", "application/json")
+        .header("content-type", "application/json");
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let req = req
         .body(Full::new(Bytes::from(
             serde_json::to_vec(cm).expect("json"),
         )))
@@ -373,7 +396,72 @@ async fn post_configmap(
         .iter()
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
         .collect();
-    (resp.status().as_u16(), warnings)
+    let code = resp.status().as_u16();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    (
+        code,
+        warnings,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn admission_reviews_name_the_user_of_the_bearer_token() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cert = make_cert(dir.path(), "webhook", "localhost");
+    let addr = webhook_server(&cert, Arc::new(Calls::default())).await;
+    let tokens = "t-alice,alice,u-1,\"ops,dev\"\nt-bob,bob,u-2\n";
+    let server = kube_lite::Server::start_with_tokens(dir.path(), tokens)
+        .await
+        .expect("kube-lite");
+    let client = server.client().expect("client");
+    create_ns(&client, "who").await;
+    apply(&client, json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "whoami"}, "webhooks": [{"name": "whoami.lite.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "clientConfig": {"url": format!("https://127.0.0.1:{}/whoami", addr.port()), "caBundle": ca(&cert)},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]}]}))
+    .await;
+    let user_info = |body: &Value| -> Value {
+        let message = body["message"].as_str().unwrap_or_default();
+        let json = message
+            .split_once("denied the request: ")
+            .map(|(_, m)| m)
+            .unwrap_or_default();
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {body}"))
+    };
+    let admin = json!({"username": "kube-lite-admin", "uid": "kube-lite-admin",
+        "groups": ["system:masters", "system:authenticated"]});
+    let cases = [
+        (
+            Some("t-alice"),
+            json!({"username": "alice", "uid": "u-1", "groups": ["ops", "dev", "system:authenticated"]}),
+        ),
+        (
+            Some("t-bob"),
+            json!({"username": "bob", "uid": "u-2", "groups": ["system:authenticated"]}),
+        ),
+        (Some(kube_lite::auth::ADMIN_TOKEN), admin.clone()),
+        // No token or an unknown one: admin, as kube-lite treats every request.
+        (
+            None,
+            json!({"username": "kube-lite-admin", "groups": ["system:masters", "system:authenticated"]}),
+        ),
+        (
+            Some("t-nobody"),
+            json!({"username": "kube-lite-admin", "groups": ["system:masters", "system:authenticated"]}),
+        ),
+    ];
+    for (token, want) in cases {
+        let (code, _, body) = post_configmap_as(&server, "who", &cm("c", false), token).await;
+        assert_eq!(code, 403, "{token:?}: {body}");
+        assert_eq!(user_info(&body), want, "{token:?}");
+    }
+    server.shutdown().await;
 }
 
 fn warned_cm(name: &str, deny: bool) -> ConfigMap {

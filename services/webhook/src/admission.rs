@@ -14,6 +14,7 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::approval::{self, Approval, Approver, Refusal, UserInfo};
 use crate::index::Index;
 use crate::metrics::Metrics;
 use crate::validate::{self, Operation, Verdict};
@@ -49,6 +50,8 @@ struct Request {
     old_object: Option<Value>,
     #[serde(default)]
     dry_run: Option<bool>,
+    #[serde(default)]
+    user_info: UserInfo,
 }
 
 #[derive(Deserialize)]
@@ -87,15 +90,124 @@ fn refuse(uid: &str, code: u16, reason: &str, message: &str) -> Value {
         "status": {"status": "Failure", "code": code, "reason": reason, "message": message}}))
 }
 
-/// Answers one `POST /validate` body.
+/// An answer: the kind's metric label, the verdict's (`allowed`, `denied`, `error`), the HTTP
+/// status and the body.
+pub type Answer = (&'static str, &'static str, (StatusCode, Value));
+
+/// What the checks that need no API call decided.
+#[derive(Debug)]
+pub enum Checked {
+    /// The answer.
+    Answered(Answer),
+    /// Every check passed, but the update approves a discovered Hardware: RBAC decides
+    /// ([`crate::approval`]).
+    NeedsApproval(Box<PendingApproval>),
+}
+
+/// An allowed Hardware update that approves it, waiting for its SubjectAccessReview.
+#[derive(Debug)]
+pub struct PendingApproval {
+    uid: String,
+    approval: Approval,
+    warnings: Vec<String>,
+    /// The Hardware's key and the MACs and IPs to reserve once allowed (none on a dry run).
+    reserve: Option<(String, validate::hardware::NewClaims)>,
+}
+
+impl PendingApproval {
+    /// What is to be approved.
+    pub fn approval(&self) -> &Approval {
+        &self.approval
+    }
+
+    /// The answer once RBAC decided.
+    fn resolve(self, decided: Result<(), Refusal>, index: &Index) -> Answer {
+        let kind = "Hardware";
+        match decided {
+            Ok(()) => {
+                if let Some((key, claims)) = &self.reserve {
+                    index.reserve(key, &claims.macs, &claims.ips);
+                }
+                (
+                    kind,
+                    "allowed",
+                    (StatusCode::OK, review_allowed(&self.uid, &self.warnings)),
+                )
+            }
+            Err(refusal) => {
+                let (reason, verdict) = match refusal.code {
+                    403 => ("Forbidden", "denied"),
+                    _ => ("ServiceUnavailable", "error"),
+                };
+                let name = &self.approval.name;
+                let group = tink_api::GROUP;
+                tracing::info!(user = %self.approval.user.username, namespace = %self.approval.namespace, %name, message = %refusal.message, "approval refused");
+                let mut response = json!({"uid": self.uid, "allowed": false, "status": {
+                    "status": "Failure", "code": refusal.code, "reason": reason,
+                    "message": format!("{kind}.{group} {name:?} is forbidden: {}", refusal.message),
+                    "details": {"name": name, "group": group, "kind": kind, "causes": [{
+                        "reason": validate::Reason::Forbidden.as_str(),
+                        "field": approval::FIELD, "message": refusal.message}]},
+                }});
+                if !self.warnings.is_empty() {
+                    response["warnings"] = json!(self.warnings);
+                }
+                (kind, verdict, (StatusCode::OK, review(response)))
+            }
+        }
+    }
+}
+
+/// Answers one `POST /validate` body without API access: an approval of a discovered Hardware
+/// is refused (use [`handle_with`] and an [`Approver`] to check it).
 pub fn handle(body: &[u8], index: &Index, metrics: &Metrics) -> (StatusCode, Value) {
     let started = Instant::now();
-    let (kind, verdict, answer) = answer(body, index);
+    let (kind, verdict, answer) = match check(body, index) {
+        Checked::Answered(a) => a,
+        Checked::NeedsApproval(p) => {
+            let refusal = p.approval.unchecked();
+            p.resolve(Err(refusal), index)
+        }
+    };
     metrics.admission(kind, verdict, started.elapsed().as_secs_f64());
     answer
 }
 
-fn malformed(raw: &Value, message: String) -> (&'static str, &'static str, (StatusCode, Value)) {
+/// Answers one `POST /validate` body, asking `approver` (when there is one) about approvals.
+pub async fn handle_with(
+    body: &[u8],
+    index: &Index,
+    metrics: &Metrics,
+    approver: Option<&Approver>,
+) -> (StatusCode, Value) {
+    let started = Instant::now();
+    finish(check(body, index), index, metrics, approver, started).await
+}
+
+/// The answer to what [`check`] decided: an approval is asked of `approver` (refused without
+/// one); records the metric (time from `started`).
+pub async fn finish(
+    checked: Checked,
+    index: &Index,
+    metrics: &Metrics,
+    approver: Option<&Approver>,
+    started: Instant,
+) -> (StatusCode, Value) {
+    let (kind, verdict, answer) = match checked {
+        Checked::Answered(a) => a,
+        Checked::NeedsApproval(p) => {
+            let decided = match approver {
+                Some(approver) => approver.check(&p.approval).await,
+                None => Err(p.approval.unchecked()),
+            };
+            p.resolve(decided, index)
+        }
+    };
+    metrics.admission(kind, verdict, started.elapsed().as_secs_f64());
+    answer
+}
+
+fn malformed(raw: &Value, message: String) -> Answer {
     let message = format!("malformed AdmissionReview: {message}");
     tracing::warn!(%message, "refusing a malformed AdmissionReview");
     let answer = match raw.pointer("/request/uid").and_then(Value::as_str) {
@@ -105,58 +217,80 @@ fn malformed(raw: &Value, message: String) -> (&'static str, &'static str, (Stat
     ("unknown", "error", answer)
 }
 
-fn answer(body: &[u8], index: &Index) -> (&'static str, &'static str, (StatusCode, Value)) {
+/// The checks that need no API call.
+pub fn check(body: &[u8], index: &Index) -> Checked {
     let raw: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
-        Err(e) => return malformed(&Value::Null, format!("the body is not JSON: {e}")),
+        Err(e) => {
+            return Checked::Answered(malformed(
+                &Value::Null,
+                format!("the body is not JSON: {e}"),
+            ));
+        }
     };
+    match answer(&raw, index) {
+        Ok(answered) => Checked::Answered(answered),
+        Err(pending) => Checked::NeedsApproval(pending),
+    }
+}
+
+/// The answer, or the approval RBAC must decide before the request is allowed.
+fn answer(raw: &Value, index: &Index) -> Result<Answer, Box<PendingApproval>> {
     let review: Review = match serde_json::from_value(raw.clone()) {
         Ok(r) => r,
-        Err(e) => return malformed(&raw, e.to_string()),
+        Err(e) => return Ok(malformed(raw, e.to_string())),
     };
     if review.api_version != API_VERSION || review.kind != "AdmissionReview" {
-        return malformed(
-            &raw,
+        return Ok(malformed(
+            raw,
             format!(
                 "expected apiVersion {API_VERSION} and kind AdmissionReview, got {:?} {:?}",
                 review.api_version, review.kind
             ),
-        );
+        ));
     }
     let req = review.request;
     let kind: &'static str = match KINDS.iter().find(|k| **k == req.kind.kind) {
         Some(k) if req.kind.group == group_of(k) => k,
         _ => {
             // Not ours (a misconfigured rule): allow, as the webhook has nothing to say.
-            return (
+            return Ok((
                 "unknown",
                 "allowed",
                 (StatusCode::OK, review_allowed(&req.uid, &[])),
-            );
+            ));
         }
     };
     let operation = match req.operation.as_str() {
         "CREATE" => Operation::Create,
         "UPDATE" => Operation::Update,
         "DELETE" | "CONNECT" => Operation::Other,
-        other => return malformed(&raw, format!("unknown request.operation {other:?}")),
+        other => {
+            return Ok(malformed(
+                raw,
+                format!("unknown request.operation {other:?}"),
+            ));
+        }
     };
     if operation == Operation::Other || req.sub_resource.is_some() {
-        return (
+        return Ok((
             kind,
             "allowed",
             (StatusCode::OK, review_allowed(&req.uid, &[])),
-        );
+        ));
     }
     let Some(object) = req.object.as_ref().filter(|o| o.is_object()) else {
-        return malformed(
-            &raw,
+        return Ok(malformed(
+            raw,
             format!("request.object is required for {}", req.operation),
-        );
+        ));
     };
     let old = req.old_object.as_ref().filter(|o| o.is_object());
     if operation == Operation::Update && old.is_none() {
-        return malformed(&raw, "request.oldObject is required for UPDATE".into());
+        return Ok(malformed(
+            raw,
+            "request.oldObject is required for UPDATE".into(),
+        ));
     }
     let namespace = req
         .namespace
@@ -180,22 +314,23 @@ fn answer(body: &[u8], index: &Index) -> (&'static str, &'static str, (StatusCod
         old,
     };
     let mut verdict = Verdict::default();
+    let mut reserve = None;
     match kind {
         "Hardware" => match validate::hardware::validate(&request, index, &mut verdict) {
             Ok(claims) => {
-                if verdict.allowed() && !req.dry_run.unwrap_or(false) && !name.is_empty() {
-                    index.reserve(&request.key(), &claims.macs, &claims.ips);
+                if !req.dry_run.unwrap_or(false) && !name.is_empty() {
+                    reserve = Some((request.key(), claims));
                 }
             }
             Err(e) => {
-                return (
+                return Ok((
                     kind,
                     "error",
                     (
                         StatusCode::OK,
                         refuse(&req.uid, 503, "ServiceUnavailable", &e.to_string()),
                     ),
-                );
+                ));
             }
         },
         "Template" => validate::template::validate(&request, &mut verdict),
@@ -209,18 +344,36 @@ fn answer(body: &[u8], index: &Index) -> (&'static str, &'static str, (StatusCod
     if group_of(kind) == tink_api::GROUP {
         conversion_warnings(&req, object, old, &mut verdict);
     }
-    if verdict.allowed() {
-        return (
+    if !verdict.allowed() {
+        return Ok((
             kind,
-            "allowed",
-            (StatusCode::OK, review_allowed(&req.uid, &verdict.warnings)),
-        );
+            "denied",
+            (StatusCode::OK, denial(&req.uid, kind, name, &verdict)),
+        ));
     }
-    (
+    if kind == "Hardware"
+        && let Some(old) = old
+        && approval::approves(old, object)
+    {
+        return Err(Box::new(PendingApproval {
+            uid: req.uid,
+            approval: Approval {
+                user: req.user_info,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            },
+            warnings: verdict.warnings,
+            reserve,
+        }));
+    }
+    if let Some((key, claims)) = &reserve {
+        index.reserve(key, &claims.macs, &claims.ips);
+    }
+    Ok((
         kind,
-        "denied",
-        (StatusCode::OK, denial(&req.uid, kind, name, &verdict)),
-    )
+        "allowed",
+        (StatusCode::OK, review_allowed(&req.uid, &verdict.warnings)),
+    ))
 }
 
 /// Adds what converting the object to v1alpha2 had to change (a clamped `lease_time`, ...).
@@ -517,6 +670,104 @@ mod tests {
         let out = run(&machine("cluster.x-k8s.io", "kube-system"));
         assert_eq!(out["response"]["allowed"], true, "{out}");
         assert_eq!(metrics.admissions_of("unknown", "allowed"), 1);
+    }
+
+    fn discovered(approved: Option<bool>) -> Value {
+        let mut hw = json!({"apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+            "metadata": {"name": "discovery-52-54-00-0b-5e-02", "namespace": "tink"},
+            "spec": {"networkInterfaces": {"52:54:00:0b:5e:02": {}}}});
+        if let Some(a) = approved {
+            hw["spec"]["discovery"] = json!({"approved": a, "address": "10.0.2.15"});
+        }
+        hw
+    }
+
+    fn update_by(user: &str, old: &Value, new: &Value) -> Value {
+        let mut r = review_of("UPDATE", "v1alpha2", new, Some(old));
+        r["request"]["namespace"] = json!("tink");
+        r["request"]["userInfo"] = json!({"username": user, "uid": "u-1",
+            "groups": ["system:authenticated"]});
+        r
+    }
+
+    #[test]
+    fn approving_without_api_access_is_refused() {
+        let index = Index::default();
+        index.mark_synced();
+        let waiting = discovered(Some(false));
+        let metrics = Metrics::default();
+        for new in [discovered(Some(true)), discovered(None)] {
+            let (code, out) = handle(
+                update_by("alice", &waiting, &new).to_string().as_bytes(),
+                &index,
+                &metrics,
+            );
+            assert_eq!(code, StatusCode::OK);
+            let r = &out["response"];
+            assert_eq!(r["allowed"], false, "{out}");
+            assert_eq!(r["status"]["code"], 403);
+            assert_eq!(r["status"]["reason"], "Forbidden");
+            let msg = r["status"]["message"].as_str().unwrap_or_default();
+            assert!(
+                msg.starts_with("Hardware.tinkerbell.org \"discovery-52-54-00-0b-5e-02\" is forbidden: spec.discovery.approved: user \"alice\" may not approve hardware \"discovery-52-54-00-0b-5e-02\" in namespace \"tink\": this webhook has no access to the Kubernetes API"),
+                "{msg}"
+            );
+            assert_eq!(
+                r["status"]["details"]["causes"][0]["field"],
+                "spec.discovery.approved"
+            );
+        }
+        assert_eq!(metrics.admissions_of("Hardware", "denied"), 2);
+        // No approval in it: allowed without any check.
+        for (old, new) in [
+            (discovered(Some(true)), discovered(Some(false))),
+            (discovered(Some(false)), discovered(Some(false))),
+            (discovered(None), discovered(None)),
+            (discovered(Some(true)), discovered(None)),
+        ] {
+            let (_, out) = call(&update_by("alice", &old, &new), &index);
+            assert_eq!(out["response"]["allowed"], true, "{old} -> {new}: {out}");
+        }
+        // Creating an approved one is as powerful as creating any Hardware.
+        let mut create = update_by("alice", &Value::Null, &discovered(Some(true)));
+        create["request"]["operation"] = json!("CREATE");
+        create["request"]["oldObject"] = Value::Null;
+        assert_eq!(call(&create, &index).1["response"]["allowed"], true);
+    }
+
+    #[test]
+    fn a_v1alpha1_update_cannot_approve_through_the_annotation() {
+        let index = Index::default();
+        index.mark_synced();
+        let v1 = |o: Value| {
+            tink_api::conversion::convert(o, tink_api::v1alpha1::API_VERSION).expect("down")
+        };
+        let old = v1(discovered(Some(false)));
+        let annotation = tink_api::CONVERSION_DATA_ANNOTATION;
+        let raw = old["metadata"]["annotations"][annotation]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(raw.contains("\"approved\":false"), "{raw}");
+        let mut edited = old.clone();
+        edited["metadata"]["annotations"][annotation] =
+            json!(raw.replace("\"approved\":false", "\"approved\":true"));
+        let mut dropped = old.clone();
+        dropped["metadata"]["annotations"] = json!({});
+        for new in [edited, dropped] {
+            let mut r = update_by("alice", &old, &new);
+            r["request"]["kind"]["version"] = json!("v1alpha1");
+            r["request"]["requestKind"]["version"] = json!("v1alpha1");
+            let (_, out) = call(&r, &index);
+            assert_eq!(out["response"]["allowed"], false, "{out}");
+            assert_eq!(out["response"]["status"]["code"], 403, "{out}");
+        }
+        // Other edits of a v1alpha1 discovered Hardware keep its annotation and pass.
+        let mut labelled = old.clone();
+        labelled["metadata"]["labels"] = json!({"rack": "r1"});
+        let mut r = update_by("alice", &old, &labelled);
+        r["request"]["kind"]["version"] = json!("v1alpha1");
+        assert_eq!(call(&r, &index).1["response"]["allowed"], true);
     }
 
     #[test]

@@ -47,11 +47,24 @@ impl Claims {
     }
 }
 
-/// The webhook's entry in the shared index: a Hardware (`namespace/name`) and its claims.
+/// The webhook's entry in the shared index: a Hardware (`namespace/name`), its claims, and
+/// whether it is approved (a discovered machine not approved yet gets no Workflow).
 #[derive(Debug)]
 struct Claimed {
     key: Arc<str>,
     claims: Claims,
+    approved: bool,
+}
+
+impl Claimed {
+    /// `obj` in either version; a discovery that does not read is not approved.
+    fn of(key: Arc<str>, obj: &Value) -> Self {
+        Self {
+            key,
+            claims: Claims::of(obj),
+            approved: crate::approval::approved(obj).unwrap_or(false),
+        }
+    }
 }
 
 impl Entry for Claimed {
@@ -80,10 +93,7 @@ impl Entry for Claimed {
         let spec = obj.data.get("spec").cloned().unwrap_or(Value::Null);
         let value =
             serde_json::json!({"apiVersion": tink_api::v1alpha2::API_VERSION, "spec": spec});
-        Ok(Self {
-            key,
-            claims: Claims::of(&value),
-        })
+        Ok(Self::of(key, &value))
     }
 }
 
@@ -127,10 +137,7 @@ impl Index {
 
     /// Adds or replaces a Hardware (`namespace/name`) from its object (either version).
     pub fn upsert_hardware(&self, key: &str, obj: &Value) {
-        self.hardware.insert(Claimed {
-            key: Arc::from(key),
-            claims: Claims::of(obj),
-        });
+        self.hardware.insert(Claimed::of(Arc::from(key), obj));
     }
 
     /// Removes a Hardware.
@@ -144,7 +151,11 @@ impl Index {
     fn replace_hardware(&self, all: Vec<(Arc<str>, Claims)>) {
         self.hardware.replace(
             all.into_iter()
-                .map(|(key, claims)| Claimed { key, claims })
+                .map(|(key, claims)| Claimed {
+                    key,
+                    claims,
+                    approved: true,
+                })
                 .collect(),
         );
     }
@@ -195,6 +206,12 @@ impl Index {
     /// Whether the Hardware `namespace/name` exists.
     pub fn has_hardware(&self, key: &str) -> bool {
         self.hardware.contains(key)
+    }
+
+    /// Whether the Hardware `namespace/name` is approved (see [`crate::approval`]); `None` when
+    /// it is not indexed.
+    pub fn hardware_approved(&self, key: &str) -> Option<bool> {
+        self.hardware.get(key).map(|h| h.approved)
     }
 
     /// Whether the Template `namespace/name` exists.
@@ -352,6 +369,31 @@ mod tests {
         index.remove_hardware("a/one");
         assert!(index.mac_owners("00:00:00:00:00:03", "x/y").is_empty());
         assert!(index.has_hardware("b/two") && !index.has_hardware("a/one"));
+    }
+
+    #[test]
+    fn approval_follows_the_hardware() {
+        let index = Index::default();
+        let mut waiting = hw(&[("00:00:00:00:00:01", None)]);
+        waiting["spec"]["discovery"] = json!({"approved": false});
+        index.upsert_hardware("a/d", &waiting);
+        assert_eq!(index.hardware_approved("a/d"), Some(false));
+        waiting["spec"]["discovery"]["approved"] = json!(true);
+        index.upsert_hardware("a/d", &waiting);
+        assert_eq!(index.hardware_approved("a/d"), Some(true));
+        index.upsert_hardware("a/plain", &hw(&[]));
+        assert_eq!(index.hardware_approved("a/plain"), Some(true));
+        assert_eq!(index.hardware_approved("a/none"), None);
+        // As the watch decodes it.
+        let mut obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+            "metadata": {"name": "w", "namespace": "a"},
+            "spec": {"discovery": {"address": "10.0.0.9"}}}))
+        .expect("object");
+        let decoded = Claimed::decode(obj.clone()).expect("decode");
+        assert!(!decoded.approved);
+        obj.data["spec"]["discovery"]["approved"] = json!(true);
+        assert!(Claimed::decode(obj).expect("decode").approved);
     }
 
     #[test]

@@ -9,6 +9,9 @@
 //!   references, OSIE http(s) URLs; and for Rufio's `bmc.tinkerbell.org` Machine, Job and
 //!   Task: BMC hosts the provider can read, Secrets and Machines only of the object's own
 //!   namespace, http(s) RPC URLs ([`validate::bmc`]).
+//!   Approving a discovered Hardware (`spec.discovery.approved`) needs the RBAC verb `approve`
+//!   on `hardware.tinkerbell.org`, checked with a SubjectAccessReview for the requesting user
+//!   ([`approval`]); a Workflow for a discovered Hardware not approved yet is refused.
 //! - `POST /convert` ([`conversion`]): ConversionReview v1 through crates/api's conversion.
 //! - TLS ([`tls`]): the certificate and key files are reloaded when they change;
 //!   [`dev_certificates`] makes a CA and serving certificate for the development stack.
@@ -29,6 +32,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod approval;
 mod certs;
 pub mod conversion;
 pub mod identities;
@@ -65,11 +69,14 @@ pub struct WebhookConfig {
     /// How long an admitted Hardware's new MACs and IPs stay reserved while its watch event
     /// is on the way.
     pub reservation_ttl: Duration,
+    /// How long a granted `approve` permission (SubjectAccessReview) is remembered; zero asks
+    /// every time.
+    pub approval_cache_ttl: Duration,
 }
 
 impl WebhookConfig {
     /// Defaults: certificate files checked every 10 s, [`ServeLimits::default`], 30 s
-    /// reservations.
+    /// reservations, every approval asked of the API server.
     pub fn new(listen: SocketAddr, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
         Self {
             listen,
@@ -80,6 +87,7 @@ impl WebhookConfig {
             },
             limits: ServeLimits::default(),
             reservation_ttl: Duration::from_secs(30),
+            approval_cache_ttl: Duration::ZERO,
         }
     }
 }
@@ -126,6 +134,7 @@ pub async fn run(
 /// Serves on `listener` until `shutdown`: loads the certificate (an error here stops the
 /// webhook), watches its files, feeds the index, and turns `health` ready once the index has
 /// listed Hardware and Templates. A watch or reload task ending on its own ends the webhook.
+/// Approvals of discovered Hardware are checked with SubjectAccessReviews through `client`.
 pub async fn run_on(
     listener: TcpListener,
     config: WebhookConfig,
@@ -138,7 +147,9 @@ pub async fn run_on(
     let (store, loaded) = tls::load(&config.tls).await?;
     let server_config = Arc::new(store.server_config()?);
     let index = Arc::new(Index::new(config.reservation_ttl));
-    let state = AppState::new(index.clone(), metrics.clone(), &config.limits);
+    let approver = approval::Approver::new(client.clone(), config.approval_cache_ttl);
+    let state = AppState::new(index.clone(), metrics.clone(), &config.limits)
+        .with_approver(Arc::new(approver));
     // All three parts are critical: any ending stops the group (and the webhook). Drain: the
     // server lets open requests finish within its grace period.
     let group = tink_runtime::TaskGroup::<Error>::new(health.clone(), &shutdown).with_drain(

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 use tracing::Instrument as _;
 
+use crate::approval::Approver;
 use crate::index::Index;
 use crate::metrics::Metrics;
 
@@ -75,6 +76,9 @@ pub struct AppState {
     pub conversions: Arc<Semaphore>,
     /// Largest request body.
     pub max_body_bytes: usize,
+    /// Checks approvals of discovered Hardware (SubjectAccessReview); without one, every
+    /// approval is refused.
+    pub approver: Option<Arc<Approver>>,
 }
 
 impl AppState {
@@ -85,7 +89,14 @@ impl AppState {
             metrics,
             conversions: Arc::new(Semaphore::new(limits.max_concurrent_conversions.max(1))),
             max_body_bytes: limits.max_body_bytes,
+            approver: None,
         }
+    }
+
+    /// The same state, checking approvals with `approver`.
+    pub fn with_approver(mut self, approver: Arc<Approver>) -> Self {
+        self.approver = Some(approver);
+        self
     }
 }
 
@@ -167,28 +178,43 @@ async fn validate(State(state): State<AppState>, request: Request) -> Response {
             return refused;
         }
     };
+    // The admission metric times the review, not the client sending it.
+    let started = Instant::now();
     let span = tracing::info_span!("admission", bytes = body.len());
+    let approver = state.approver.as_deref();
     if body.len() <= INLINE_PARSE_BYTES {
+        let checked = span.in_scope(|| crate::admission::check(&body, &state.index));
         let (code, out) =
-            span.in_scope(|| crate::admission::handle(&body, &state.index, &state.metrics));
+            crate::admission::finish(checked, &state.index, &state.metrics, approver, started)
+                .instrument(span)
+                .await;
         return (code, axum::Json(out)).into_response();
     }
     // A large review: parsed and validated on the blocking pool, a bounded number at once, so
     // the runtime threads keep serving the small ones.
-    let Ok(_permit) = state.conversions.clone().acquire_owned().await else {
+    let Ok(permit) = state.conversions.clone().acquire_owned().await else {
         return status(
             StatusCode::SERVICE_UNAVAILABLE,
             "ServiceUnavailable",
             "the webhook is shutting down".into(),
         );
     };
-    let (index, metrics) = (state.index.clone(), state.metrics.clone());
-    let answered = tokio::task::spawn_blocking(move || {
-        span.in_scope(|| crate::admission::handle(&body, &index, &metrics))
+    let index = state.index.clone();
+    let blocking_span = span.clone();
+    let checked = tokio::task::spawn_blocking(move || {
+        blocking_span.in_scope(|| crate::admission::check(&body, &index))
     })
     .await;
-    match answered {
-        Ok((code, out)) => (code, axum::Json(out)).into_response(),
+    // The SubjectAccessReview of an approval waits on the network, not on a CPU slot.
+    drop(permit);
+    match checked {
+        Ok(checked) => {
+            let (code, out) =
+                crate::admission::finish(checked, &state.index, &state.metrics, approver, started)
+                    .instrument(span)
+                    .await;
+            (code, axum::Json(out)).into_response()
+        }
         Err(e) => {
             tracing::error!(error = %e, "admission panicked");
             status(

@@ -9,6 +9,13 @@
 //! they are, so finalizer and status bookkeeping on an older object always pass): the rules of
 //! [`BootOptions::problems`] (the CRD's CEL rules, which v1alpha1 requests never meet, and
 //! more), a `spec.hardwareRef` to act on, and for v1alpha1 a `bootMode` Tinkerbell knows.
+//!
+//! A Workflow for a discovered Hardware that is not approved yet (`spec.discovery.approved`
+//! false, see [`crate::approval`]) is refused on create and on an update that points
+//! `spec.hardwareRef` at one: the machine enrolled itself and nobody said it may run work.
+//! A Hardware that does not exist (yet) is only a warning, as before; the index must have
+//! listed Hardware (the webhook is not ready before), and the controller checks again before
+//! dispatching.
 
 use serde_json::Value;
 use tink_api::v1alpha2::{BootOptions, Workflow, WorkflowState, rules};
@@ -76,6 +83,9 @@ pub fn validate(req: &Request<'_>, index: &Index, v: &mut Verdict) {
                 }
             }
             if state == WorkflowState::Pending {
+                if old.spec.hardware_ref != new.spec.hardware_ref {
+                    unapproved_hardware(req, &new, index, v);
+                }
                 return;
             }
             let changed = [
@@ -161,7 +171,26 @@ fn boot_options(raw: &Value, wf: &Workflow, v1: bool, v: &mut Verdict) {
     }
 }
 
+/// Refuses a Workflow whose Hardware exists and is a discovered machine not approved yet.
+fn unapproved_hardware(req: &Request<'_>, wf: &Workflow, index: &Index, v: &mut Verdict) {
+    let ns = req.namespace;
+    let hw = &wf.spec.hardware_ref.name;
+    if hw.is_empty() || !index.hardware_synced() {
+        return;
+    }
+    if index.hardware_approved(&format!("{ns}/{hw}")) == Some(false) {
+        v.deny(
+            "spec.hardwareRef",
+            Reason::Forbidden,
+            format!(
+                "Hardware {ns}/{hw} is a discovered machine waiting for approval: it gets no Workflow until someone allowed to approve it runs `tinkctl hardware approve {hw} -n {ns}` (sets spec.discovery.approved; needs the verb approve on hardware.tinkerbell.org)"
+            ),
+        );
+    }
+}
+
 fn references(req: &Request<'_>, wf: &Workflow, index: &Index, v: &mut Verdict) {
+    unapproved_hardware(req, wf, index, v);
     if !index.synced() {
         return;
     }
@@ -206,6 +235,53 @@ mod tests {
         };
         validate(&req, index, &mut v);
         v
+    }
+
+    #[test]
+    fn workflows_for_unapproved_discovered_hardware_are_refused() {
+        let index = Index::default();
+        index.mark_synced();
+        let hw = |approved: Option<bool>| {
+            let mut h = json!({"apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+                "metadata": {"name": "hw", "namespace": "ns"}, "spec": {}});
+            if let Some(a) = approved {
+                h["spec"]["discovery"] = json!({"approved": a});
+            }
+            h
+        };
+        index.upsert_hardware("ns/hw", &hw(Some(false)));
+        let v = check(&index, Operation::Create, &wf(None, "1h"), None);
+        assert_eq!(v.violations.len(), 1, "{v:?}");
+        assert_eq!(v.violations[0].field, "spec.hardwareRef");
+        assert_eq!(v.violations[0].reason, Reason::Forbidden);
+        assert!(
+            v.violations[0].message.starts_with(
+                "Hardware ns/hw is a discovered machine waiting for approval: it gets no Workflow until someone allowed to approve it runs `tinkctl hardware approve hw -n ns`"
+            ),
+            "{v:?}"
+        );
+        // Pointing a Pending Workflow at it is refused too; other updates are not checked.
+        let mut elsewhere = wf(Some("Pending"), "1h");
+        elsewhere["spec"]["hardwareRef"]["name"] = json!("other");
+        let v = check(&index, Operation::Update, &wf(None, "1h"), Some(&elsewhere));
+        assert_eq!(v.violations.len(), 1, "{v:?}");
+        let pending = wf(Some("Pending"), "1h");
+        let v = check(&index, Operation::Update, &wf(None, "2h"), Some(&pending));
+        assert!(v.allowed(), "{v:?}");
+        // Approved, or a Hardware a person wrote: accepted.
+        for approved in [Some(true), None] {
+            index.upsert_hardware("ns/hw", &hw(approved));
+            let v = check(&index, Operation::Create, &wf(None, "1h"), None);
+            assert!(v.allowed(), "{approved:?}: {v:?}");
+        }
+        // No such Hardware: a warning, as before.
+        index.remove_hardware("ns/hw");
+        let v = check(&index, Operation::Create, &wf(None, "1h"), None);
+        assert!(v.allowed(), "{v:?}");
+        assert!(
+            v.warnings.iter().any(|w| w.contains("does not exist")),
+            "{v:?}"
+        );
     }
 
     #[test]

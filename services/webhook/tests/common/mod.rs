@@ -111,10 +111,18 @@ impl Env {
     /// kube-lite with the CRDs (webhook conversion), the webhook running and ready, and a
     /// fresh namespace. The admission configuration is installed when `admission` is set.
     pub async fn new(ns: &str, admission: bool) -> Env {
+        Self::with_tokens(ns, admission, None).await
+    }
+
+    /// As [`Env::new`], kube-lite knowing the bearer tokens of `tokens` (its `--token-file`
+    /// CSV: `token,user,uid[,"groups"]`), whose users its AdmissionReviews name.
+    pub async fn with_tokens(ns: &str, admission: bool, tokens: Option<&str>) -> Env {
         let dir = tempfile::tempdir().expect("tempdir");
-        let server = kube_lite::Server::start(kube_lite::Config::default())
-            .await
-            .expect("kube-lite");
+        let server = match tokens {
+            Some(tokens) => kube_lite::Server::start_with_tokens(dir.path(), tokens).await,
+            None => kube_lite::Server::start(kube_lite::Config::default()).await,
+        }
+        .expect("kube-lite");
         let kubeconfig = dir.path().join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
         let client = server.client().expect("client");
@@ -235,6 +243,12 @@ impl Env {
         }
     }
 
+    /// [`Env::api`] as the user of `token`.
+    pub fn api_as(&self, token: &str, kind: &str, version: &str) -> Api<DynamicObject> {
+        let client = self.server.client_as(token).expect("client");
+        Api::namespaced_with(client, &self.ns, &resource(kind, version))
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
@@ -271,18 +285,7 @@ impl Env {
     }
 
     pub fn api(&self, kind: &str, version: &str) -> Api<DynamicObject> {
-        let (group, plural) = match kind {
-            "Hardware" => ("tinkerbell.org", "hardware"),
-            "Template" => ("tinkerbell.org", "templates"),
-            "Workflow" => ("tinkerbell.org", "workflows"),
-            "Machine" => ("bmc.tinkerbell.org", "machines"),
-            "Job" => ("bmc.tinkerbell.org", "jobs"),
-            "Task" => ("bmc.tinkerbell.org", "tasks"),
-            _ => ("tinkerbell.org", "osies"),
-        };
-        let ar =
-            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-        Api::namespaced_with(self.client.clone(), &self.ns, &ar)
+        Api::namespaced_with(self.client.clone(), &self.ns, &resource(kind, version))
     }
 
     /// POSTs `body` to the webhook over HTTPS, trusting `ca_pem`.
@@ -300,6 +303,20 @@ impl Env {
         result.expect("webhook ended cleanly");
         self.server.shutdown().await;
     }
+}
+
+/// The resource of one of the webhook's kinds.
+pub fn resource(kind: &str, version: &str) -> ApiResource {
+    let (group, plural) = match kind {
+        "Hardware" => ("tinkerbell.org", "hardware"),
+        "Template" => ("tinkerbell.org", "templates"),
+        "Workflow" => ("tinkerbell.org", "workflows"),
+        "Machine" => ("bmc.tinkerbell.org", "machines"),
+        "Job" => ("bmc.tinkerbell.org", "jobs"),
+        "Task" => ("bmc.tinkerbell.org", "tasks"),
+        _ => ("tinkerbell.org", "osies"),
+    };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
 async fn create(client: &kube::Client, manifest: &Value) {
