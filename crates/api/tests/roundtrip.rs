@@ -748,9 +748,17 @@ fn a2_hardware() -> impl Strategy<Value = a2::Hardware> {
         ),
         small_vec(text()),
         option::of(a2_ref()),
+        // A discovered machine's approval has no v1alpha1 home (the annotation keeps it).
+        option::of((any::<bool>(), opt_text(), opt_text()).prop_map(
+            |(approved, discovered_at, address)| a2::Discovery {
+                approved,
+                discovered_at,
+                address,
+            },
+        )),
     )
         .prop_map(
-            |(network_interfaces, ipxe, osie, instance, storage_devices, bmc_ref)| {
+            |(network_interfaces, ipxe, osie, instance, storage_devices, bmc_ref, discovery)| {
                 a2::HardwareSpec {
                     network_interfaces,
                     ipxe,
@@ -758,6 +766,7 @@ fn a2_hardware() -> impl Strategy<Value = a2::Hardware> {
                     instance,
                     storage_devices,
                     bmc_ref,
+                    discovery,
                 }
             },
         );
