@@ -12,6 +12,12 @@
 //!   to a watch seeing the Workflow `Succeeded` (includes the watch delivery), plus the
 //!   controller's own histogram (event stored -> status written) as bucket upper bounds;
 //! - end-to-end throughput.
+//!
+//! With `--inventories N` it measures instead what issue 30 asks: N machines (Hardware created
+//! first), each a simulated agent that opens its stream (taking its session token) and reports
+//! its inventory (the fixture machine's, with its own serial) through tink-server, all at once;
+//! reported when every `ReportInventory` was answered (stored in JetStream), stored when every
+//! Hardware's status carries it, and the Kubernetes API writes per machine.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -40,6 +46,7 @@ struct Args {
     agents: usize,
     rate: f64,
     kube_events: bool,
+    inventories: usize,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -48,6 +55,7 @@ fn parse_args() -> anyhow::Result<Args> {
         agents: 1000,
         rate: 200.0,
         kube_events: true,
+        inventories: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -60,11 +68,12 @@ fn parse_args() -> anyhow::Result<Args> {
             "--agents" => args.agents = value("--agents")?.parse()?,
             "--rate" => args.rate = value("--rate")?.parse()?,
             "--no-kube-events" => args.kube_events = false,
+            "--inventories" => args.inventories = value("--inventories")?.parse()?,
             // cargo bench passes --bench
             "--bench" => {}
             "--help" | "-h" => {
                 println!(
-                    "controller-bench [--workflows N] [--agents A] [--rate PER_SECOND] [--no-kube-events]"
+                    "controller-bench [--workflows N] [--agents A] [--rate PER_SECOND] [--no-kube-events] | --inventories N"
                 );
                 std::process::exit(0);
             }
@@ -229,6 +238,14 @@ async fn main() -> anyhow::Result<()> {
     ));
     while !(health.is_ready() && server_health.is_ready() && metrics.leader.get() == 1) {
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    if args.inventories > 0 {
+        inventories(&args, &client, server_addr, &metrics).await?;
+        stop.cancel();
+        let _ = controller.await;
+        kube.shutdown().await;
+        return Ok(());
     }
 
     let templates: Api<Template> = Api::namespaced(client.clone(), NS);
@@ -396,6 +413,202 @@ async fn main() -> anyhow::Result<()> {
     let _ = controller.await;
     agents.abort_all();
     kube.shutdown().await;
+    Ok(())
+}
+
+/// Reports answered UNAVAILABLE and sent again.
+static RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// One simulated machine's agent: opens its stream (the session token comes with it; refused
+/// opens are retried as the agent does), waits at `start` until every agent is connected,
+/// reports `inventory` (retrying UNAVAILABLE as the agent does), and holds the stream until
+/// `stop` (its session lives as long). Returns the report's latency.
+async fn report_inventory(
+    channel: Channel,
+    id: String,
+    inventory: String,
+    start: Arc<tokio::sync::Barrier>,
+    stop: CancellationToken,
+) -> anyhow::Result<Duration> {
+    let mut client = WorkflowServiceClient::new(channel);
+    let mut pause = Duration::from_millis(500);
+    let response = loop {
+        match client
+            .get_workflows(GetWorkflowsRequest {
+                agent_id: id.clone(),
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(r) => break r,
+            Err(s)
+                if matches!(
+                    s.code(),
+                    tonic::Code::Unavailable | tonic::Code::ResourceExhausted
+                ) =>
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Err(s) => return Err(s.into()),
+        }
+    };
+    let token = response
+        .metadata()
+        .get(tink_server::auth::TOKEN_HEADER)
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("{id}: no session token"))?;
+    let stream = response.into_inner();
+    start.wait().await;
+    let began = Instant::now();
+    let mut pause = Duration::from_millis(500);
+    let mut retries = 0u32;
+    loop {
+        let mut request = tonic::Request::new(tink_proto::workflow::v2::ReportInventoryRequest {
+            agent_id: id.clone(),
+            inventory: inventory.clone(),
+        });
+        request
+            .metadata_mut()
+            .insert(tink_server::auth::TOKEN_HEADER, token.clone());
+        match client.report_inventory(request).await {
+            Ok(_) => break,
+            Err(s) if s.code() == tonic::Code::Unavailable && retries < 20 => {
+                retries += 1;
+                RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+            Err(s) => return Err(s.into()),
+        }
+    }
+    let took = began.elapsed();
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        drop(stream);
+    });
+    Ok(took)
+}
+
+/// The `--inventories N` run (see the module documentation).
+async fn inventories(
+    args: &Args,
+    client: &kube::Client,
+    server_addr: std::net::SocketAddr,
+    metrics: &tink_controller::Metrics,
+) -> anyhow::Result<()> {
+    let n = args.inventories;
+    let hardware: Api<Hardware> = Api::namespaced(client.clone(), NS);
+    eprintln!("creating {n} Hardware");
+    let began = Instant::now();
+    let limit = Arc::new(tokio::sync::Semaphore::new(64));
+    let mut creates = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let hw: Hardware = tink_api::from_value(json!({
+            "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+            "metadata": {"name": format!("m{i}"), "namespace": NS},
+            "spec": {"networkInterfaces": {mac(i): {}}},
+        }))?;
+        let (permit, hardware) = (limit.clone().acquire_owned().await?, hardware.clone());
+        creates.spawn(async move {
+            let r = hardware.create(&PostParams::default(), &hw).await;
+            drop(permit);
+            r.map(|_| ())
+        });
+    }
+    while let Some(r) = creates.join_next().await {
+        r??;
+    }
+    eprintln!("created in {:.1} s", began.elapsed().as_secs_f64());
+    // Let the controller's cache hold them all (an inventory for a Hardware it has not seen yet
+    // would be dropped).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../crates/inventory/tests/fixtures/machine-a");
+    let base = tink_inventory::collect(&fixture);
+    // One HTTP/2 connection per 100 machines, as separate machines would have.
+    let mut channels = Vec::new();
+    for _ in 0..n.div_ceil(100) {
+        channels.push(
+            Channel::from_shared(format!("http://{server_addr}"))?
+                .connect()
+                .await?,
+        );
+    }
+    let stop = CancellationToken::new();
+    let before = metrics.writes("hardware_status");
+    let written_before = metrics.inventory_count("written");
+    eprintln!("{n} agents connect, then report their inventory at once");
+    let start = Arc::new(tokio::sync::Barrier::new(n + 1));
+    let mut reports = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let mut inventory = base.clone();
+        if let Some(system) = inventory.system.as_mut() {
+            system.serial = Some(format!("BENCH-{i:06}"));
+        }
+        let json = String::from_utf8(inventory.to_json()?)?;
+        reports.spawn(report_inventory(
+            channels[i / 100].clone(),
+            mac(i),
+            json,
+            start.clone(),
+            stop.clone(),
+        ));
+    }
+    let connecting = Instant::now();
+    start.wait().await;
+    eprintln!(
+        "all {n} connected in {:.1} s; reporting",
+        connecting.elapsed().as_secs_f64()
+    );
+    let began = Instant::now();
+    let mut answers = Vec::with_capacity(n);
+    while let Some(r) = reports.join_next().await {
+        answers.push(r??);
+    }
+    let reported = began.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while metrics.inventory_count("written") - written_before < n as u64 {
+        if Instant::now() > deadline {
+            anyhow::bail!(
+                "only {} of {n} inventories written",
+                metrics.inventory_count("written") - written_before
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stored = began.elapsed();
+    // Every Hardware carries its own serial (read back, not counted).
+    let list = hardware.list(&Default::default()).await?;
+    let with_serial = list
+        .items
+        .iter()
+        .filter(|h| {
+            h.status
+                .as_ref()
+                .and_then(|s| s.attributes.as_ref()?.in_band.as_ref())
+                .and_then(|b| b.pointer("/product/serialNumber"))
+                .and_then(|v| v.as_str())
+                .is_some_and(|s| s.starts_with("BENCH-"))
+        })
+        .count();
+    stop.cancel();
+    println!("controller-bench --inventories: {n} machines reporting their inventory at once");
+    println!(
+        "  all answered (stored in JetStream) after {:.2} s; report latency (retries included) {}; {} reports retried after UNAVAILABLE",
+        reported.as_secs_f64(),
+        percentiles(answers),
+        RETRIES.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    println!(
+        "  all stored on their Hardware after {:.2} s = {:.0} inventories/s; {with_serial} of {n} read back with their own serial",
+        stored.as_secs_f64(),
+        n as f64 / stored.as_secs_f64()
+    );
+    println!(
+        "  Kubernetes API writes per machine: {:.2} (status patches; the Hardware creation not counted)",
+        (metrics.writes("hardware_status") - before) as f64 / n as f64
+    );
     Ok(())
 }
 
