@@ -44,6 +44,7 @@
 #   sudo bash scripts/netboot-demo.sh            (root: namespaces, taps, ports 67 and 69)
 #   sudo bash scripts/netboot-demo.sh --bmc redfish|ipmi [--reuse DIR]
 #   sudo bash scripts/netboot-demo.sh --uefi [--reuse DIR]
+#   sudo bash scripts/netboot-demo.sh --enroll [--reuse DIR]   (scripts/enroll-demo.sh)
 #
 # --reuse DIR: the output folder of an earlier run (the plain one in .ci/run): its stack CA,
 # the OSIE built for that CA, the action image's registry storage and the accelerator choice
@@ -59,6 +60,14 @@ repo=$(pwd)
 bmc=""
 reuse=""
 uefi=false
+# --enroll: an unknown machine enrolls itself (scripts/enroll-demo.sh, reusing a plain run).
+for a in "$@"; do
+  if [ "$a" = --enroll ]; then
+    rest=()
+    for b in "$@"; do [ "$b" = --enroll ] || rest+=("$b"); done
+    exec bash "$repo/scripts/enroll-demo.sh" "${rest[@]}"
+  fi
+done
 while [ $# -gt 0 ]; do
   case "$1" in
     --bmc) bmc=${2:-}; shift 2 || { echo "error: --bmc needs redfish or ipmi" >&2; exit 2; } ;;
