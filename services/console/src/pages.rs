@@ -74,6 +74,10 @@ pub struct MachinePage<'a> {
     pub notice: String,
     /// Its boot log: the last lines it sent by syslog.
     pub boot_log: crate::syslog::BootLog,
+    /// Its inventory, as its agent reported it.
+    pub inventory: Option<crate::views::InventoryView>,
+    /// A discovered machine: whether it is approved (`None`: not discovered).
+    pub approved: Option<bool>,
 }
 
 /// The BMC part of a machine's page (also pushed live).

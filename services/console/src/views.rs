@@ -1131,3 +1131,135 @@ mod tests {
         assert!(Selector::parse("<script>=1").is_err());
     }
 }
+
+/// What a machine's page shows of its inventory (`status.attributes.inBand`, as its agent
+/// reported it) and of its discovery.
+#[derive(Debug, Clone, Default)]
+pub struct InventoryView {
+    /// When the controller stored it (RFC 3339), or empty.
+    pub reported_at: String,
+    /// System vendor and product.
+    pub product: String,
+    /// System serial number.
+    pub serial: String,
+    /// CPU model, cores and threads.
+    pub cpu: String,
+    /// Total memory.
+    pub memory: String,
+    /// Disks: name, size, model and serial.
+    pub disks: Vec<(String, String, String)>,
+    /// NICs: MAC, and model, speed and link.
+    pub nics: Vec<(String, String)>,
+}
+
+/// Bytes as GiB or MiB for people.
+pub fn human_bytes(bytes: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    if bytes >= GIB {
+        format!("{:.1} GiB", bytes as f64 / GIB as f64)
+    } else {
+        format!("{} MiB", bytes >> 20)
+    }
+}
+
+impl InventoryView {
+    /// The inventory of `hw`, `None` when its agent never reported one (or it is not in
+    /// Tinkerbell's attributes shape).
+    pub fn of(hw: &tink_api::v1alpha2::Hardware) -> Option<Self> {
+        let status = hw.status.as_ref()?;
+        let in_band = status.attributes.as_ref()?.in_band.as_ref()?;
+        let a: tink_inventory::attributes::Attributes =
+            serde_json::from_value(in_band.clone()).ok()?;
+        let join = |parts: &[Option<&String>]| {
+            parts
+                .iter()
+                .flatten()
+                .map(|s| s.as_str())
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let product = a
+            .product
+            .as_ref()
+            .map(|p| join(&[p.vendor.as_ref(), p.name.as_ref()]))
+            .unwrap_or_default();
+        let serial = a
+            .product
+            .as_ref()
+            .and_then(|p| p.serial_number.clone())
+            .unwrap_or_default();
+        let cpu = a
+            .cpu
+            .as_ref()
+            .map(|c| {
+                let model = c
+                    .sockets
+                    .first()
+                    .and_then(|s| s.model.clone())
+                    .unwrap_or_default();
+                format!(
+                    "{}{} cores, {} threads",
+                    if model.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{model}: ")
+                    },
+                    c.total_cores,
+                    c.total_threads
+                )
+            })
+            .unwrap_or_default();
+        let memory = a
+            .memory
+            .as_ref()
+            .map(|m| human_bytes(m.total_bytes))
+            .unwrap_or_default();
+        let disks = a
+            .block_devices
+            .iter()
+            .map(|d| {
+                (
+                    d.name.clone().unwrap_or_default(),
+                    human_bytes(d.size_bytes),
+                    join(&[d.model.as_ref(), d.serial_number.as_ref()]),
+                )
+            })
+            .collect();
+        let nics = a
+            .network_interfaces
+            .iter()
+            .flat_map(|n| {
+                let model = join(&[n.vendor.as_ref(), n.model.as_ref()]);
+                n.ports.iter().map(move |p| {
+                    let speed = if p.speed_mbps > 0 {
+                        format!(" {} Mb/s", p.speed_mbps)
+                    } else {
+                        String::new()
+                    };
+                    (
+                        p.mac.clone().unwrap_or_default(),
+                        format!(
+                            "{model}{speed}{}",
+                            p.link_status
+                                .as_ref()
+                                .map(|l| format!(" link {l}"))
+                                .unwrap_or_default()
+                        )
+                        .trim()
+                        .to_string(),
+                    )
+                })
+            })
+            .collect();
+        Some(Self {
+            reported_at: status.inventory_reported_at.clone().unwrap_or_default(),
+            product,
+            serial,
+            cpu,
+            memory,
+            disks,
+            nics,
+        })
+    }
+}

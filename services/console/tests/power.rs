@@ -197,6 +197,49 @@ async fn power_state_last_job_and_power_actions_through_the_users_rbac() {
         "{}",
         m2.body
     );
+    // A discovered machine's page: waiting for approval, and the inventory its agent reported
+    // (escaped like everything else); a machine without one says so.
+    assert!(m2.body.contains("id=\"inventory-none\""), "{}", m2.body);
+    assert!(!m2.body.contains("id=\"discovery\""), "{}", m2.body);
+    let mut m4 = hardware("a", "m4", "02:00:00:00:00:04", "10.1.0.14", json!({}));
+    m4.spec.discovery = Some(tink_api::v1alpha2::Discovery {
+        approved: false,
+        ..Default::default()
+    });
+    let hardware_api = Api::<Hardware>::namespaced(admin.clone(), "a");
+    hardware_api
+        .create(&PostParams::default(), &m4)
+        .await
+        .expect("m4");
+    hardware_api
+        .patch_status(
+            "m4",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"inventoryReportedAt": "2026-11-27T12:00:00Z",
+                "attributes": {"inBand": {"collectionMethod": "agent",
+                "product": {"vendor": "QEMU", "name": "Standard PC", "serialNumber": "SN-<4>"},
+                "cpu": {"totalCores": 2, "totalThreads": 4},
+                "memory": {"totalBytes": 2147483648u64},
+                "blockDevices": [{"name": "vda", "sizeBytes": 1073741824u64}],
+                "networkInterfaces": [{"ports": [{"mac": "02:00:00:00:00:04", "speedMbps": 1000}]}]}}}})),
+        )
+        .await
+        .expect("m4 status");
+    let m4 = page_shows(addr, "/machines/a/m4", "id=\"inventory\"").await;
+    assert!(m4.contains("data-approved=\"no\""), "{m4}");
+    assert!(m4.contains("tinkctl hardware approve m4 -n a"), "{m4}");
+    assert!(
+        m4.contains("SN-&#60;4&#62;") || m4.contains("SN-&lt;4&gt;"),
+        "the serial, escaped: {m4}"
+    );
+    assert!(m4.contains("2 cores, 4 threads"), "{m4}");
+    assert!(m4.contains("2.0 GiB"), "{m4}");
+    assert!(m4.contains("<code>vda</code> 1.0 GiB"), "{m4}");
+    assert!(
+        m4.contains("<code>02:00:00:00:00:04</code> 1000 Mb/s"),
+        "{m4}"
+    );
+
     // bob may not see the machine.
     assert_eq!(get(addr, "/machines/a/m1", "bob-token").await.status, 403);
 

@@ -430,6 +430,8 @@ pub(super) async fn machine(
                 .collect(),
             notice,
             boot_log,
+            inventory: crate::views::InventoryView::of(&hw),
+            approved: hw.spec.discovery.as_ref().map(|d| d.approved),
         };
         Ok(html(StatusCode::OK, &page))
     }
