@@ -117,14 +117,8 @@ pub fn inventory_msg_id(agent_id: &str, json: &[u8]) -> Result<String, crate::To
     Ok(format!("inv.{}.{hex}", agent_token(agent_id)?))
 }
 
-/// Stores `json` (an inventory the caller validated) as the latest inventory of `agent_id`
-/// (the authenticated agent), de-duplicated by [`inventory_msg_id`]; returns once JetStream
-/// acknowledged it (`PublishAck::duplicate` tells an identical earlier report).
-pub async fn publish_inventory(
-    jetstream: &jetstream::Context,
-    agent_id: &str,
-    json: Vec<u8>,
-) -> Result<PublishAck, BusError> {
+/// Refuses an inventory above [`MAX_INVENTORY_BYTES`].
+fn check_inventory_size(json: &[u8]) -> Result<(), BusError> {
     if json.len() > MAX_INVENTORY_BYTES {
         return Err(BusError::Invalid(crate::InvalidMessage::new(
             "inventory",
@@ -134,6 +128,18 @@ pub async fn publish_inventory(
             ),
         )));
     }
+    Ok(())
+}
+
+/// Stores `json` (an inventory the caller validated) as the latest inventory of `agent_id`
+/// (the authenticated agent), de-duplicated by [`inventory_msg_id`]; returns once JetStream
+/// acknowledged it (`PublishAck::duplicate` tells an identical earlier report).
+pub async fn publish_inventory(
+    jetstream: &jetstream::Context,
+    agent_id: &str,
+    json: Vec<u8>,
+) -> Result<PublishAck, BusError> {
+    check_inventory_size(&json)?;
     let subject = inventory_subject(agent_id)?;
     let mut headers = HeaderMap::new();
     headers.insert(MSG_ID_HEADER, inventory_msg_id(agent_id, &json)?.as_str());
@@ -150,15 +156,7 @@ pub async fn publish_enrollment(
     address: &str,
     json: Vec<u8>,
 ) -> Result<PublishAck, BusError> {
-    if json.len() > MAX_INVENTORY_BYTES {
-        return Err(BusError::Invalid(crate::InvalidMessage::new(
-            "inventory",
-            format!(
-                "{} bytes, above the limit of {MAX_INVENTORY_BYTES}",
-                json.len()
-            ),
-        )));
-    }
+    check_inventory_size(&json)?;
     let subject = inventory_subject(agent_id)?;
     let id = inventory_msg_id(agent_id, &json)?;
     let mut headers = HeaderMap::new();
