@@ -204,6 +204,8 @@ fetch_firmware() {
   fwroot="$out/cache/firmware-root"
   [ -f "$fwroot/.complete" ] && [ "$(cat "$fwroot/.complete")" = "$firmware_pkgs" ] && return 0
   suite=$(sed -n "s/^VERSION_CODENAME=//p" /etc/os-release)
+  [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] \
+    || { say "no /usr/share/keyrings/debian-archive-keyring.gpg (Debian's debian-archive-keyring) to check the firmware packages with"; exit 1; }
   rm -rf "$apt" "$fwroot"
   mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/parts" "$fwroot"
   echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite non-free-firmware" \
