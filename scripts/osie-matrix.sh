@@ -144,8 +144,11 @@ if [ -n "$reuse" ] && matrix_osie_has_modalias "$reuse/files/initramfs"; then
   cmp -s "$reuse/stack/pki/ca.crt" "$out/stack/pki/ca.crt" || { echo "error: the stack's CA is not the reused one" >&2; exit 1; }
   cp "$reuse/files/vmlinuz" "$reuse/files/initramfs" "$reuse/files/disk.img.gz" "$files/"
 else
-  [ -z "$reuse" ] || echo "   the OSIE of $reuse predates drivers by modalias: building one for its CA"
   stage "OSIE and disk image (osie/build.sh, the stack's CA)"
+  [ -z "$reuse" ] || echo "   the OSIE of $reuse predates drivers by modalias: building one for its CA"
+  # The kernel and firmware packages are cached where scripts/netboot-demo.sh's build keeps them.
+  mkdir -p "$repo/target/osie/cache" "$osie"
+  ln -sfn "$repo/target/osie/cache" "$osie/cache"
   bash osie/build.sh --out "$osie" --ca-cert "$out/stack/pki/ca.crt"
   cp "$osie/vmlinuz" "$osie/initramfs" "$osie/disk.img.gz" "$files/"
 fi
