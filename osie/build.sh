@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds the test OSIE from Debian packages: the Debian kernel (linux-image-amd64) and an
 # initramfs holding a static busybox, the Docker engine the agent drives (dockerd, containerd,
-# runc from Debian's docker.io, containerd and runc packages), the NIC/disk/FAT drivers, and
-# tink-agent, started by osie/init. Also the disk image the netboot demo's Workflow installs
+# runc from Debian's docker.io, containerd and runc packages), the kernel's storage, network,
+# USB keyboard/serial and file system drivers (osie_drivers below) with a depmod of them, whose
+# modules.alias osie/init loads what the machine has by, the firmware those network drivers name
+# (Debian's non-free-firmware component, through a private apt configuration), and tink-agent,
+# started by osie/init. Also the disk image the netboot demo's Workflow installs
 # (disk.img.gz): an MBR partition table with one bootable FAT partition holding syslinux, the
 # same kernel, a small initramfs (osie/target-init) and marker.txt.
 #
@@ -38,7 +41,7 @@ say() { echo "osie/build.sh: $*" >&2; }
 if $kernel_only; then
   tools="depmod"
 else
-  tools="busybox dockerd containerd containerd-shim-runc-v2 runc kexec cpio depmod modprobe zstd sfdisk mformat mcopy syslinux"
+  tools="busybox dockerd containerd containerd-shim-runc-v2 runc kexec cpio depmod modprobe modinfo zstd sfdisk mformat mcopy syslinux"
   $iso && tools="$tools grub-mkrescue xorriso"
 fi
 for tool in $tools; do
@@ -87,25 +90,135 @@ modules_for() {
   done | sed "s|^$root/lib/modules/||" | awk '!seen[$0]++'
 }
 
-# pack_common DIR: busybox, the udhcpc script, the drivers listed in $modules.
-pack_common() {
+# pack_base DIR: busybox (also as /sbin/modprobe, the kernel's module helper), the udhcpc
+# script, users and name service files.
+pack_base() {
   local dir=$1
   mkdir -p "$dir"/{bin,sbin,usr/bin,usr/sbin,etc,proc,sys,dev,run,tmp,root,var/log,var/lib,lib/modules}
   cp "$(command -v busybox)" "$dir/bin/busybox"
   for a in $(busybox --list); do
     [ -e "$dir/bin/$a" ] || ln -s busybox "$dir/bin/$a"
   done
+  ln -sf ../bin/busybox "$dir/sbin/modprobe"
   cp osie/udhcpc.script "$dir/etc/udhcpc.script"
-  : > "$dir/etc/modules.load"
-  for rel in $(modules_for "$kroot" $modules); do
-    mkdir -p "$dir/lib/modules/$(dirname "$rel")"
-    cp "$kroot/lib/modules/$rel" "$dir/lib/modules/$rel"
-    echo "$rel" >> "$dir/etc/modules.load"
-  done
   echo "root:x:0:0:root:/root:/bin/sh" > "$dir/etc/passwd"
   echo "root:x:0:" > "$dir/etc/group"
   printf 'hosts: files dns\n' > "$dir/etc/nsswitch.conf"
   printf '127.0.0.1 localhost\n' > "$dir/etc/hosts"
+}
+
+# pack_listed DIR MODULE...: the modules and their dependencies, in load order in
+# /etc/modules.load, for init scripts that insmod a fixed list (the demo disk's OS).
+pack_listed() {
+  local dir=$1 rel
+  shift
+  : > "$dir/etc/modules.load"
+  for rel in $(modules_for "$kroot" "$@"); do
+    mkdir -p "$dir/lib/modules/$(dirname "$rel")"
+    cp "$kroot/lib/modules/$rel" "$dir/lib/modules/$rel"
+    echo "$rel" >> "$dir/etc/modules.load"
+  done
+}
+
+# The OSIE's drivers, by what they drive (globs under lib/modules/KVER/kernel); osie/init loads
+# the ones the machine's devices ask for (their modalias), so a driver here costs image size,
+# never a load on a machine without its device.
+osie_drivers=(
+  # storage: SATA/PATA (ahci, ata_piix, ...), NVMe, virtio, SCSI disks and CD-ROMs, the SAS/RAID
+  # HBAs of servers (Broadcom/LSI MegaRAID and SAS, HPE Smart Array and SmartPQI, Adaptec,
+  # Intel isci, Marvell, PMC, Areca, 3ware, LSI Fusion MPT), the older SCSI HBA QEMU emulates
+  # (sym53c8xx for lsi53c895a), VMware and Hyper-V disks, USB mass storage
+  'drivers/ata/*.ko' drivers/nvme/host/nvme.ko drivers/block/virtio_blk.ko
+  drivers/scsi/{sd_mod,sr_mod,sg,virtio_scsi,vmw_pvscsi,hv_storvsc,hpsa,3w-9xxx,3w-sas,3w-xxxx}.ko
+  'drivers/scsi/'{megaraid,mpt3sas,mpi3mr,smartpqi,aacraid,sym53c8xx_2,isci,mvsas,pm8001,arcmsr}'/*.ko'
+  drivers/scsi/megaraid.ko 'drivers/message/fusion/*.ko' 'drivers/usb/storage/*.ko'
+  # network: every wired Ethernet driver of the kernel (Intel, Broadcom, Mellanox, Realtek, ...),
+  # virtio, VMware, Hyper-V, USB Ethernet adapters
+  'drivers/net/ethernet/**/*.ko' drivers/net/virtio_net.ko drivers/net/vmxnet3/vmxnet3.ko
+  drivers/net/hyperv/hv_netvsc.ko 'drivers/net/usb/*.ko'
+  # the bus drivers: virtio over PCI, USB host controllers, USB keyboards, USB serial adapters
+  'drivers/virtio/*.ko' 'drivers/usb/host/*.ko' drivers/hid/usbhid/usbhid.ko drivers/hid/hid-generic.ko
+  drivers/usb/serial/{usbserial,ftdi_sio,pl2303,cp210x,ch341}.ko
+  # file systems the actions mount (installed roots: ext4, xfs; EFI partitions: vfat) and the
+  # checksum ext4 and xfs ask the crypto API for
+  fs/ext4/ext4.ko fs/xfs/xfs.ko fs/fat/vfat.ko fs/nls/nls_{cp437,iso8859-1,ascii,utf8}.ko
+  crypto/crc32c_generic.ko arch/x86/crypto/crc32c-intel.ko
+)
+# Loaded by osie/init whatever the hardware (no device asks for them).
+osie_always="ext4 vfat nls_cp437 nls_iso8859_1 nls_ascii nls_utf8 crc32c_generic"
+
+# pack_osie_drivers DIR: the modules osie_drivers names, their dependencies (modules.dep), the
+# kernel's module lists and a depmod of the packed tree (modules.dep, modules.alias for busybox
+# modprobe); the firmware files the packed network drivers name, from $fwroot. Prints the
+# firmware the drivers name that no packed package has.
+pack_osie_drivers() {
+  local dir=$1 kmod="$kroot/lib/modules/$kver" rel f
+  local dest="$dir/lib/modules/$kver"
+  mkdir -p "$dest"
+  (
+    cd "$kmod/kernel"
+    shopt -s globstar nullglob
+    # shellcheck disable=SC2068 # the globs expand here, under lib/modules/KVER/kernel
+    for f in ${osie_drivers[@]}; do echo "kernel/$f"; done
+  ) | sort -u > "$work/selected"
+  cut -d: -f1 "$kmod/modules.dep" > "$work/all"
+  if grep -vxF -f "$work/all" "$work/selected" > "$work/unknown"; then
+    say "osie_drivers names modules kernel $kver lacks: $(tr '\n' ' ' < "$work/unknown")"
+    exit 1
+  fi
+  # modules.dep: "kernel/a.ko: kernel/dep1.ko kernel/dep2.ko" (every dependency, transitively).
+  awk 'NR == FNR {want[$0] = 1; next}
+       { sub(":", "", $1); if ($1 in want) for (i = 1; i <= NF; i++) print $i }' \
+    "$work/selected" "$kmod/modules.dep" | sort -u > "$work/packed"
+  while read -r rel; do
+    mkdir -p "$dest/$(dirname "$rel")"
+    cp "$kmod/$rel" "$dest/$rel"
+  done < "$work/packed"
+  cp "$kmod"/modules.{order,builtin,builtin.modinfo} "$dest/"
+  depmod -b "$dir" "$kver"
+  # Firmware: what the packed network drivers name (modinfo's firmware field).
+  : > "$work/firmware-missing"
+  grep -E '^kernel/drivers/net/' "$work/packed" | while read -r rel; do
+    for f in $(modinfo -F firmware "$kmod/$rel"); do
+      if [ -e "$fwroot/lib/firmware/$f" ]; then
+        mkdir -p "$dir/lib/firmware/$(dirname "$f")"
+        cp -L "$fwroot/lib/firmware/$f" "$dir/lib/firmware/$f"
+      else
+        echo "$(basename "$rel" .ko): $f" >> "$work/firmware-missing"
+      fi
+    done
+  done
+  say "$(wc -l < "$work/packed") modules ($(du -sh "$dest" | cut -f1)), firmware $(du -sh "$dir/lib/firmware" 2>/dev/null | cut -f1) in $(find "$dir/lib/firmware" -type f 2>/dev/null | wc -l) files"
+  if [ -s "$work/firmware-missing" ]; then
+    say "firmware the packed drivers name that $firmware_pkgs lack: $(cut -d: -f1 "$work/firmware-missing" | sort | uniq -c | awk '{printf "%s%s (%s)", sep, $2, $1; sep=", "}')"
+  fi
+}
+
+# NIC firmware from Debian's non-free-firmware component, through a private apt configuration
+# (its own sources list, package lists and cache under DIR/cache/firmware-apt): the host's apt
+# sources stay as they are. Redistributable by Debian's terms; only the files the packed network
+# drivers name are packed.
+firmware_pkgs="firmware-bnx2 firmware-bnx2x firmware-realtek firmware-misc-nonfree firmware-qlogic firmware-netxen firmware-myricom"
+fetch_firmware() {
+  local apt="$out/cache/firmware-apt" suite
+  fwroot="$out/cache/firmware-root"
+  [ -f "$fwroot/.complete" ] && [ "$(cat "$fwroot/.complete")" = "$firmware_pkgs" ] && return 0
+  suite=$(sed -n "s/^VERSION_CODENAME=//p" /etc/os-release)
+  [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] \
+    || { say "no /usr/share/keyrings/debian-archive-keyring.gpg (Debian's debian-archive-keyring) to check the firmware packages with"; exit 1; }
+  rm -rf "$apt" "$fwroot"
+  mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/parts" "$fwroot"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite non-free-firmware" \
+    > "$apt/sources.list"
+  local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=$apt/parts"
+    -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt" -o Debug::NoLocking=1)
+  say "fetching $firmware_pkgs ($suite non-free-firmware)"
+  apt-get "${opts[@]}" update -qq >/dev/null 2>&1 || { say "apt-get update of $suite non-free-firmware failed"; exit 1; }
+  # shellcheck disable=SC2086 # a list of package names
+  (cd "$apt/archives" && apt-get "${opts[@]}" download -q $firmware_pkgs >/dev/null 2>&1) \
+    || { say "apt-get download $firmware_pkgs failed"; exit 1; }
+  for deb in "$apt/archives"/*.deb; do dpkg-deb -x "$deb" "$fwroot"; done
+  echo "$firmware_pkgs" > "$fwroot/.complete"
 }
 
 # copy_bin DIR EXE DEST: a dynamically linked program with the libraries it needs.
@@ -122,9 +235,10 @@ copy_bin() {
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 root="$work/osie"
-# ext4: the installed root of real OS images (writefile, cexec and kexec mount it).
-modules="virtio_pci virtio_net virtio_blk e1000 vfat nls_cp437 nls_iso8859_1 nls_ascii ext4"
-pack_common "$root"
+fetch_firmware
+pack_base "$root"
+pack_osie_drivers "$root"
+echo "$osie_always" > "$root/etc/modules.always"
 cp osie/init "$root/init"
 copy_bin "$root" "$agent" /usr/local/bin/tink-agent
 strip "$root/usr/local/bin/tink-agent" 2>/dev/null || true
@@ -142,8 +256,8 @@ fi
 # The installed OS of the demo: a disk image with an MBR (syslinux's boot code), one bootable
 # FAT partition from 1 MiB holding syslinux, the kernel, its initramfs and marker.txt.
 troot="$work/target"
-modules="virtio_pci virtio_net virtio_blk vfat nls_cp437 nls_iso8859_1 nls_ascii"
-pack_common "$troot"
+pack_base "$troot"
+pack_listed "$troot" virtio_pci virtio_net virtio_blk vfat nls_cp437 nls_iso8859_1 nls_ascii
 cp osie/target-init "$troot/init"
 (cd "$troot" && find . -print0 | cpio --null -o -H newc --quiet) | gzip -9 > "$work/target.img"
 part="$work/part.img"

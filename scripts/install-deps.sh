@@ -12,7 +12,7 @@
 #   kmod and zstd (the OSIE initramfs); the kernel is unpacked from linux-image-amd64's package;
 #   grub-pc-bin, grub-efi-amd64-bin and xorriso (the BIOS + UEFI OSIE ISO, osie/mkiso.sh) and
 #   qemu-block-extra (QEMU reads the served ISO over HTTP: services/netboot/tests/iso.rs)
-#   ovmf (UEFI firmware: scripts/netboot-demo.sh --uefi)
+#   ovmf (UEFI firmware: scripts/netboot-demo.sh --uefi, scripts/osie-matrix.sh)
 #   the OS install run (scripts/os-install-demo.sh, scripts/debian-image.sh): mmdebstrap (the
 #   Debian image), extlinux (its boot loader), kexec-tools (the OSIE's `kexec -e`),
 #   openssh-client (the run logs in to the installed OS)
