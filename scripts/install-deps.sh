@@ -110,3 +110,7 @@ fi
 getent passwd libvirt-qemu >/dev/null 2>&1 || useradd --system --user-group --no-create-home --home-dir /var/lib/libvirt --shell /usr/sbin/nologin libvirt-qemu
 /opt/sushy-tools/bin/python3 -c 'import libvirt' 2>/dev/null || /opt/sushy-tools/bin/pip install -q libvirt-python
 # --- end BMC emulators ---
+# UEFI HTTP boot (scripts/netboot-demo.sh --uefi-http): virt-fw-vars (PyPI virt-firmware, in its
+# own venv) writes the HTTP boot option into the VM's copy of OVMF's variable store, as a BMC's
+# Redfish Boot.HttpBootUri does.
+command -v virt-fw-vars >/dev/null 2>&1 || { python3 -c 'import venv, ensurepip' 2>/dev/null || apt-get install -y -qq python3-venv >/dev/null; python3 -m venv /opt/virt-firmware && /opt/virt-firmware/bin/pip install -q virt-firmware && ln -sf /opt/virt-firmware/bin/virt-fw-vars /usr/local/bin/virt-fw-vars; }

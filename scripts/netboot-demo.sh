@@ -60,6 +60,7 @@ repo=$(pwd)
 bmc=""
 reuse=""
 uefi=false
+http_boot=false
 # --enroll: an unknown machine enrolls itself (scripts/enroll-demo.sh, reusing a plain run).
 for a in "$@"; do
   if [ "$a" = --enroll ]; then
@@ -73,7 +74,8 @@ while [ $# -gt 0 ]; do
     --bmc) bmc=${2:-}; shift 2 || { echo "error: --bmc needs redfish or ipmi" >&2; exit 2; } ;;
     --reuse) reuse=${2:-}; shift 2 || { echo "error: --reuse needs a folder" >&2; exit 2; } ;;
     --uefi) uefi=true; shift ;;
-    *) echo "usage: $0 [--bmc redfish|ipmi | --uefi] [--reuse DIR]" >&2; exit 2 ;;
+    --uefi-http) uefi=true; http_boot=true; shift ;;
+    *) echo "usage: $0 [--bmc redfish|ipmi | --uefi | --uefi-http | --enroll] [--reuse DIR]" >&2; exit 2 ;;
   esac
 done
 case "$bmc" in ""|redfish|ipmi) ;; *) echo "error: --bmc takes redfish or ipmi, not '$bmc'" >&2; exit 2 ;; esac
@@ -83,6 +85,9 @@ ovmf_vars=/usr/share/OVMF/OVMF_VARS.fd
 if $uefi && { [ ! -f "$ovmf_code" ] || [ ! -f "$ovmf_vars" ]; }; then
   echo "error: --uefi: $ovmf_code or $ovmf_vars missing (Debian ovmf): run scripts/install-deps.sh" >&2; exit 1
 fi
+if $http_boot && ! command -v virt-fw-vars >/dev/null; then
+  echo "error: --uefi-http: virt-fw-vars missing (PyPI virt-firmware): run scripts/install-deps.sh" >&2; exit 1
+fi
 if [ -n "$reuse" ]; then
   reuse=$(cd "$reuse" 2>/dev/null && pwd) || { echo "error: --reuse: no folder $reuse" >&2; exit 2; }
   for f in stack/pki/ca.crt files/vmlinuz files/initramfs files/disk.img.gz registry accel; do
@@ -91,6 +96,8 @@ if [ -n "$reuse" ]; then
 fi
 if [ -n "$bmc" ]; then
   out="${TINK_NETBOOT_OUT:-$repo/target/netboot-demo-bmc-$bmc}"
+elif $http_boot; then
+  out="${TINK_NETBOOT_OUT:-$repo/target/netboot-demo-uefi-http}"
 elif $uefi; then
   out="${TINK_NETBOOT_OUT:-$repo/target/netboot-demo-uefi}"
 else
@@ -374,6 +381,13 @@ if $uefi; then
   nic_boot=",bootindex=1,romfile="
   fw_name="UEFI (OVMF)"
 fi
+if $http_boot; then
+  # UEFI HTTP boot, as a BMC sets it (Redfish Boot.HttpBootUri): the firmware's next boot is an
+  # HTTP boot option for ipxe.efi on tink-netboot's HTTP server; its DHCP asks as an HTTPClient.
+  virt-fw-vars --input "$ovmf_vars" --output "$out/OVMF_VARS.fd" --set-boot-uri "$TINK_NETBOOT_URL/ipxe.efi" >"$out/virt-fw-vars.log" 2>&1 \
+    || { cat "$out/virt-fw-vars.log"; echo "error: cannot write the HTTP boot option" >&2; exit 1; }
+  fw_name="UEFI (OVMF) HTTP boot of $TINK_NETBOOT_URL/ipxe.efi"
+fi
 stage "provisioning boot: PXE, OSIE, workflow, reboot ($accel, $fw_name)"
 qemu-img create -q -f qcow2 "$out/disk.qcow2" 1G
 ip netns exec "$ns" timeout "$timeout_s" qemu-system-x86_64 "${qemu_accel[@]}" "${firmware[@]}" -m 2048 -smp 2 \
@@ -427,7 +441,16 @@ case " $inv_macs " in *" $vm_mac "*) ;; *) echo "error: the Hardware's inventory
 stage "the disk after the machine stopped (qemu-img, mtools)"
 check_disk
 
-if $uefi; then
+if $http_boot; then
+  # The firmware asked as an HTTPClient (architecture 16) and got ipxe.efi's URL; nothing was
+  # booted by PXE (TFTP) instead.
+  http_answers=$(grep -a "DHCP answered" "$out/stack/logs/netboot.log" | grep -c 'boot_file="\?http://[^ ]*/ipxe.efi' || true)
+  tftp_answers=$(grep -a "DHCP answered" "$out/stack/logs/netboot.log" | grep -Ec 'boot_file="?(ipxe.efi|undionly.kpxe|snponly.efi)' || true)
+  echo "   DHCP answers with ipxe.efi's HTTP URL (UEFI HTTP boot): $http_answers; with a TFTP boot file: $tftp_answers"
+  [ "$http_answers" -gt 0 ] || { echo "error: no DHCP answer handed an HTTP boot URL" >&2; exit 1; }
+  [ "$tftp_answers" = 0 ] || { echo "error: the machine fell back to PXE (TFTP)" >&2; exit 1; }
+  echo "   (the demo disk image boots with syslinux, BIOS only: the UEFI run ends after the workflow)"
+elif $uefi; then
   # The boot file tink-netboot chose from the firmware's architecture (option 93).
   efi_answers=$(grep -a "DHCP answered" "$out/stack/logs/netboot.log" | grep -c 'ipxe.efi' || true)
   echo "   DHCP answers that handed ipxe.efi (UEFI x86-64): $efi_answers"
