@@ -314,7 +314,7 @@ run_row() {
   if [ "$extra" = unbound-e1000 ]; then
     # osie/init names the NIC without a driver: on the console, and by syslog once the network is up.
     local want="no driver for PCI network controller [0-9a-f:.]+ 8086:100e \\(class 020000\\)"
-    console_text "$dir/serial.log" | grep -qE "$want" || problems="${problems}the console does not name the e1000 without a driver; "
+    console_text "$dir/serial.log" | grep -E "$want" >/dev/null || problems="${problems}the console does not name the e1000 without a driver; "
     nsx "$bins/tinkctl" hardware logs "mx-$n" -n osie-matrix --tail 5000 >"$dir/syslog.txt" 2>&1 || true
     if grep -qE "$want" "$dir/syslog.txt"; then
       note="    by syslog (tinkctl hardware logs): $(grep -m1 -oE "$want" "$dir/syslog.txt")"

@@ -119,8 +119,8 @@ matrix_action_image() {
 matrix_osie_has_modalias() {
   local list
   list=$(zstd -dc "$1" 2>/dev/null | cpio -it --quiet 2>/dev/null) || return 1
-  echo "$list" | grep -qE '^lib/modules/[^/]+/modules\.alias$' || return 1
-  zstd -dc "$1" 2>/dev/null | cpio -i --quiet --to-stdout init 2>/dev/null | grep -q '^coldplug()'
+  echo "$list" | grep -E '^lib/modules/[^/]+/modules\.alias$' >/dev/null || return 1
+  zstd -dc "$1" 2>/dev/null | cpio -i --quiet --to-stdout init 2>/dev/null | grep '^coldplug()' >/dev/null
 }
 
 # matrix_disk_marker DISK_IMG_GZ: the marker.txt of the demo disk image (its first partition).
