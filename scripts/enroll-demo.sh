@@ -13,8 +13,13 @@
 #      not approved, and no Workflow; a Workflow for it is refused by admission; a spoofed
 #      enrollment of the machine's MAC (`tinkctl agent enroll`, another inventory, no
 #      credentials) is refused and changes nothing;
-#   5. approval (`tinkctl hardware approve`, after setting its disk); a Workflow then writes the
-#      demo image to its disk and reboots it; the disk is checked after the VM stopped.
+#   5. inventory on request (`tinkctl hardware inventory --refresh`): the running agent answers;
+#   6. approval (`tinkctl hardware approve`, after setting its disk); no Workflow is written by
+#      hand: the WorkflowRuleSet applied before the machine booted (issue 31: product name and a
+#      disk of at least 1 GiB) did not fire while the machine was unapproved (its enrollment
+#      inventory, then its agent's, on the Hardware) and fires once it is approved; its
+#      Workflow writes the demo image to the disk and reboots it; the disk is checked after the
+#      VM stopped.
 #
 # Each check prints one line `CHECK <what>: ok`. Reuses the plain netboot demo's OSIE, CA,
 # action image and accelerator choice:
@@ -162,6 +167,21 @@ spec:
       cmd: /usr/local/bin/power
       args: [reboot]
       timeout: 60s
+---
+apiVersion: tinkerbell.org/v1alpha2
+kind: WorkflowRuleSet
+metadata: {name: enroll-rule, namespace: default}
+spec:
+  rules:
+    - name: enroll-demo-vm
+      match:
+        product.name: {equals: enroll-demo}
+        blockDevices: {count: {min: 1}, where: {sizeBytes: {min: 1073741824}}}
+  workflow:
+    templateRef: {name: install-demo-os}
+    templateData:
+      image_url: $TINK_NETBOOT_URL/disk.img.gz
+    timeout: 15m
 EOF
 nsx kubectl apply -f "$out/objects.yaml" >/dev/null
 [ -z "$(nsx kubectl get hardware -A -o name 2>/dev/null)" ] || fail "a Hardware exists before the machine enrolled"
@@ -223,6 +243,14 @@ case " $nics " in *" $vm_mac "*) ;; *) fail "its inventory's NICs ($nics) do not
 check "its NIC from QEMU: $vm_mac"
 [ -z "$(nsx kubectl get workflows -A -o name 2>/dev/null)" ] || fail "a Workflow exists for a machine nobody approved"
 check "no Workflow"
+# The enrollment's inventory is marked as such; the agent reports again, authenticated, once its
+# stream opens (the session token comes with the discovered Hardware).
+wait_until=$(($(date +%s) + 90))
+until [ "$(hw_json '{.status.inventorySource}')" = Agent ]; do
+  [ "$(date +%s)" -lt "$wait_until" ] || fail "status.inventorySource is '$(hw_json '{.status.inventorySource}')', not Agent, 90 s after enrolling"
+  sleep 1
+done
+check "its agent's authenticated report replaced the enrollment's (status.inventorySource Agent)"
 
 stage "before approval: no Workflow admitted, a spoofed agent changes nothing"
 if nsx kubectl apply -f "$out/workflow.yaml" >"$out/refused.txt" 2>&1; then
@@ -245,20 +273,48 @@ sleep 2
 [ "$(hw_json '{.status.attributes.inBand.product.serialNumber}')" = "$serial" ] || fail "the serial changed"
 check "a spoofed enrollment of the known MAC left its Hardware unchanged (resourceVersion $rv_before)"
 
-stage "approval, then a Workflow: the image written to its disk"
+stage "inventory on request: the running agent reports again"
+if ! nsx env RUST_BACKTRACE=0 "$bins/tinkctl" hardware inventory "$hw_name" -n default --refresh --timeout 120s \
+  >"$out/inventory.json" 2>"$out/inventory.err"; then
+  cat "$out/inventory.err"; fail "the agent did not answer the inventory request"
+fi
+sed 's/^/   /' "$out/inventory.err"
+request=$(hw_json '{.status.inventoryRequest}')
+[ -n "$request" ] || fail "no status.inventoryRequest"
+grep -q "request $request" "$out/inventory.err" || fail "status.inventoryRequest ($request) is not the request tinkctl made"
+grep "\"$serial\"" "$out/inventory.json" >/dev/null || fail "the fresh inventory lacks the serial $serial"
+wait_until=$(($(date +%s) + 30))
+while [ -n "$(hw_json '{.metadata.annotations.tinkerbell\.org/inventory-request}')" ]; do
+  [ "$(date +%s)" -lt "$wait_until" ] || fail "the answered request's annotation stayed"
+  sleep 1
+done
+check "inventory on request: the agent answered request $request; the annotation is gone"
+
+stage "approval, then the rule's Workflow: the image written to its disk"
 nsx kubectl patch hardware "$hw_name" -n default --type merge -p '{"spec":{"storageDevices":["/dev/vda"]}}' >/dev/null
 nsx "$bins/tinkctl" hardware approve "$hw_name" -n default | sed 's/^/   /'
 [ "$(hw_json '{.spec.discovery.approved}')" = true ] || fail "not approved"
-nsx kubectl apply -f "$out/workflow.yaml" >/dev/null
-check "approved; the Workflow is admitted"
+check "approved"
+# The WorkflowRuleSet fires once the machine is approved and its agent's authenticated
+# inventory is on the Hardware.
+rule_wf="enroll-rule-$hw_name-g1"
+until nsx kubectl get workflow "$rule_wf" -n default >/dev/null 2>&1; do
+  kill -0 "$qemu" 2>/dev/null || fail "the machine stopped before the rule set created its Workflow"
+  [ "$(date +%s)" -lt "$deadline" ] || fail "no Workflow $rule_wf from the WorkflowRuleSet after ${timeout_s}s"
+  sleep 1
+done
+[ "$(hw_json '{.status.inventorySource}')" = Agent ] || fail "the rule fired without an authenticated inventory"
+[ "$(nsx kubectl get workflow "$rule_wf" -n default -o jsonpath='{.metadata.labels.tinkerbell\.org/rule}')" = enroll-rule ] || fail "the Workflow does not carry the rule label"
+[ "$(nsx kubectl get workflows -n default -o name | wc -l)" = 1 ] || fail "more than one Workflow for the machine"
+check "the WorkflowRuleSet created $rule_wf (no hand-written Workflow), after the machine's authenticated agent reported"
 state=""
 while kill -0 "$qemu" 2>/dev/null; do
-  state=$(nsx kubectl get workflow install-enrolled -n default -o jsonpath='{.status.state}' 2>/dev/null || true)
+  state=$(nsx kubectl get workflow "$rule_wf" -n default -o jsonpath='{.status.state}' 2>/dev/null || true)
   case "$state" in Failed|Canceled) break ;; esac
   sleep 2
 done
 wait "$qemu" || fail "QEMU ended with status $? (timeout ${timeout_s}s?)"
-state=$(nsx kubectl get workflow install-enrolled -n default -o jsonpath='{.status.state}')
+state=$(nsx kubectl get workflow "$rule_wf" -n default -o jsonpath='{.status.state}')
 [ "$state" = Succeeded ] || fail "the workflow is $state after the machine stopped"
 check "the Workflow Succeeded and the machine rebooted"
 qemu-img convert -O raw "$out/disk.qcow2" "$out/disk.raw"

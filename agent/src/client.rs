@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use tink_proto::workflow::v2::workflow_service_client::WorkflowServiceClient;
 use tink_proto::workflow::v2::{
-    Event, GetWorkflowsRequest, GetWorkflowsResponse, PublishEventRequest,
+    Event, GetWorkflowsRequest, GetWorkflowsResponse, PublishEventRequest, get_workflows_response,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -95,6 +95,8 @@ pub struct ServerPool {
     /// said enrollment is open ([`ENROLLMENT_TRAILER`]): the inventory is then reported
     /// without credentials, to enroll.
     enrollment_open: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The latest inventory request a server forwarded (its id), for the inventory task.
+    inventory_requests: Arc<tokio::sync::watch::Sender<Option<String>>>,
 }
 
 /// The trailer a server adds to a refused stream of an unknown machine when it takes
@@ -155,6 +157,7 @@ impl ServerPool {
             },
             connected: Arc::new(tokio::sync::watch::channel(false).0),
             enrollment_open: Arc::new(tokio::sync::watch::channel(false).0),
+            inventory_requests: Arc::new(tokio::sync::watch::channel(None).0),
         })
     }
 
@@ -166,6 +169,12 @@ impl ServerPool {
     /// Whether a server said this unknown machine may enroll (see [`ENROLLMENT_TRAILER`]).
     pub fn enrollment_open(&self) -> tokio::sync::watch::Receiver<bool> {
         self.enrollment_open.subscribe()
+    }
+
+    /// Inventory requests forwarded on the command stream (the latest id; see
+    /// [`crate::inventory::serve`]).
+    pub fn inventory_requests(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.inventory_requests.subscribe()
     }
 
     /// Adds the session token to a request's metadata.
@@ -312,6 +321,15 @@ pub async fn command_stream(
                         m = stream.message() => m,
                     };
                     match message {
+                        Ok(Some(GetWorkflowsResponse {
+                            cmd: Some(get_workflows_response::Cmd::RequestInventory(request)),
+                            ..
+                        })) => {
+                            // Not a workflow command: for the inventory task, not the executor.
+                            info!(server = address, request_id = %request.request_id, "the server asks for a fresh inventory");
+                            pool.inventory_requests
+                                .send_replace(Some(request.request_id));
+                        }
                         Ok(Some(command)) => {
                             metrics.commands_received.inc();
                             if commands.send(command).await.is_err() {

@@ -252,6 +252,8 @@ impl Executor {
                 drop(self.receipt(&stop.workflow_id, true, &trace).await);
                 self.stop(stop, current, &trace).await;
             }
+            // The command stream hands inventory requests to the inventory task.
+            Some(get_workflows_response::Cmd::RequestInventory(_)) => {}
             None => warn!("ignoring a command of an unknown kind (a newer server?)"),
         }
     }

@@ -1,4 +1,4 @@
-//! The machine's hardware inventory, reported once per agent start (issue 30).
+//! The machine's hardware inventory, reported once per agent start and on request (issue 30).
 //!
 //! At start the agent reads the machine ([`tink_inventory::collect`] on
 //! [`AgentConfig::inventory_root`], `/` in the OSIE, in a blocking task: it reads `/proc`,
@@ -14,6 +14,11 @@
 //! takes enrollments ([`crate::client::ENROLLMENT_TRAILER`]), the inventory is sent once
 //! without credentials to enroll (the controller makes a discovered Hardware of it), and again,
 //! authenticated, once the stream opens.
+//!
+//! On request: an operator annotates the machine's Hardware (`tinkerbell.org/inventory-request`)
+//! and the controller asks, through the server holding the agent's stream, for a fresh
+//! inventory (`RequestInventory`); [`serve`] collects it again and reports it naming the
+//! request, so the controller knows the request was answered.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -53,11 +58,66 @@ pub async fn collect_json(root: PathBuf) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|e| e.to_string())
 }
 
+/// Reports the inventory at start ([`report`]), then again each time a server forwards an
+/// inventory request (collected afresh, naming the request), until `shutdown`. Requests that
+/// come while one is being answered are coalesced: the latest is answered next.
+pub async fn serve(
+    pool: ServerPool,
+    config: Arc<AgentConfig>,
+    connected: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+) {
+    let mut requests = pool.inventory_requests();
+    let first = report(
+        pool.clone(),
+        config.clone(),
+        connected.clone(),
+        shutdown.clone(),
+    )
+    .await;
+    if first == Reported::Abandoned && shutdown.is_cancelled() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            changed = requests.changed() => if changed.is_err() { return },
+        }
+        let Some(request_id) = requests.borrow_and_update().clone() else {
+            continue;
+        };
+        let Some(root) = config.inventory_root.clone() else {
+            warn!(
+                request_id,
+                "a server asked for the inventory, and this agent collects none (no inventory root)"
+            );
+            continue;
+        };
+        let inventory = match collect_json(root.clone()).await {
+            Ok(json) => json,
+            Err(e) => {
+                error!(root = %root.display(), error = %e, "cannot collect the inventory a server asked for");
+                continue;
+            }
+        };
+        let reported = send(
+            &pool,
+            &config,
+            inventory,
+            &request_id,
+            connected.clone(),
+            &shutdown,
+        )
+        .await;
+        info!(request_id, ?reported, "inventory request answered");
+    }
+}
+
 /// Collects and reports the inventory once `connected` turns true; returns what became of it.
 pub async fn report(
     pool: ServerPool,
     config: Arc<AgentConfig>,
-    mut connected: watch::Receiver<bool>,
+    connected: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) -> Reported {
     let Some(root) = config.inventory_root.clone() else {
@@ -70,8 +130,22 @@ pub async fn report(
             return Reported::Abandoned;
         }
     };
+    send(&pool, &config, inventory, "", connected, &shutdown).await
+}
+
+/// Sends `inventory` (answering `request_id`, or the report at start when empty) until a
+/// server stores it or refuses it for good. Only the report at start may enroll.
+async fn send(
+    pool: &ServerPool,
+    config: &AgentConfig,
+    inventory: String,
+    request_id: &str,
+    mut connected: watch::Receiver<bool>,
+    shutdown: &CancellationToken,
+) -> Reported {
     let mut enrollment = pool.enrollment_open();
-    let mut enrolled = false;
+    // A request comes on an open stream: it is answered authenticated, never as an enrollment.
+    let mut enrolled = !request_id.is_empty();
     let mut backoff = Backoff::new(config.backoff_initial, config.backoff_max);
     let mut index = pool.preferred_index();
     loop {
@@ -88,6 +162,11 @@ pub async fn report(
         let mut request = tonic::Request::new(ReportInventoryRequest {
             agent_id: config.agent_id.clone(),
             inventory: inventory.clone(),
+            request_id: if enrolling {
+                String::new()
+            } else {
+                request_id.to_string()
+            },
         });
         request.set_timeout(config.request_timeout);
         if !enrolling {

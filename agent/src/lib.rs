@@ -95,7 +95,7 @@ pub async fn run_with_logs(
         logs.clone(),
         abandon_logs.clone(),
     ));
-    let inventory = tokio::spawn(inventory::report(
+    let inventory = tokio::spawn(inventory::serve(
         pool.clone(),
         config.clone(),
         pool.connected(),

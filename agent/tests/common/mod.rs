@@ -159,6 +159,15 @@ pub struct Agent {
 impl Agent {
     /// Starts an agent against `servers` (tried in order). `None` when Docker tests are skipped.
     pub async fn start(id: &str, servers: &[SocketAddr]) -> Result<Option<Agent>, BoxError> {
+        Agent::start_with(id, servers, None).await
+    }
+
+    /// Like [`Agent::start`], reading the machine's inventory under `inventory_root`.
+    pub async fn start_with(
+        id: &str,
+        servers: &[SocketAddr],
+        inventory_root: Option<std::path::PathBuf>,
+    ) -> Result<Option<Agent>, BoxError> {
         let Some(docker) = engine_or_skip().await? else {
             return Ok(None);
         };
@@ -184,6 +193,7 @@ impl Agent {
         config.backoff_max = Duration::from_secs(1);
         config.request_timeout = Duration::from_secs(5);
         config.keepalive_interval = Duration::from_secs(2);
+        config.inventory_root = inventory_root;
         let health = tink_runtime::Health::new();
         let metrics = Metrics::default();
         let shutdown = CancellationToken::new();

@@ -112,6 +112,7 @@ async fn enroll(args: &EnrollArgs) -> anyhow::Result<()> {
         .report_inventory(tink_bus::proto::ReportInventoryRequest {
             agent_id: agent.as_str().to_string(),
             inventory,
+            request_id: String::new(),
         })
         .await
         .map_err(|s| {

@@ -155,7 +155,9 @@ mod tests {
                 "tinkerbellclusters.infrastructure.cluster.x-k8s.io.yaml",
                 "tinkerbellmachines.infrastructure.cluster.x-k8s.io.yaml",
                 "tinkerbellmachinetemplates.infrastructure.cluster.x-k8s.io.yaml",
-                "workflows.tinkerbell.org.yaml"
+                "workflowrulesets.tinkerbell.org.yaml",
+                "workflows.tinkerbell.org.yaml",
+                "workflowsets.tinkerbell.org.yaml"
             ]
         );
         let wf = std::fs::read_to_string(dir.path().join("workflows.tinkerbell.org.yaml"))
@@ -169,9 +171,9 @@ mod tests {
         let mut out = Vec::new();
         run(&w.args, &mut out).expect("run");
         let text = String::from_utf8(out).expect("utf8");
-        // tinkerbell.org's four, the Cluster API provider's three and Rufio's three
-        // (bmc.tinkerbell.org).
-        assert_eq!(text.matches("kind: CustomResourceDefinition").count(), 10);
-        assert_eq!(text.matches("\n---\n").count(), 9);
+        // tinkerbell.org's six (with WorkflowRuleSet and WorkflowSet), the Cluster API
+        // provider's three and Rufio's three (bmc.tinkerbell.org).
+        assert_eq!(text.matches("kind: CustomResourceDefinition").count(), 12);
+        assert_eq!(text.matches("\n---\n").count(), 11);
     }
 }

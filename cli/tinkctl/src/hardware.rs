@@ -8,6 +8,9 @@
 //! RBAC verb `approve` on `hardware.tinkerbell.org` (deploy/rbac/hardware-approver.yaml) and
 //! its refusal is printed as it is. `tinkctl hardware list [-o wide]`: the Hardware of a
 //! namespace with their MACs, approval and (wide) the inventory the agent reported.
+//! `tinkctl hardware inventory NAME [--refresh]`: the reported inventory as JSON; `--refresh`
+//! asks the agent for a fresh one first (annotation `tinkerbell.org/inventory-request`, which
+//! the controller turns into a request on the agent's stream) and waits for the answer.
 //!
 //! The lines are read from NATS JetStream (stream `TINK_SYSLOG`, subject
 //! `tink.syslog.<token of namespace/name>`, [`tink_bus::read_syslog`]) with the NATS login of
@@ -37,6 +40,29 @@ pub enum HardwareCommand {
     /// List Hardware: name, MACs, approval (yes, no, or - for Hardware that was not
     /// discovered); `-o wide` adds the inventory the agent reported.
     List(HardwareListArgs),
+    /// Print the inventory a machine's agent reported (JSON, Tinkerbell's attributes shape);
+    /// `--refresh` first asks the agent for a fresh one and waits for its answer.
+    Inventory(HardwareInventoryArgs),
+}
+
+/// Arguments of `hardware inventory`.
+#[derive(Args, Debug, Clone)]
+pub struct HardwareInventoryArgs {
+    /// The Hardware's name.
+    pub name: String,
+    /// The Hardware's namespace.
+    #[arg(short, long, env = "TINK_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// Ask the machine's agent for a fresh inventory (annotation
+    /// tinkerbell.org/inventory-request) and wait until it answered.
+    #[arg(long)]
+    pub refresh: bool,
+    /// How long `--refresh` waits for the answer (the agent must be running: it answers from
+    /// the OSIE). `0s`: do not wait.
+    #[arg(long, default_value = "2m", value_parser = parse_wait)]
+    pub timeout: std::time::Duration,
+    #[command(flatten)]
+    pub kube: KubeArgs,
 }
 
 /// Arguments of `hardware approve`.
@@ -105,7 +131,95 @@ pub fn run(cmd: HardwareCommand) -> anyhow::Result<()> {
         HardwareCommand::Logs(args) => rt.block_on(logs(&args)),
         HardwareCommand::Approve(args) => rt.block_on(approve(&args)),
         HardwareCommand::List(args) => rt.block_on(list(&args)),
+        HardwareCommand::Inventory(args) => rt.block_on(inventory(&args)),
     }
+}
+
+/// `--timeout`: `90s`, `2m`, `1m30s` or seconds; `0s` allowed.
+fn parse_wait(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(std::time::Duration::from_secs(secs));
+    }
+    let d: jiff::SignedDuration = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a duration such as 90s, 2m or 1m30s: {e}"))?;
+    std::time::Duration::try_from(d).map_err(|_| format!("{s:?} is negative"))
+}
+
+async fn inventory(args: &HardwareInventoryArgs) -> anyhow::Result<()> {
+    use tink_api::v1alpha2::{INVENTORY_REQUEST_ANNOTATION, inventory_request_id};
+    let (ns, name) = (&args.namespace, &args.name);
+    let client = args.kube.client().await?;
+    let api: Api<Hardware> = Api::namespaced(client, ns);
+    let Some(mut hw) = api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading Hardware {ns}/{name}"))?
+    else {
+        anyhow::bail!("no Hardware {name:?} in namespace {ns:?}");
+    };
+    if args.refresh {
+        let value = jiff::Timestamp::now().to_string();
+        let patch = json!({"metadata": {"annotations": {INVENTORY_REQUEST_ANNOTATION: value}}});
+        hw = api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "asking for hardware/{name}'s inventory was refused: {}",
+                    refused(e)
+                )
+            })?;
+        let uid = hw.metadata.uid.clone().unwrap_or_default();
+        let id = inventory_request_id(&uid, &value);
+        eprintln!("asked hardware/{name}'s agent for a fresh inventory (request {id})");
+        if args.timeout.is_zero() {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + args.timeout;
+        loop {
+            if hw
+                .status
+                .as_ref()
+                .and_then(|s| s.inventory_request.as_deref())
+                == Some(&id)
+            {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!(
+                    "hardware/{name}'s agent did not answer within {}: is it running (it answers from the OSIE)? The request stays (annotation {INVENTORY_REQUEST_ANNOTATION}) and is answered when the agent connects",
+                    jiff::SignedDuration::try_from(args.timeout)
+                        .map(|d| format!("{d:#}"))
+                        .unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            hw = api
+                .get(name)
+                .await
+                .with_context(|| format!("reading Hardware {ns}/{name}"))?;
+        }
+    }
+    let status = hw.status.clone().unwrap_or_default();
+    let Some(in_band) = status.attributes.as_ref().and_then(|a| a.in_band.as_ref()) else {
+        anyhow::bail!("hardware/{name} has no inventory yet: its agent reports one when it starts");
+    };
+    eprintln!(
+        "reported at {} by {}",
+        status.inventory_reported_at.as_deref().unwrap_or("-"),
+        match status.inventory_source.as_deref() {
+            Some("Agent") => "the machine's authenticated agent",
+            Some("Enrollment") => "an enrollment (no credentials; not trusted for rules)",
+            _ => "an unknown source",
+        }
+    );
+    println!(
+        "{}",
+        serde_json::to_string_pretty(in_band).context("printing the inventory")?
+    );
+    Ok(())
 }
 
 /// The refusal of an API call, as the API server (or its webhook) worded it.

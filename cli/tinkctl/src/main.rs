@@ -13,6 +13,7 @@ mod kubeconfig;
 mod logs;
 mod migrate;
 mod render;
+mod rollout;
 mod watch;
 
 use clap::{Parser, Subcommand};
@@ -57,6 +58,9 @@ enum Command {
     /// discovered machine), `list`.
     #[command(subcommand)]
     Hardware(hardware::HardwareCommand),
+    /// Rollout commands: `status` of a WorkflowSet (-w follows it until it completes or halts).
+    #[command(subcommand)]
+    Rollout(rollout::RolloutCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -71,5 +75,6 @@ fn main() -> anyhow::Result<()> {
         Command::Agent(cmd) => agent::run(cmd),
         Command::Bmc(cmd) => bmc::run(cmd),
         Command::Hardware(cmd) => hardware::run(cmd),
+        Command::Rollout(cmd) => rollout::run(cmd),
     }
 }

@@ -246,3 +246,113 @@ async fn approve_follows_rbac_through_the_webhook() {
     let _ = webhook.await;
     server.shutdown().await;
 }
+
+/// `tinkctl hardware inventory`: prints the reported inventory; `--refresh` sets the request
+/// annotation and waits until `status.inventoryRequest` names the request (here written by the
+/// test, as the controller does when the agent answered), and fails, naming the annotation, when
+/// no answer comes in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inventory_prints_and_refresh_waits_for_the_answer() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let server = kube_lite::Server::start_with_tokens(dir.path(), "t-admin,admin,u-admin\n")
+        .await
+        .expect("kube-lite");
+    let client = server.client().expect("client");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let path = repo().join("deploy/crds/hardware.tinkerbell.org.yaml");
+    let crd: CustomResourceDefinition =
+        serde_yaml::from_str(&std::fs::read_to_string(&path).expect("read CRD")).expect("CRD");
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("create CRD");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns"),
+        )
+        .await
+        .expect("namespace");
+    let api: Api<Hardware> = Api::namespaced(client.clone(), NS);
+    let hw: Hardware = serde_json::from_value(json!({
+        "apiVersion": "tinkerbell.org/v1alpha2", "kind": "Hardware",
+        "metadata": {"name": "m1", "namespace": NS},
+        "spec": {"networkInterfaces": {"52:54:00:0b:5e:09": {}}},
+    }))
+    .expect("hardware");
+    api.create(&PostParams::default(), &hw)
+        .await
+        .expect("create");
+    let config = kubeconfig(&server, dir.path(), "t-admin");
+
+    // No inventory yet: said so.
+    let (ok, _, err) = tinkctl(&config, &["inventory", "m1"]).await;
+    assert!(!ok);
+    assert!(err.contains("no inventory yet"), "{err}");
+
+    // An inventory: printed as JSON, with who reported it.
+    let status = json!({"status": {"attributes": {"inBand": {"cpu": {"totalThreads": 8}}},
+        "inventoryReportedAt": "2026-11-27T10:00:00Z", "inventorySource": "Agent"}});
+    api.patch_status("m1", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("status");
+    let (ok, out, err) = tinkctl(&config, &["inventory", "m1"]).await;
+    assert!(ok, "{err}");
+    let printed: Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(printed["cpu"]["totalThreads"], 8);
+    assert!(err.contains("authenticated agent"), "{err}");
+
+    // No answer in time: an error naming the annotation, which stays for the agent.
+    let (ok, _, err) = tinkctl(
+        &config,
+        &["inventory", "m1", "--refresh", "--timeout", "1s"],
+    )
+    .await;
+    assert!(!ok);
+    assert!(err.contains("did not answer within 1s"), "{err}");
+    assert!(err.contains("tinkerbell.org/inventory-request"), "{err}");
+
+    let annotation = |hw: &Hardware| {
+        hw.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(tink_api::v1alpha2::INVENTORY_REQUEST_ANNOTATION))
+            .cloned()
+    };
+    let first = annotation(&api.get("m1").await.expect("get")).expect("the request stays");
+
+    // Answered while it waits: it returns with the inventory.
+    let waiting = tokio::spawn({
+        let config = config.clone();
+        async move {
+            tinkctl(
+                &config,
+                &["inventory", "m1", "--refresh", "--timeout", "30s"],
+            )
+            .await
+        }
+    });
+    let mut answered = false;
+    for _ in 0..300 {
+        let hw = api.get("m1").await.expect("get");
+        // The new refresh's value (a later time than the first one's).
+        if let Some(value) = annotation(&hw).filter(|v| *v != first) {
+            let uid = hw.metadata.uid.clone().unwrap_or_default();
+            let id = tink_api::v1alpha2::inventory_request_id(&uid, &value);
+            let answer = json!({"status": {"inventoryRequest": id,
+                "attributes": {"inBand": {"cpu": {"totalThreads": 16}}}}});
+            api.patch_status("m1", &PatchParams::default(), &Patch::Merge(&answer))
+                .await
+                .expect("answer");
+            answered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(answered, "the refresh set its annotation");
+    let (ok, out, err) = waiting.await.expect("joined");
+    assert!(ok, "{err}");
+    let printed: Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(printed["cpu"]["totalThreads"], 16, "the fresh inventory");
+    server.shutdown().await;
+}

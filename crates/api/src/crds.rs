@@ -244,7 +244,8 @@ fn with_joined_descriptions(mut crd: CustomResourceDefinition) -> CustomResource
 /// The ten CRDs: Hardware, Template and Workflow serve v1alpha1 and v1alpha2 (stored) with
 /// webhook conversion; OSIE exists only in v1alpha2 (no conversion); the Cluster API provider's
 /// TinkerbellCluster, TinkerbellMachine and TinkerbellMachineTemplate serve v1beta1; Rufio's
-/// Machine, Job and Task serve `bmc.tinkerbell.org/v1alpha1`.
+/// Machine, Job and Task serve `bmc.tinkerbell.org/v1alpha1`; WorkflowRuleSet (issue 31) serves
+/// v1alpha2 only.
 pub fn crds(webhook: &ConversionWebhook) -> Result<Vec<CustomResourceDefinition>, CrdError> {
     let crds = vec![
         capi_crd(capi::v1beta1::TinkerbellCluster::crd()),
@@ -269,6 +270,10 @@ pub fn crds(webhook: &ConversionWebhook) -> Result<Vec<CustomResourceDefinition>
             v1alpha1::Workflow::crd(),
             webhook,
         )?,
+        // Rollouts: v1alpha2 only (no v1alpha1 counterpart, no conversion).
+        v1alpha2::WorkflowSet::crd(),
+        // WorkflowRuleSet (issue 31): v1alpha2 only, no conversion.
+        v1alpha2::WorkflowRuleSet::crd(),
         clusterctl_moved(bmc::Machine::crd()),
         bmc::Job::crd(),
         bmc::Task::crd(),

@@ -793,11 +793,22 @@ fn a2_hardware() -> impl Strategy<Value = a2::Hardware> {
                 }),
             ),
             opt_text(),
+            option::of(prop_oneof![
+                Just(a2::INVENTORY_SOURCE_AGENT.to_string()),
+                Just(a2::INVENTORY_SOURCE_ENROLLMENT.to_string()),
+            ]),
+            opt_text(),
         )
-            .prop_map(|(attributes, inventory_reported_at)| a2::HardwareStatus {
-                attributes,
-                inventory_reported_at,
-            }),
+            .prop_map(
+                |(attributes, inventory_reported_at, inventory_source, inventory_request)| {
+                    a2::HardwareStatus {
+                        attributes,
+                        inventory_reported_at,
+                        inventory_source,
+                        inventory_request,
+                    }
+                },
+            ),
     );
     (metadata(), spec, status).prop_map(|(metadata, spec, status)| a2::Hardware {
         metadata,

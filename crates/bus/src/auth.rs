@@ -59,6 +59,14 @@ pub enum NatsConnectError {
         /// The error.
         source: async_nats::ConnectError,
     },
+    /// The URL setting names no server at all (empty, or only commas).
+    #[error(
+        "the NATS URL setting ({url:?}) names no server: give nats://host:port, or several comma separated"
+    )]
+    NoServer {
+        /// The setting as given.
+        url: String,
+    },
 }
 
 impl NatsAuth {
@@ -119,7 +127,20 @@ pub async fn connect(
     auth: &NatsAuth,
     options: impl Fn() -> ConnectOptions,
 ) -> Result<Client, NatsConnectError> {
-    match auth.apply(options()).await?.connect(url).await {
+    // A comma-separated list names several nodes of a cluster (any one that answers will do;
+    // the client learns the rest from it); one URL works as before.
+    let servers: Vec<&str> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if servers.is_empty() {
+        // Retrying an empty list would wait for ever.
+        return Err(NatsConnectError::NoServer {
+            url: url.to_string(),
+        });
+    }
+    match auth.apply(options()).await?.connect(&servers).await {
         Ok(client) => return Ok(client),
         Err(e)
             if matches!(
@@ -139,7 +160,7 @@ pub async fn connect(
     }
     auth.apply(options().retry_on_initial_connect())
         .await?
-        .connect(url)
+        .connect(&servers)
         .await
         .map_err(|source| NatsConnectError::Connect {
             url: url.to_string(),

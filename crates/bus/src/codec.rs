@@ -220,6 +220,11 @@ pub fn validate_command(command: &GetWorkflowsResponse) -> Result<(), InvalidMes
         Some(get_workflows_response::Cmd::StopWorkflow(stop)) => {
             check_workflow_id("cmd.stop_workflow.workflow_id", &stop.workflow_id)
         }
+        // Sent by a server on the stream itself, never stored as a dispatch.
+        Some(get_workflows_response::Cmd::RequestInventory(_)) => Err(InvalidMessage::new(
+            "cmd.request_inventory",
+            "not a dispatch command (a server sends it on the stream)",
+        )),
     }
 }
 
@@ -230,6 +235,7 @@ pub fn command_workflow_id(command: &GetWorkflowsResponse) -> Option<&str> {
             start.workflow.as_ref().map(|w| w.workflow_id.as_str())
         }
         get_workflows_response::Cmd::StopWorkflow(stop) => Some(&stop.workflow_id),
+        get_workflows_response::Cmd::RequestInventory(_) => None,
     }
 }
 

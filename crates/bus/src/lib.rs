@@ -61,7 +61,7 @@ pub use codec::{
     event_kind, event_msg_id, validate_command, validate_event,
 };
 pub use config::BusConfig;
-pub use connect::{ServiceConnection, StreamSetup, wait_for_streams};
+pub use connect::{PING_INTERVAL, ServiceConnection, StreamSetup, wait_for_streams};
 pub use delivery::{
     DeliveryError, Withdrawal, dispatch_received, dispatch_received_by, queued_command,
     withdraw_command,
@@ -79,9 +79,10 @@ pub use logs::{
 };
 pub use presence::Presence;
 pub use publish::{
-    ENROLLMENT_HEADER, MAX_INVENTORY_BYTES, MSG_ID_HEADER, headers_with, inventory_msg_id,
-    publish_command, publish_enrollment, publish_event, publish_event_with_headers,
-    publish_inventory, publish_log_batch,
+    ENROLLMENT_HEADER, INVENTORY_REQUEST_HEADER, MAX_INVENTORY_BYTES, MAX_INVENTORY_REQUEST_ID,
+    MSG_ID_HEADER, check_inventory_request_id, headers_with, inventory_msg_id, publish_command,
+    publish_enrollment, publish_event, publish_event_with_headers, publish_inventory,
+    publish_log_batch,
 };
 pub use setup::{Bus, ensure_streams, verify_streams};
 pub use streams::{
@@ -97,9 +98,9 @@ pub use streams::{
 };
 pub use subjects::{
     DISPATCH_ALL, DISPATCH_PREFIX, EVENTS_ALL, EVENTS_PREFIX, INVENTORY_ALL, INVENTORY_PREFIX,
-    TAKEOVER_ALL, TAKEOVER_PREFIX, agent_from_dispatch_subject, agent_from_inventory_subject,
-    dispatch_subject, events_subject, inventory_subject, takeover_subject,
-    workflow_from_events_subject,
+    INVENTORY_REQUEST_ALL, INVENTORY_REQUEST_PREFIX, TAKEOVER_ALL, TAKEOVER_PREFIX,
+    agent_from_dispatch_subject, agent_from_inventory_subject, dispatch_subject, events_subject,
+    inventory_request_subject, inventory_subject, takeover_subject, workflow_from_events_subject,
 };
 pub use syslog::{
     FACILITY_NAMES, MAX_HARDWARE_ID_LEN, SEVERITY_NAMES, SYSLOG_ALL, SYSLOG_PREFIX, SYSLOG_STREAM,

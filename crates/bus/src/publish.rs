@@ -131,18 +131,57 @@ fn check_inventory_size(json: &[u8]) -> Result<(), BusError> {
     Ok(())
 }
 
+/// The header naming the inventory request an authenticated report answers (its id, as the
+/// controller sent it; see [`check_inventory_request_id`]).
+pub const INVENTORY_REQUEST_HEADER: &str = "Tink-Inventory-Request";
+
+/// The longest inventory request id.
+pub const MAX_INVENTORY_REQUEST_ID: usize = 64;
+
+/// Checks an inventory request id: at most [`MAX_INVENTORY_REQUEST_ID`] characters of
+/// `[A-Za-z0-9_-]` (it travels in a header and a de-duplication id).
+pub fn check_inventory_request_id(id: &str) -> Result<(), crate::InvalidMessage> {
+    if id.len() > MAX_INVENTORY_REQUEST_ID {
+        return Err(crate::InvalidMessage::new(
+            "request_id",
+            format!("longer than {MAX_INVENTORY_REQUEST_ID} characters"),
+        ));
+    }
+    if let Some(c) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        return Err(crate::InvalidMessage::new(
+            "request_id",
+            format!("{c:?} is not one of [A-Za-z0-9_-]"),
+        ));
+    }
+    Ok(())
+}
+
 /// Stores `json` (an inventory the caller validated) as the latest inventory of `agent_id`
 /// (the authenticated agent), de-duplicated by [`inventory_msg_id`]; returns once JetStream
-/// acknowledged it (`PublishAck::duplicate` tells an identical earlier report).
+/// acknowledged it (`PublishAck::duplicate` tells an identical earlier report). A report
+/// answering an inventory request (`request_id` not empty) carries it in
+/// [`INVENTORY_REQUEST_HEADER`] and is de-duplicated apart (`req.<id>.` ids): the answer must
+/// reach the controller even when the inventory did not change.
 pub async fn publish_inventory(
     jetstream: &jetstream::Context,
     agent_id: &str,
     json: Vec<u8>,
+    request_id: &str,
 ) -> Result<PublishAck, BusError> {
     check_inventory_size(&json)?;
+    check_inventory_request_id(request_id).map_err(BusError::Invalid)?;
     let subject = inventory_subject(agent_id)?;
+    let id = inventory_msg_id(agent_id, &json)?;
     let mut headers = HeaderMap::new();
-    headers.insert(MSG_ID_HEADER, inventory_msg_id(agent_id, &json)?.as_str());
+    if request_id.is_empty() {
+        headers.insert(MSG_ID_HEADER, id.as_str());
+    } else {
+        headers.insert(MSG_ID_HEADER, format!("req.{request_id}.{id}").as_str());
+        headers.insert(INVENTORY_REQUEST_HEADER, request_id);
+    }
     publish(jetstream, subject, headers, Bytes::from(json)).await
 }
 
@@ -163,4 +202,26 @@ pub async fn publish_enrollment(
     headers.insert(MSG_ID_HEADER, format!("enr.{id}").as_str());
     headers.insert(ENROLLMENT_HEADER, address);
     publish(jetstream, subject, headers, Bytes::from(json)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inventory_request_ids_are_short_and_plain() {
+        assert!(
+            check_inventory_request_id("").is_ok(),
+            "none: a report at start"
+        );
+        assert!(check_inventory_request_id("0123abcdEF_-").is_ok());
+        assert!(check_inventory_request_id(&"a".repeat(MAX_INVENTORY_REQUEST_ID)).is_ok());
+        let long = check_inventory_request_id(&"a".repeat(MAX_INVENTORY_REQUEST_ID + 1))
+            .expect_err("too long");
+        assert_eq!(long.field, "request_id");
+        for bad in ["a b", "a.b", "a*", "a>", "é", "a\nb"] {
+            let e = check_inventory_request_id(bad).expect_err(bad);
+            assert_eq!(e.field, "request_id", "{bad}");
+        }
+    }
 }

@@ -20,6 +20,20 @@ pub const INVENTORY_PREFIX: &str = "tink.inventory";
 /// All inventory subjects (the inventory stream's subject; the controller's filter).
 pub const INVENTORY_ALL: &str = "tink.inventory.*";
 
+/// Prefix of the core-NATS inventory requests (the controller asks an agent, through its
+/// server, for a fresh inventory). Not under [`INVENTORY_PREFIX`]: requests are not stored.
+pub const INVENTORY_REQUEST_PREFIX: &str = "tink.inventory-request";
+/// All inventory requests (each server replica subscribes once).
+pub const INVENTORY_REQUEST_ALL: &str = "tink.inventory-request.*";
+
+/// `tink.inventory-request.<agent token>`.
+pub fn inventory_request_subject(agent_id: &str) -> Result<String, TokenError> {
+    Ok(format!(
+        "{INVENTORY_REQUEST_PREFIX}.{}",
+        agent_token(agent_id)?
+    ))
+}
+
 /// `tink.inventory.<agent token>`.
 pub fn inventory_subject(agent_id: &str) -> Result<String, TokenError> {
     Ok(format!("{INVENTORY_PREFIX}.{}", agent_token(agent_id)?))
@@ -87,6 +101,13 @@ mod tests {
         assert!(dispatch_subject("").is_err());
         let subject = inventory_subject("aa:bb:cc:dd:ee:ff").unwrap();
         assert_eq!(subject, "tink.inventory.aa_3abb_3acc_3add_3aee_3aff");
+        // Requests are not under the inventory stream's subjects (one token after the prefix).
+        let request = inventory_request_subject("aa:bb:cc:dd:ee:ff").unwrap();
+        assert_eq!(
+            request,
+            "tink.inventory-request.aa_3abb_3acc_3add_3aee_3aff"
+        );
+        assert_eq!(agent_from_inventory_subject(&request), None);
         assert_eq!(
             agent_from_inventory_subject(&subject).as_deref(),
             Some("aa:bb:cc:dd:ee:ff")

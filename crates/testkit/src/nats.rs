@@ -53,7 +53,7 @@ pub fn deploy_credentials(user: &str) -> (String, String) {
 pub fn deploy_accounts() -> Result<String, NatsError> {
     let text = std::fs::read_to_string(DEPLOY_NATS_YAML)
         .map_err(|e| NatsError::Deploy(format!("cannot read {DEPLOY_NATS_YAML}: {e}")))?;
-    let block = accounts_block(&text).ok_or_else(|| {
+    let block = named_block(&text, "accounts {").ok_or_else(|| {
         NatsError::Deploy(format!(
             "{DEPLOY_NATS_YAML} has no complete `accounts {{ ... }}` block"
         ))
@@ -85,9 +85,9 @@ pub fn deploy_accounts() -> Result<String, NatsError> {
     Ok(out)
 }
 
-/// The text from `accounts {` to its matching `}`.
-fn accounts_block(text: &str) -> Option<&str> {
-    let start = text.find("accounts {")?;
+/// The text from `opening` (e.g. `accounts {`, `cluster {`) to its matching `}`.
+pub(crate) fn named_block<'a>(text: &'a str, opening: &str) -> Option<&'a str> {
+    let start = text.find(opening)?;
     let mut depth = 0;
     for (i, c) in text[start..].char_indices() {
         match c {

@@ -131,8 +131,49 @@ pub enum EventReason {
     /// On a Hardware: the Secret its `tinkerbell.org/agent-secret` annotation names is missing
     /// or unusable; its agent is refused until it is fixed.
     AgentSecretUnusable,
+    /// On a Hardware: its agent answered the operator's `tinkerbell.org/inventory-request`
+    /// annotation with a fresh inventory (the annotation is removed).
+    InventoryReported,
+    /// On a Hardware and its WorkflowRuleSet: a rule matched the machine's authenticated
+    /// inventory and the rule set's Workflow was created (issue 31).
+    RuleMatched,
+    /// On a Hardware: a WorkflowRuleSet did not fire for it, and why (not approved, no
+    /// authenticated inventory, no rule matched, already created for this generation).
+    RuleSkipped,
+    /// On a WorkflowRuleSet: its patterns do not compile; it is not evaluated.
+    RuleInvalid,
     /// A boot step of `spec.bootOptions` (the concrete step is the [`BootReason`]).
     Boot(BootReason),
+    /// On a WorkflowSet: a rollout event (the concrete one is the [`RolloutReason`]).
+    Rollout(RolloutReason),
+}
+
+/// The Events of a WorkflowSet rollout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RolloutReason {
+    /// The set created its first Workflows.
+    RolloutStarted,
+    /// `spec.paused` was set: no new Workflows.
+    RolloutPaused,
+    /// `spec.paused` was cleared: creating Workflows again.
+    RolloutResumed,
+    /// The failure budget is spent: no new Workflows.
+    RolloutHalted,
+    /// Every selected machine has a finished Workflow.
+    RolloutCompleted,
+}
+
+impl RolloutReason {
+    /// The CamelCase string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RolloutStarted => "RolloutStarted",
+            Self::RolloutPaused => "RolloutPaused",
+            Self::RolloutResumed => "RolloutResumed",
+            Self::RolloutHalted => "RolloutHalted",
+            Self::RolloutCompleted => "RolloutCompleted",
+        }
+    }
 }
 
 impl EventReason {
@@ -161,7 +202,12 @@ impl EventReason {
             Self::ForeignEvent => "ForeignEvent",
             Self::AgentSessionReset => "AgentSessionReset",
             Self::AgentSecretUnusable => "AgentSecretUnusable",
+            Self::InventoryReported => "InventoryReported",
+            Self::RuleMatched => "RuleMatched",
+            Self::RuleSkipped => "RuleSkipped",
+            Self::RuleInvalid => "RuleInvalid",
             Self::Boot(reason) => reason.as_str(),
+            Self::Rollout(reason) => reason.as_str(),
         }
     }
 }

@@ -98,7 +98,7 @@ mod machine;
 
 pub use config::{AgentSeen, Config, StepContext};
 pub use dispatch::{Candidate, agent_ids, normalize_agent_id, pick_dispatches};
-pub use effect::{Effect, EventReason, EventType};
+pub use effect::{Effect, EventReason, EventType, RolloutReason};
 pub use id::{
     DispatchId, DispatchIdError, MAX_DISPATCH_ID_LEN, WorkflowKey, WorkflowRef, action_id,
 };

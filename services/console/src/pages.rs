@@ -313,6 +313,95 @@ pub struct ErrorPage {
     pub message: String,
 }
 
+/// A rollout (WorkflowSet) in the list, and the detail page's header.
+#[derive(Debug, Clone)]
+pub struct RolloutItem {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Its Template.
+    pub template: String,
+    /// Progressing, Paused, Halted, Completed, or Waiting (no status for this spec yet).
+    pub state: String,
+    /// The badge's class.
+    pub class: String,
+    /// Machines in the rollout.
+    pub total: i32,
+    /// Machines without a Workflow yet.
+    pub pending: i32,
+    /// Unfinished Workflows.
+    pub running: i32,
+    /// Succeeded Workflows.
+    pub succeeded: i32,
+    /// Failed Workflows.
+    pub failed: i32,
+    /// Selected machines not approved.
+    pub unapproved: i32,
+    /// `spec.maxConcurrent`.
+    pub max_concurrent: i32,
+    /// The failure budget in force.
+    pub max_failures: i32,
+    /// `spec.paused`.
+    pub paused: bool,
+    /// Finished machines, in percent of the total.
+    pub percent: i64,
+}
+
+/// A condition of a rollout.
+#[derive(Debug, Clone)]
+pub struct RolloutConditionItem {
+    /// Type.
+    pub type_: String,
+    /// True or False.
+    pub status: String,
+    /// Reason.
+    pub reason: String,
+    /// Message.
+    pub message: String,
+}
+
+/// A Workflow of a rollout.
+#[derive(Debug, Clone)]
+pub struct RolloutWorkflowItem {
+    /// The Workflow's name.
+    pub name: String,
+    /// Its machine.
+    pub hardware: String,
+    /// Its state.
+    pub state: String,
+    /// The badge's class.
+    pub class: String,
+}
+
+/// The rollouts page.
+#[derive(Template)]
+#[template(path = "rollouts.html")]
+pub struct RolloutsPage {
+    /// Frame.
+    pub layout: Layout,
+    /// The namespace filter (empty: all).
+    pub ns: String,
+    /// The sets.
+    pub items: Vec<RolloutItem>,
+}
+
+/// A rollout's page.
+#[derive(Template)]
+#[template(path = "rollout.html")]
+pub struct RolloutPage {
+    /// Frame.
+    pub layout: Layout,
+    /// The set.
+    pub set: RolloutItem,
+    /// Its conditions.
+    pub conditions: Vec<RolloutConditionItem>,
+    /// Its Workflows.
+    pub workflows: Vec<RolloutWorkflowItem>,
+    /// Why no Workflows are shown, if they are not.
+    pub workflows_note: String,
+}
+
 #[cfg(test)]
 mod tests {
     use askama::Template as _;

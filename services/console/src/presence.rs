@@ -101,11 +101,9 @@ pub async fn watch(
     presence.enable(config.ttl);
     syslog.configure();
     while !shutdown.is_cancelled() {
-        let client = match tink_bus::connect(
-            &config.nats_url,
-            &config.auth,
-            async_nats::ConnectOptions::new,
-        )
+        let client = match tink_bus::connect(&config.nats_url, &config.auth, || {
+            async_nats::ConnectOptions::new().ping_interval(tink_bus::PING_INTERVAL)
+        })
         .await
         {
             Ok(c) => c,

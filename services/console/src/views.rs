@@ -1138,6 +1138,8 @@ mod tests {
 pub struct InventoryView {
     /// When the controller stored it (RFC 3339), or empty.
     pub reported_at: String,
+    /// Who reported it, in words (the machine's authenticated agent, or an enrollment).
+    pub reported_by: String,
     /// System vendor and product.
     pub product: String,
     /// System serial number.
@@ -1254,6 +1256,14 @@ impl InventoryView {
             .collect();
         Some(Self {
             reported_at: status.inventory_reported_at.clone().unwrap_or_default(),
+            reported_by: match status.inventory_source.as_deref() {
+                Some(tink_api::v1alpha2::INVENTORY_SOURCE_AGENT) => "its authenticated agent",
+                Some(tink_api::v1alpha2::INVENTORY_SOURCE_ENROLLMENT) => {
+                    "an enrollment, without credentials (not trusted by rules until its agent reports)"
+                }
+                _ => "-",
+            }
+            .to_string(),
             product,
             serial,
             cpu,

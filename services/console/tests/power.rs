@@ -216,6 +216,7 @@ async fn power_state_last_job_and_power_actions_through_the_users_rbac() {
             "m4",
             &PatchParams::default(),
             &Patch::Merge(json!({"status": {"inventoryReportedAt": "2026-11-27T12:00:00Z",
+                "inventorySource": "Enrollment",
                 "attributes": {"inBand": {"collectionMethod": "agent",
                 "product": {"vendor": "QEMU", "name": "Standard PC", "serialNumber": "SN-<4>"},
                 "cpu": {"totalCores": 2, "totalThreads": 4},
@@ -233,6 +234,7 @@ async fn power_state_last_job_and_power_actions_through_the_users_rbac() {
         "the serial, escaped: {m4}"
     );
     assert!(m4.contains("2 cores, 4 threads"), "{m4}");
+    assert!(m4.contains("an enrollment, without credentials"), "{m4}");
     assert!(m4.contains("2.0 GiB"), "{m4}");
     assert!(m4.contains("<code>vda</code> 1.0 GiB"), "{m4}");
     assert!(

@@ -467,6 +467,7 @@ async fn report_inventory(
         let mut request = tonic::Request::new(tink_proto::workflow::v2::ReportInventoryRequest {
             agent_id: id.clone(),
             inventory: inventory.clone(),
+            request_id: String::new(),
         });
         request
             .metadata_mut()

@@ -75,6 +75,9 @@ pub struct ControllerConfig {
     pub capi: crate::capi::CapiConfig,
     /// Discovery of unknown machines (off by default).
     pub discovery: crate::inventory::DiscoveryConfig,
+    /// How often an unanswered inventory request (`tinkerbell.org/inventory-request`) is sent
+    /// to the machine's agent again. Default 30 s.
+    pub inventory_request_resend: Duration,
 }
 
 impl ControllerConfig {
@@ -103,6 +106,7 @@ impl ControllerConfig {
             boot_job_timeout: Duration::from_secs(15 * 60),
             capi: crate::capi::CapiConfig::default(),
             discovery: crate::inventory::DiscoveryConfig::default(),
+            inventory_request_resend: crate::inventory_request::RESEND,
         }
     }
 }

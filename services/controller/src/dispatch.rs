@@ -85,7 +85,7 @@ impl Dispatch {
         let candidates = candidates(w, status, &hw, ledger, wake);
         let connected: Vec<(String, String)> = machine
             .iter()
-            .filter_map(|id| presence.connected(id, now).map(|p| (id.clone(), p)))
+            .filter_map(|id| presence.connected(id).map(|p| (id.clone(), p)))
             .collect();
         let picks = pick_dispatches(&candidates, connected.iter().map(|(id, _)| id), now);
         let Some((key, agent)) = picks.into_iter().next() else {

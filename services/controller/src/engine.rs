@@ -179,7 +179,7 @@ pub(crate) async fn lead(
         metrics.clone(),
         bus.clone(),
         hardware.clone(),
-        kube_events,
+        kube_events.clone(),
         spawner.clone(),
     ));
     let admitted = Arc::new(Admitted::new(
@@ -196,6 +196,28 @@ pub(crate) async fn lead(
         hardware.clone(),
         config.discovery.clone(),
     ));
+
+    let inventory_requests = Arc::new(crate::inventory_request::InventoryRequests::new(
+        client.clone(),
+        &bus,
+        metrics.clone(),
+        kube_events.clone(),
+        spawner.clone(),
+        hardware.clone(),
+        term.clone(),
+        config.inventory_request_resend,
+    ));
+
+    // WorkflowRuleSets (issue 31): Workflows created from inventory matches.
+    let rules = crate::rules::start(
+        client.clone(),
+        ns,
+        metrics.clone(),
+        kube_events.clone(),
+        hardware.clone(),
+        &group,
+        term.clone(),
+    );
 
     let hw_stream = {
         let (secrets, admitted) = (secrets.clone(), admitted.clone());
@@ -253,8 +275,11 @@ pub(crate) async fn lead(
             secrets.clone(),
             admitted.clone(),
         );
+        let inventory_requests = inventory_requests.clone();
         move |h: Hardware| {
             resets.observe(&h);
+            inventory_requests.observe(&h);
+            rules.observe(&h);
             secrets.observe(&h);
             admitted.observe(&h);
             let namespace = h.namespace().unwrap_or_default();
@@ -375,6 +400,15 @@ pub(crate) async fn lead(
             config.namespace.clone(),
             &group,
         );
+    }
+    // Rollouts (WorkflowSets), when their CRD is installed.
+    if crate::rollout::served(&client).await {
+        let (client, ns, metrics) = (client.clone(), config.namespace.clone(), metrics.clone());
+        let (events, term) = (kube_events.clone(), term.clone());
+        group.spawn_critical("rollout controller", async move {
+            crate::rollout::run(client, ns, metrics, events, term).await;
+            Ok(())
+        });
     }
     if !config.resync_period.is_zero() {
         let ctx = ctx.clone();

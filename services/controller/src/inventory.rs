@@ -44,7 +44,9 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt as _};
 use serde_json::{Value, json};
 use tink_api::AgentId;
-use tink_api::v1alpha2::{Hardware, HardwareStatus};
+use tink_api::v1alpha2::{
+    Hardware, HardwareStatus, INVENTORY_SOURCE_AGENT, INVENTORY_SOURCE_ENROLLMENT,
+};
 use tink_hardware_index::{Index, Lookup};
 use tink_inventory::Inventory;
 use tokio_util::sync::CancellationToken;
@@ -62,27 +64,50 @@ const REBIND_DELAY: Duration = Duration::from_secs(1);
 /// How long JetStream waits for an ack before delivering a message again.
 const ACK_WAIT: Duration = Duration::from_secs(30);
 
-/// The JSON patch writing `in_band` and the report time `now` into a Hardware whose status is
-/// `current`, touching nothing else; `None` when `status.attributes.inBand` already is `in_band`.
-pub fn status_patch(current: Option<&HardwareStatus>, in_band: &Value, now: &str) -> Option<Value> {
+/// The JSON patch writing `in_band`, who reported it (`source`: [`INVENTORY_SOURCE_AGENT`] or
+/// [`INVENTORY_SOURCE_ENROLLMENT`]), the inventory request it answers (if any) and the report
+/// time `now` into a Hardware whose status is `current`, touching nothing else; `None` when the
+/// status says all of that already (an unchanged report costs no write).
+pub fn status_patch(
+    current: Option<&HardwareStatus>,
+    in_band: &Value,
+    source: &str,
+    request: Option<&str>,
+    now: &str,
+) -> Option<Value> {
     let attributes = current.and_then(|s| s.attributes.as_ref());
-    if attributes.and_then(|a| a.in_band.as_ref()) == Some(in_band) {
+    let same_inventory = attributes.and_then(|a| a.in_band.as_ref()) == Some(in_band);
+    let same_source = current.and_then(|s| s.inventory_source.as_deref()) == Some(source);
+    let answered =
+        request.is_none_or(|r| current.and_then(|s| s.inventory_request.as_deref()) == Some(r));
+    if same_inventory && same_source && answered {
         return None;
     }
-    Some(match (current, attributes) {
-        (None, _) => json!([{"op": "add", "path": "/status", "value": {
+    let Some(_) = current else {
+        let mut status = json!({
             "attributes": {"inBand": in_band},
             "inventoryReportedAt": now,
-        }}]),
-        (Some(_), None) => json!([
-            {"op": "add", "path": "/status/attributes", "value": {"inBand": in_band}},
-            {"op": "add", "path": "/status/inventoryReportedAt", "value": now},
-        ]),
-        (Some(_), Some(_)) => json!([
-            {"op": "add", "path": "/status/attributes/inBand", "value": in_band},
-            {"op": "add", "path": "/status/inventoryReportedAt", "value": now},
-        ]),
-    })
+            "inventorySource": source,
+        });
+        if let Some(r) = request {
+            status["inventoryRequest"] = json!(r);
+        }
+        return Some(json!([{"op": "add", "path": "/status", "value": status}]));
+    };
+    let mut ops = vec![
+        match attributes {
+            None => {
+                json!({"op": "add", "path": "/status/attributes", "value": {"inBand": in_band}})
+            }
+            Some(_) => json!({"op": "add", "path": "/status/attributes/inBand", "value": in_band}),
+        },
+        json!({"op": "add", "path": "/status/inventoryReportedAt", "value": now}),
+        json!({"op": "add", "path": "/status/inventorySource", "value": source}),
+    ];
+    if let Some(r) = request {
+        ops.push(json!({"op": "add", "path": "/status/inventoryRequest", "value": r}));
+    }
+    Some(Value::Array(ops))
 }
 
 fn digest(value: &Value) -> String {
@@ -284,6 +309,11 @@ impl Inventories {
             .as_ref()
             .and_then(|h| h.get(tink_bus::ENROLLMENT_HEADER))
             .map(|v| v.as_str().to_string());
+        let request = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(tink_bus::INVENTORY_REQUEST_HEADER))
+            .map(|v| v.as_str().to_string());
         let subject = message.subject.to_string();
         let turn = self.order.turn(&subject);
         let outcome = {
@@ -292,7 +322,12 @@ impl Inventories {
                 Outcome::Ack("stale")
             } else {
                 let outcome = self
-                    .apply(&subject, &message.payload, enrollment.as_deref())
+                    .apply(
+                        &subject,
+                        &message.payload,
+                        enrollment.as_deref(),
+                        request.as_deref(),
+                    )
                     .await;
                 if matches!(outcome, Outcome::Ack(_)) {
                     self.order.applied(&subject, sequence);
@@ -311,7 +346,13 @@ impl Inventories {
         }
     }
 
-    async fn apply(&self, subject: &str, payload: &[u8], enrollment: Option<&str>) -> Outcome {
+    async fn apply(
+        &self,
+        subject: &str,
+        payload: &[u8],
+        enrollment: Option<&str>,
+        request: Option<&str>,
+    ) -> Outcome {
         let Some(agent) =
             tink_bus::agent_from_inventory_subject(subject).and_then(|id| AgentId::parse(&id).ok())
         else {
@@ -327,6 +368,10 @@ impl Inventories {
                 warn!(agent_id = %agent, error = %e, "dropping an invalid inventory");
                 return Outcome::Ack("invalid");
             }
+        };
+        let source = match enrollment {
+            Some(_) => INVENTORY_SOURCE_ENROLLMENT,
+            None => INVENTORY_SOURCE_AGENT,
         };
         let hardware = match (self.index.by_agent(&agent), enrollment) {
             // An enrollment carries no credentials: it never changes a Hardware that names
@@ -357,7 +402,11 @@ impl Inventories {
                 return Outcome::Ack("invalid");
             }
         };
-        self.write(&hardware, &in_band).await
+        // Only an authenticated report answers a request, and only the Hardware's current one.
+        let request = request.filter(|_| enrollment.is_none()).filter(|r| {
+            crate::inventory_request::pending_request(&hardware).as_deref() == Some(*r)
+        });
+        self.write(&hardware, &in_band, source, request).await
     }
 
     /// Creates the discovered Hardware of an enrolled machine, within the bound; returns it
@@ -425,11 +474,17 @@ impl Inventories {
 
     /// Writes `in_band` to `cached` (the index's copy) when it changed; on a failed patch
     /// (the copy was stale: a status path that no longer exists) once more from a fresh read.
-    async fn write(&self, cached: &Hardware, in_band: &Value) -> Outcome {
+    async fn write(
+        &self,
+        cached: &Hardware,
+        in_band: &Value,
+        source: &str,
+        request: Option<&str>,
+    ) -> Outcome {
         let namespace = cached.namespace().unwrap_or_default();
         let name = cached.name_any();
         let key = format!("{namespace}/{name}");
-        let sum = digest(in_band);
+        let sum = digest(&json!({"inBand": in_band, "source": source, "request": request}));
         let cached_rv = cached.resource_version().unwrap_or_default();
         if let Some((based_on, written)) = lock(&self.written.0).get(&key)
             && *based_on == cached_rv
@@ -441,7 +496,8 @@ impl Inventories {
         let mut current = cached.clone();
         for attempt in 0..2 {
             let now = jiff::Timestamp::now().to_string();
-            let Some(patch) = status_patch(current.status.as_ref(), in_band, &now) else {
+            let Some(patch) = status_patch(current.status.as_ref(), in_band, source, request, &now)
+            else {
                 return Outcome::Ack("unchanged");
             };
             let patch: json_patch::Patch = match serde_json::from_value(patch) {
@@ -533,6 +589,8 @@ mod tests {
     use super::*;
     use tink_api::v1alpha2::HardwareAttributes;
 
+    const AGENT: &str = INVENTORY_SOURCE_AGENT;
+
     fn status(in_band: Option<Value>, out_of_band: Option<Value>) -> HardwareStatus {
         HardwareStatus {
             attributes: Some(HardwareAttributes {
@@ -540,26 +598,30 @@ mod tests {
                 out_of_band,
             }),
             inventory_reported_at: Some("2026-01-01T00:00:00Z".into()),
+            inventory_source: Some(AGENT.into()),
+            inventory_request: None,
         }
     }
 
     #[test]
-    fn patches_touch_only_in_band_and_the_report_time() {
+    fn patches_touch_only_in_band_the_source_and_the_report_time() {
         let new = json!({"cpu": {"totalThreads": 8}});
         let now = "2026-11-27T12:00:00Z";
         // No status yet: the whole status.
         assert_eq!(
-            status_patch(None, &new, now),
+            status_patch(None, &new, AGENT, None, now),
             Some(json!([{"op": "add", "path": "/status", "value": {
-                "attributes": {"inBand": new}, "inventoryReportedAt": now}}]))
+                "attributes": {"inBand": new}, "inventoryReportedAt": now,
+                "inventorySource": AGENT}}]))
         );
         // A status without attributes: attributes added, nothing else replaced.
         let empty = HardwareStatus::default();
         assert_eq!(
-            status_patch(Some(&empty), &new, now),
+            status_patch(Some(&empty), &new, AGENT, None, now),
             Some(json!([
                 {"op": "add", "path": "/status/attributes", "value": {"inBand": new}},
                 {"op": "add", "path": "/status/inventoryReportedAt", "value": now},
+                {"op": "add", "path": "/status/inventorySource", "value": AGENT},
             ]))
         );
         // Out-of-band attributes are kept: only inBand is replaced (stale keys included).
@@ -568,10 +630,11 @@ mod tests {
             Some(json!({"bios": {}})),
         );
         assert_eq!(
-            status_patch(Some(&old), &new, now),
+            status_patch(Some(&old), &new, AGENT, None, now),
             Some(json!([
                 {"op": "add", "path": "/status/attributes/inBand", "value": new},
                 {"op": "add", "path": "/status/inventoryReportedAt", "value": now},
+                {"op": "add", "path": "/status/inventorySource", "value": AGENT},
             ]))
         );
     }
@@ -580,9 +643,53 @@ mod tests {
     fn an_unchanged_inventory_is_not_written() {
         let same = json!({"cpu": {"totalThreads": 8}, "memory": {"totalBytes": 1}});
         let current = status(Some(same.clone()), None);
-        assert_eq!(status_patch(Some(&current), &same, "now"), None);
+        assert_eq!(
+            status_patch(Some(&current), &same, AGENT, None, "now"),
+            None
+        );
         // Any difference is written.
         let other = json!({"cpu": {"totalThreads": 8}, "memory": {"totalBytes": 2}});
-        assert!(status_patch(Some(&current), &other, "now").is_some());
+        assert!(status_patch(Some(&current), &other, AGENT, None, "now").is_some());
+    }
+
+    #[test]
+    fn the_same_inventory_from_the_authenticated_agent_replaces_an_enrollment() {
+        let same = json!({"cpu": {"totalThreads": 8}});
+        let mut enrolled = status(Some(same.clone()), None);
+        enrolled.inventory_source = Some(INVENTORY_SOURCE_ENROLLMENT.into());
+        assert_eq!(
+            status_patch(
+                Some(&enrolled),
+                &same,
+                INVENTORY_SOURCE_ENROLLMENT,
+                None,
+                "now"
+            ),
+            None
+        );
+        let patch = status_patch(Some(&enrolled), &same, AGENT, None, "now").expect("written");
+        assert!(patch.to_string().contains(r#""value":"Agent""#), "{patch}");
+    }
+
+    #[test]
+    fn an_answer_to_a_request_is_written_even_when_the_inventory_is_the_same() {
+        let same = json!({"cpu": {"totalThreads": 8}});
+        let current = status(Some(same.clone()), None);
+        let patch = status_patch(Some(&current), &same, AGENT, Some("r1"), "t2").expect("written");
+        assert_eq!(
+            patch.as_array().and_then(|a| a.last()),
+            Some(&json!({"op": "add", "path": "/status/inventoryRequest", "value": "r1"}))
+        );
+        assert!(
+            patch.to_string().contains(r#""value":"t2""#),
+            "the report time moves"
+        );
+        // Answered already: nothing to write.
+        let mut answered = current;
+        answered.inventory_request = Some("r1".into());
+        assert_eq!(
+            status_patch(Some(&answered), &same, AGENT, Some("r1"), "t3"),
+            None
+        );
     }
 }

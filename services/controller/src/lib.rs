@@ -45,6 +45,7 @@ mod engine;
 mod error;
 mod events;
 pub mod inventory;
+pub mod inventory_request;
 mod keys;
 /// The Lease elector (from `tink-lease`, shared with the BMC controller).
 pub use tink_lease as leader;
@@ -55,7 +56,10 @@ mod metrics;
 mod presence;
 mod reconcile;
 pub mod recorder;
+pub mod rollout;
 pub use tink_render as render;
+// WorkflowRuleSets (issue 31): Workflows created from inventory matches.
+pub mod rules;
 mod tasks;
 mod term;
 pub mod trace;

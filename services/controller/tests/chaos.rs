@@ -12,10 +12,18 @@
 //! per process, events retried across servers until confirmed).
 //!
 //! `TINK_CHAOS_WORKFLOWS` / `TINK_CHAOS_AGENTS` change the size (defaults 200 and 50).
+//!
+//! The run keeps a history (tink-history's JSON lines: every StartWorkflow received and
+//! executed, every event acknowledged, every status write from a watch, every Lease term, every
+//! fault) in `TINK_CHAOS_HISTORY` or the target's tmp directory, and the checker's verdict on it
+//! must be clean: no execution twice, no wrong end state, no acknowledged event lost, no
+//! overlapping terms.
 
 mod common;
+#[path = "common/sim_agent.rs"]
+mod sim_agent;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -23,14 +31,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
-use tink_api::v1alpha2::{ConditionType, Workflow, WorkflowState};
-use tink_bus::proto::workflow_service_client::WorkflowServiceClient;
-use tink_bus::proto::{
-    Event, GetWorkflowsRequest, GetWorkflowsResponse, PublishEventRequest, event,
-    get_workflows_response,
-};
+use sim_agent::*;
+use tink_api::v1alpha2::WorkflowState;
+use tink_history::{Record, Recorder};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 
 const ROLE: &str = "TINK_CHAOS_ROLE";
 
@@ -145,226 +149,6 @@ fn free_addr() -> SocketAddr {
         .expect("a free port")
 }
 
-/// The server replicas agents may use.
-#[derive(Clone, Default)]
-struct Servers(Arc<Mutex<Vec<SocketAddr>>>);
-
-impl Servers {
-    fn pick(&self, n: usize) -> SocketAddr {
-        let list = self.0.lock().unwrap();
-        list[n % list.len()]
-    }
-    fn set(&self, list: Vec<SocketAddr>) {
-        *self.0.lock().unwrap() = list;
-    }
-}
-
-/// Executions per dispatch id, over every agent process.
-type Executions = Arc<Mutex<HashMap<String, u32>>>;
-
-/// A simulated agent process.
-struct SimAgent {
-    mac: String,
-    instance: String,
-    servers: Servers,
-    executions: Executions,
-    /// The dispatch it is running now.
-    running: Arc<Mutex<Option<String>>>,
-    action_time: Duration,
-    /// The session token the server issued to this process's stream.
-    token: Arc<Mutex<Option<String>>>,
-    /// A command stream opened while a workflow runs (its session had ended, so events were
-    /// refused); the command loop takes it over. The real agent's stream task is independent
-    /// of its executor and reconnects on its own; this keeps the simulation honest about it.
-    parked: Arc<Mutex<Option<tonic::Streaming<GetWorkflowsResponse>>>>,
-}
-
-impl SimAgent {
-    async fn connect(&self, n: usize) -> Option<WorkflowServiceClient<Channel>> {
-        let addr = self.servers.pick(n);
-        let channel = Channel::from_shared(format!("http://{addr}"))
-            .ok()?
-            .connect_timeout(Duration::from_secs(1));
-        let channel = tokio::time::timeout(Duration::from_secs(2), channel.connect())
-            .await
-            .ok()?
-            .ok()?;
-        Some(WorkflowServiceClient::new(channel))
-    }
-
-    /// Publishes until a server confirms it (the same event id on every try).
-    async fn publish(&self, workflow_id: &str, kind: event::Event, n: &mut usize) {
-        let event = Event {
-            workflow_id: workflow_id.into(),
-            agent_id: self.mac.clone(),
-            agent_instance: self.instance.clone(),
-            event_id: uuid::Uuid::new_v4().to_string(),
-            event: Some(kind),
-            ..Default::default()
-        };
-        loop {
-            if let Some(mut client) = self.connect(*n).await {
-                let mut request = tonic::Request::new(PublishEventRequest {
-                    event: Some(event.clone()),
-                });
-                if let Some(token) = self.token.lock().unwrap().clone() {
-                    request.metadata_mut().insert(
-                        tink_server::auth::TOKEN_HEADER,
-                        token.parse().expect("ascii"),
-                    );
-                }
-                match tokio::time::timeout(Duration::from_secs(3), client.publish_event(request))
-                    .await
-                {
-                    Ok(Ok(_)) => return,
-                    Ok(Err(status)) if status.code() == tonic::Code::InvalidArgument => {
-                        panic!("the server refused an event: {status:?}")
-                    }
-                    // The session ended (its replica died and its presence expired): a new
-                    // stream gets a new token, as the real agent's stream task would.
-                    Ok(Err(status)) if status.code() == tonic::Code::PermissionDenied => {
-                        if let Some(stream) = self.open_stream(*n).await {
-                            *self.parked.lock().unwrap() = Some(stream);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            *n += 1;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Opens a command stream (presenting the session token, keeping a newly issued one).
-    async fn open_stream(&self, n: usize) -> Option<tonic::Streaming<GetWorkflowsResponse>> {
-        let mut client = self.connect(n).await?;
-        let mut request = tonic::Request::new(GetWorkflowsRequest {
-            agent_id: self.mac.clone(),
-            instance_id: self.instance.clone(),
-        });
-        if let Some(token) = self.token.lock().unwrap().clone() {
-            request.metadata_mut().insert(
-                tink_server::auth::TOKEN_HEADER,
-                token.parse().expect("ascii"),
-            );
-        }
-        let response = tokio::time::timeout(Duration::from_secs(3), client.get_workflows(request))
-            .await
-            .ok()?
-            .ok()?;
-        if let Some(issued) = response
-            .metadata()
-            .get(tink_server::auth::TOKEN_HEADER)
-            .and_then(|v| v.to_str().ok())
-        {
-            *self.token.lock().unwrap() = Some(issued.to_string());
-        }
-        Some(response.into_inner())
-    }
-
-    async fn receipt(&self, workflow_id: &str, stop: bool, n: &mut usize) {
-        let mut r = event::WorkflowReceived::default();
-        r.set_command(if stop {
-            event::workflow_received::Command::Stop
-        } else {
-            event::workflow_received::Command::Start
-        });
-        self.publish(workflow_id, event::Event::WorkflowReceived(r), n)
-            .await;
-    }
-
-    async fn run(self) {
-        let mut seen: HashSet<String> = HashSet::new();
-        let mut n = self.mac.bytes().map(usize::from).sum::<usize>();
-        loop {
-            n += 1;
-            let parked = self.parked.lock().unwrap().take();
-            let mut commands = match parked {
-                Some(stream) => stream,
-                None => match self.open_stream(n).await {
-                    Some(stream) => stream,
-                    None => {
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        continue;
-                    }
-                },
-            };
-            while let Ok(Some(command)) = commands.message().await {
-                match command.cmd {
-                    Some(get_workflows_response::Cmd::StartWorkflow(start)) => {
-                        let Some(w) = start.workflow else { continue };
-                        let id = w.workflow_id.clone();
-                        self.receipt(&id, false, &mut n).await;
-                        if !seen.insert(id.clone()) {
-                            let rejected = event::WorkflowRejected {
-                                failure_reason: Some("AlreadyRun".into()),
-                                failure_message: "this dispatch already ran here".into(),
-                            };
-                            self.publish(&id, event::Event::WorkflowRejected(rejected), &mut n)
-                                .await;
-                            continue;
-                        }
-                        *self.running.lock().unwrap() = Some(id.clone());
-                        *self
-                            .executions
-                            .lock()
-                            .unwrap()
-                            .entry(id.clone())
-                            .or_default() += 1;
-                        for a in &w.actions {
-                            let started = event::ActionStarted {
-                                action_id: a.id.clone(),
-                            };
-                            self.publish(&id, event::Event::ActionStarted(started), &mut n)
-                                .await;
-                            tokio::time::sleep(self.action_time).await;
-                            let done = event::ActionSucceeded {
-                                action_id: a.id.clone(),
-                            };
-                            self.publish(&id, event::Event::ActionSucceeded(done), &mut n)
-                                .await;
-                        }
-                        *self.running.lock().unwrap() = None;
-                    }
-                    Some(get_workflows_response::Cmd::StopWorkflow(stop)) => {
-                        self.receipt(&stop.workflow_id, true, &mut n).await;
-                        let canceled = event::WorkflowCanceled {
-                            action_id: None,
-                            reason: Some("Canceled".into()),
-                            message: None,
-                        };
-                        self.publish(
-                            &stop.workflow_id,
-                            event::Event::WorkflowCanceled(canceled),
-                            &mut n,
-                        )
-                        .await;
-                    }
-                    None => {}
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-fn env_usize(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn reason(w: &Workflow) -> Option<String> {
-    w.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == ConditionType::Succeeded)?
-        .reason
-        .clone()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_every_workflow_ends_right_and_no_dispatch_runs_twice() {
     if std::env::var(ROLE).is_ok() {
@@ -376,10 +160,32 @@ async fn chaos_every_workflow_ends_right_and_no_dispatch_runs_twice() {
     let nats = stack.nats.url();
     let kube = stack.kube.url();
     let began = Instant::now();
-    let mut faults: Vec<(f64, String)> = Vec::new();
-    let fault = |faults: &mut Vec<(f64, String)>, what: String| {
-        eprintln!("[{:>6.1}s] {what}", began.elapsed().as_secs_f64());
-        faults.push((began.elapsed().as_secs_f64(), what));
+    let history_path = std::env::var_os("TINK_CHAOS_HISTORY")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos-history.jsonl")
+        });
+    let history = Arc::new(
+        Recorder::create(
+            &history_path,
+            0,
+            "services/controller/tests/chaos.rs (a fixed schedule)",
+        )
+        .expect("the history file"),
+    );
+    eprintln!("chaos: history in {}", history_path.display());
+    let (status_task, term_task) = record_api(stack.client.clone(), history.clone());
+    let fault = |kind: &str, target: &str, what: String| {
+        let at = history.now();
+        eprintln!("FAULT kind={kind} target={target} at={at:.1} ({what})");
+        record(
+            &history,
+            Record::Fault {
+                t: at,
+                fault: kind.into(),
+                target: target.into(),
+            },
+        );
     };
 
     // Two killable server replicas beside the stack's own.
@@ -446,14 +252,8 @@ async fn chaos_every_workflow_ends_right_and_no_dispatch_runs_twice() {
         let r = Arc::new(Mutex::new(None));
         running.push(r.clone());
         let agent = SimAgent {
-            mac,
-            instance: uuid::Uuid::new_v4().to_string(),
-            servers: servers.clone(),
-            executions: executions.clone(),
             running: r,
-            action_time: ACTION_TIME,
-            token: Arc::default(),
-            parked: Arc::default(),
+            ..SimAgent::new(mac, &servers, &executions, &history, ACTION_TIME)
         };
         agent_tasks.push(tokio::spawn(agent.run()));
     }
@@ -467,11 +267,8 @@ async fn chaos_every_workflow_ends_right_and_no_dispatch_runs_twice() {
             )
             .await;
     }
-    fault(
-        &mut faults,
-        format!(
-            "created {workflows} workflows on {agents} agents; 2 controller processes, 3 server replicas"
-        ),
+    eprintln!(
+        "chaos: created {workflows} workflows on {agents} agents; 2 controller processes, 3 server replicas"
     );
 
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
@@ -507,7 +304,11 @@ async fn chaos_every_workflow_ends_right_and_no_dispatch_runs_twice() {
             let (addr, child) = server_procs.remove(0);
             child.kill().await;
             server_kills += 1;
-            fault(&mut faults, format!("SIGKILL server replica at {addr}"));
+            fault(
+                "kill-server",
+                &addr.to_string(),
+                format!("SIGKILL server replica at {addr}"),
+            );
             server_procs.push(spawn_server(&mut server_n));
             servers.set(publish_servers(&server_procs));
         }
@@ -520,18 +321,14 @@ async fn chaos_every_workflow_ends_right_and_no_dispatch_runs_twice() {
             killed_dispatch = dispatch.clone();
             agent_restarts += 1;
             fault(
-                &mut faults,
+                "restart-agent",
+                &format!("m{victim}"),
                 format!("killed agent m{victim} while running {dispatch:?}; started it again"),
             );
+            let mac = format!("aa:bb:cc:00:{:02x}:{:02x}", victim / 256, victim % 256);
             let agent = SimAgent {
-                mac: format!("aa:bb:cc:00:{:02x}:{:02x}", victim / 256, victim % 256),
-                instance: uuid::Uuid::new_v4().to_string(),
-                servers: servers.clone(),
-                executions: executions.clone(),
                 running: running[victim].clone(),
-                action_time: ACTION_TIME,
-                token: Arc::default(),
-                parked: Arc::default(),
+                ..SimAgent::new(mac, &servers, &executions, &history, ACTION_TIME)
             };
             *running[victim].lock().unwrap() = None;
             agent_tasks[victim] = tokio::spawn(agent.run());
@@ -543,13 +340,11 @@ async fn chaos_every_workflow_ends_right_and_no_dispatch_runs_twice() {
             {
                 child.kill().await;
                 leader_kills += 1;
-                fault(
-                    &mut faults,
-                    format!(
-                        "SIGKILL the leader {leader}; {} workflows unfinished",
-                        unfinished().await
-                    ),
+                let what = format!(
+                    "SIGKILL the leader {leader}; {} workflows unfinished",
+                    unfinished().await
                 );
+                fault("kill-controller-leader", &leader, what);
             }
             let c = spawn_controller(&mut controller_n);
             controllers.insert(format!("controller-{controller_n}"), c);
@@ -560,25 +355,23 @@ async fn chaos_every_workflow_ends_right_and_no_dispatch_runs_twice() {
                 child.kill().await;
             }
             outages += 1;
-            fault(
-                &mut faults,
-                format!(
-                    "SIGKILL every controller (outage of 7 s); {} workflows unfinished",
-                    unfinished().await
-                ),
+            let what = format!(
+                "SIGKILL every controller (outage of 7 s); {} workflows unfinished",
+                unfinished().await
             );
+            fault("kill-controllers", "all", what);
         }
         if step == 13 {
             stack.nats.restart().await.expect("nats restarts");
             nats_restarts += 1;
-            fault(&mut faults, "NATS restarted".into());
+            fault("restart-nats", "nats", "NATS restarted".into());
         }
         if step == 17 {
             for _ in 0..2 {
                 let c = spawn_controller(&mut controller_n);
                 controllers.insert(format!("controller-{controller_n}"), c);
             }
-            fault(&mut faults, "two controllers started again".into());
+            eprintln!("chaos: two controllers started again");
         }
         if step > 24 && unfinished().await == 0 {
             break;
@@ -630,6 +423,38 @@ async fn chaos_every_workflow_ends_right_and_no_dispatch_runs_twice() {
             );
         }
     }
+    // The history's verdict: every Workflow but the killed agent's must have Succeeded (that
+    // one may also end AgentRestarted: whether its events beat the new instance is a race).
+    for w in &list.items {
+        let name = kube::ResourceExt::name_any(w);
+        if Some(&name) != killed_name.as_ref() {
+            record(
+                &history,
+                Record::Expect {
+                    workflow: name,
+                    state: "Succeeded".into(),
+                    reason: None,
+                },
+            );
+        }
+    }
+    // The watch has delivered every write by now (nothing is unfinished, and the last writes
+    // are seconds old): stop recording and check.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    status_task.abort();
+    term_task.abort();
+    history.flush().expect("the history is flushed");
+    let file = std::fs::File::open(&history_path).expect("the history file");
+    let records = tink_history::read(std::io::BufReader::new(file)).expect("the history reads");
+    let report = tink_history::check(&records);
+    eprintln!("chaos: the history's verdict\n{report}");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(
+        report.workflows,
+        list.items.len(),
+        "a status of every Workflow"
+    );
+    assert!(report.faults >= 10, "{report}");
     let executions = executions.lock().unwrap().clone();
     let twice: Vec<_> = executions.iter().filter(|(_, n)| **n > 1).collect();
     assert!(

@@ -60,6 +60,7 @@ async fn enroll(
         .report_inventory(ReportInventoryRequest {
             agent_id: agent_id.to_string(),
             inventory,
+            request_id: String::new(),
         })
         .await
         .map(|r| {
@@ -182,6 +183,10 @@ async fn an_unknown_machine_enrolls_and_gets_work_only_once_approved() {
     assert_eq!(discovery.address.as_deref(), Some("127.0.0.1"));
     assert!(discovery.discovered_at.is_some());
     assert!(hw.spec.interface(NEW).is_some(), "its MAC is its interface");
+    // Taken without credentials: shown, but not trusted for decisions (rules).
+    let status = hw.status.clone().expect("status");
+    assert_eq!(status.inventory_source.as_deref(), Some("Enrollment"));
+    assert_eq!(status.authenticated_inventory(), None);
     assert_eq!(
         hw.spec
             .osie
@@ -246,6 +251,32 @@ async fn an_unknown_machine_enrolls_and_gets_work_only_once_approved() {
 
     // 4. Its agent connects (admitted), but a Workflow for it waits for approval.
     let mut agent = stack.agent(NEW).await;
+    // Its authenticated report of the same inventory makes it trusted (the real agent sends
+    // it once its stream opens).
+    let mut request = tonic::Request::new(ReportInventoryRequest {
+        agent_id: NEW.to_string(),
+        inventory: json_of(&mine),
+        request_id: String::new(),
+    });
+    request.metadata_mut().insert(
+        tink_server::auth::TOKEN_HEADER,
+        agent
+            .token
+            .clone()
+            .expect("a session token")
+            .parse()
+            .expect("metadata"),
+    );
+    grpc.report_inventory(request)
+        .await
+        .expect("the authenticated report");
+    let hw = wait_hardware(&stack, &name, "the agent's own inventory", |hw| {
+        hw.status
+            .as_ref()
+            .is_some_and(|s| s.authenticated_inventory().is_some())
+    })
+    .await;
+    assert_eq!(in_band(&hw).as_ref(), Some(&want));
     stack
         .create_template("t", json!([{"name": "a", "image": "alpine"}]))
         .await;

@@ -3,7 +3,10 @@
 //! agent-like gRPC client with the machine's session token ends up in its Hardware's
 //! `status.attributes.inBand`; another machine's agent id is refused and that Hardware stays
 //! unchanged; an oversized or invalid inventory is refused naming the field path; an identical
-//! inventory writes nothing.
+//! inventory writes nothing. On request (`tinkerbell.org/inventory-request`): the controller
+//! asks the agent through its stream until the agent's authenticated answer is stored, then
+//! removes the annotation; a stale or unauthenticated answer changes nothing, and an agent that
+//! connects later is asked then.
 
 mod common;
 
@@ -52,9 +55,21 @@ async fn report(
     agent_id: &str,
     inventory: String,
 ) -> Result<bool, tonic::Status> {
+    answer(client, token, agent_id, inventory, "").await
+}
+
+/// `ReportInventory` answering the inventory request `request_id`.
+async fn answer(
+    client: &mut WorkflowServiceClient<Channel>,
+    token: Option<&str>,
+    agent_id: &str,
+    inventory: String,
+    request_id: &str,
+) -> Result<bool, tonic::Status> {
     let mut request = tonic::Request::new(ReportInventoryRequest {
         agent_id: agent_id.to_string(),
         inventory,
+        request_id: request_id.to_string(),
     });
     if let Some(t) = token {
         request.metadata_mut().insert(
@@ -243,6 +258,147 @@ async fn an_agents_inventory_reaches_its_hardware_and_nobody_elses() {
     })
     .await;
     drop(agent);
+    controller.stop().await;
+    stack.stop().await;
+}
+
+/// Sets the annotation `tinkerbell.org/inventory-request` of Hardware `name` to `value`.
+async fn request_inventory(stack: &Stack, name: &str, value: &str) -> String {
+    let patch = json!({"metadata": {"annotations": {
+        tink_controller::inventory_request::INVENTORY_REQUEST_ANNOTATION: value}}});
+    let hw = hardware(stack)
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("annotate");
+    tink_controller::inventory_request::request_id(&hw.uid().expect("uid"), value)
+}
+
+/// Waits until Hardware `name` says request `id` was answered and its annotation is gone.
+async fn wait_answered(stack: &Stack, name: &str, id: &str) -> Hardware {
+    within(
+        &format!("{name}'s inventory request {id} to be answered"),
+        async {
+            loop {
+                let hw = hardware(stack).get(name).await.expect("get hardware");
+                let answered = hw
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.inventory_request.as_deref())
+                    == Some(id);
+                let annotated = hw
+                    .annotations()
+                    .contains_key(tink_controller::inventory_request::INVENTORY_REQUEST_ANNOTATION);
+                if answered && !annotated {
+                    return hw;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inventory_request_reaches_the_agent_and_its_answer_closes_it() {
+    let stack = Stack::start().await;
+    let mut config = stack.config("c-0");
+    config.inventory_request_resend = Duration::from_millis(500);
+    let controller = stack.controller(config).await;
+    controller.wait_leading().await;
+    stack.create_hardware("m-a", MAC_A).await;
+    stack.create_hardware("m-b", MAC_B).await;
+    let mut agent = stack.agent_instance(MAC_A, "instance-a").await;
+    let token = agent.token.clone().expect("a session token");
+    let mut grpc = client(&stack).await;
+
+    // The report at start: stored as the authenticated agent's.
+    let mine = inventory();
+    report(&mut grpc, Some(&token), MAC_A, json_of(&mine))
+        .await
+        .expect("A's inventory");
+    let want = serde_json::to_value(mine.to_attributes()).expect("attributes");
+    let before = wait_in_band(&stack, "m-a", &want).await;
+    let status = before.status.clone().expect("status");
+    assert_eq!(status.inventory_source.as_deref(), Some("Agent"));
+    assert!(status.authenticated_inventory().is_some());
+    assert_eq!(status.inventory_request, None);
+
+    // 1. The operator asks: the request reaches the agent on its stream, with the id derived
+    //    from the Hardware and the annotation's value (the operator's text stays home).
+    let id = request_inventory(&stack, "m-a", "ticket 42: after the DIMM swap").await;
+    assert_eq!(agent.next_inventory_request().await, id);
+
+    // 2. Answers that must change nothing: without credentials, and naming a request that is
+    //    not the Hardware's current one. The controller keeps asking meanwhile.
+    let anonymous = answer(&mut grpc, None, MAC_A, json_of(&mine), &id)
+        .await
+        .expect_err("no credentials");
+    assert_eq!(anonymous.code(), Code::Unauthenticated, "{anonymous:?}");
+    let bad = answer(&mut grpc, Some(&token), MAC_A, json_of(&mine), "not valid!")
+        .await
+        .expect_err("a malformed request id");
+    assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
+    assert!(bad.message().contains("request_id"), "{}", bad.message());
+    answer(
+        &mut grpc,
+        Some(&token),
+        MAC_A,
+        json_of(&mine),
+        "0123456789abcdef",
+    )
+    .await
+    .expect("stored, and ignored as an answer");
+    assert_eq!(
+        agent.next_inventory_request().await,
+        id,
+        "asked again: the stale answer closed nothing"
+    );
+    let still = hardware(&stack).get("m-a").await.expect("m-a");
+    assert!(
+        still
+            .annotations()
+            .contains_key(tink_controller::inventory_request::INVENTORY_REQUEST_ANNOTATION)
+    );
+
+    // 3. The agent's answer, with an unchanged inventory: recorded, the report time moves, the
+    //    annotation goes, an Event says so.
+    answer(&mut grpc, Some(&token), MAC_A, json_of(&mine), &id)
+        .await
+        .expect("the answer");
+    let after = wait_answered(&stack, "m-a", &id).await;
+    let after_status = after.status.clone().expect("status");
+    assert_eq!(in_band(&after), Some(want.clone()));
+    assert_ne!(
+        after_status.inventory_reported_at, status.inventory_reported_at,
+        "a fresh report time"
+    );
+    let event = stack.wait_event("m-a", "InventoryReported").await;
+    assert!(
+        event.note.as_deref().unwrap_or_default().contains(&id),
+        "{event:?}"
+    );
+
+    // 4. A machine whose agent is not connected is asked once it connects.
+    let id_b = request_inventory(&stack, "m-b", "first look").await;
+    let mut agent_b = stack.agent_instance(MAC_B, "instance-b").await;
+    assert_eq!(agent_b.next_inventory_request().await, id_b);
+    let token_b = agent_b.token.clone().expect("B's token");
+    answer(&mut grpc, Some(&token_b), MAC_B, json_of(&mine), &id_b)
+        .await
+        .expect("B's answer");
+    let hw_b = wait_answered(&stack, "m-b", &id_b).await;
+    assert_eq!(in_band(&hw_b), Some(want));
+
+    // 5. A new value is a new request.
+    let again = request_inventory(&stack, "m-a", "and once more").await;
+    assert_ne!(again, id);
+    assert_eq!(agent.next_inventory_request().await, again);
+
+    drop((agent, agent_b));
     controller.stop().await;
     stack.stop().await;
 }

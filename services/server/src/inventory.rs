@@ -14,7 +14,10 @@
 //!   longer than 256 bytes`). The validated inventory is stored re-serialized, so unknown
 //!   fields never reach the controller.
 //! - **Stored.** On `tink.inventory.<agent token>` ([`tink_bus::publish_inventory`]): one
-//!   message per agent, de-duplicated by content; OK means JetStream acknowledged it.
+//!   message per agent, de-duplicated by content; OK means JetStream acknowledged it. A report
+//!   answering an inventory request (`request_id`, echoed from the `RequestInventory` command
+//!   of the agent's stream) carries the id in [`tink_bus::INVENTORY_REQUEST_HEADER`] and is
+//!   stored even when the inventory did not change, so the controller learns it was answered.
 //!
 //! - **Enrollment** (`--enrollment`, off by default): a report WITHOUT credentials for an agent
 //!   id that no Hardware names is an unknown machine enrolling itself. It is validated the same
@@ -108,6 +111,11 @@ async fn enroll(
     let agent = crate::auth::claimed_agent("agent_id", &request.agent_id)?;
     let token = tink_bus::agent_token(agent.as_str())
         .map_err(|e| Status::invalid_argument(format!("agent_id: {e}")))?;
+    if !request.request_id.is_empty() {
+        return Err(Status::invalid_argument(
+            "request_id: only an authenticated report answers an inventory request; an enrollment names none",
+        ));
+    }
     if !shared.admitted.is_loaded() {
         return Err(Status::unavailable(
             "this server replica has not loaded the admitted agents yet; retry",
@@ -185,6 +193,8 @@ async fn store(
             shared.limits.agent_calls_per_second
         )));
     }
+    tink_bus::check_inventory_request_id(&request.request_id)
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
     let inventory = Inventory::from_json(request.inventory.as_bytes()).map_err(|e| {
         debug!(agent_id = %agent, error = %e, "refusing an invalid inventory");
         Status::invalid_argument(refusal(&e))
@@ -192,7 +202,14 @@ async fn store(
     let json = inventory
         .to_json()
         .map_err(|e| Status::invalid_argument(refusal(&e)))?;
-    match tink_bus::publish_inventory(&shared.bus.jetstream, agent.as_str(), json).await {
+    match tink_bus::publish_inventory(
+        &shared.bus.jetstream,
+        agent.as_str(),
+        json,
+        &request.request_id,
+    )
+    .await
+    {
         Ok(ack) => Ok(ReportInventoryResponse {
             duplicate: ack.duplicate,
             enrolled: false,

@@ -69,7 +69,7 @@ mod targets;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use tink_bus::BusConfig;
 use tink_bus::proto::log_service_server::LogServiceServer;
 use tink_bus::proto::workflow_service_server::WorkflowServiceServer;
@@ -416,37 +416,55 @@ pub async fn serve(
     }
 
     // One subscription per replica for "a newer stream for agent X opened elsewhere".
-    let mut takeovers = client
-        .subscribe(tink_bus::TAKEOVER_ALL)
-        .await
-        .map_err(ServerError::Subscribe)?;
     {
         let shared = shared.clone();
-        let shutdown = shutdown.clone();
-        tasks.spawn_critical("takeover listener", async move {
-            loop {
-                let message = tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    message = takeovers.next() => message,
-                };
-                let Some(message) = message else { break };
-                let Some(token) = message
-                    .subject
-                    .as_str()
-                    .strip_prefix(tink_bus::TAKEOVER_PREFIX)
-                    .and_then(|rest| rest.strip_prefix('.'))
-                else {
-                    continue;
-                };
+        let takeovers = per_agent_notices(
+            &client,
+            tink_bus::TAKEOVER_ALL,
+            tink_bus::TAKEOVER_PREFIX,
+            shutdown.clone(),
+        )
+        .await?;
+        tasks.spawn_critical(
+            "takeover listener",
+            takeovers.for_each(move |(token, message)| {
                 match session::parse_takeover(&message.payload) {
-                    Some((session_id, server)) => shared.on_takeover(token, session_id, server),
+                    Some((session_id, server)) => shared.on_takeover(&token, session_id, server),
                     None => {
                         warn!(subject = %message.subject, "ignoring a malformed takeover notice")
                     }
                 }
-            }
-            Ok(())
-        });
+                std::future::ready(())
+            })
+            .map(Ok),
+        );
+    }
+
+    // One subscription per replica for the controller's inventory requests (core NATS, at most
+    // once: the controller sends a request again until it is answered).
+    {
+        let shared = shared.clone();
+        let requests = per_agent_notices(
+            &client,
+            tink_bus::INVENTORY_REQUEST_ALL,
+            tink_bus::INVENTORY_REQUEST_PREFIX,
+            shutdown.clone(),
+        )
+        .await?;
+        tasks.spawn_critical(
+            "inventory request listener",
+            requests
+                .for_each(move |(token, message)| {
+                    let id = std::str::from_utf8(&message.payload).unwrap_or_default();
+                    if id.is_empty() || tink_bus::check_inventory_request_id(id).is_err() {
+                        warn!(subject = %message.subject, "ignoring a malformed inventory request");
+                    } else {
+                        shared.on_inventory_request(&token, id);
+                    }
+                    std::future::ready(())
+                })
+                .map(Ok),
+        );
     }
 
     // One subscription per replica for the pull requests of all its agents.
@@ -541,4 +559,30 @@ pub async fn serve(
     // A dead background task is why the server stopped: it is the error to report.
     stopped.map_err(|failure| failure.into_error(ServerError::Task))?;
     result.map_err(ServerError::Serve)
+}
+
+/// The core-NATS notices on `all` (`<prefix>.<agent token>`), each with its agent token, until
+/// `shutdown` (one subscription per replica; messages on other subjects are skipped).
+async fn per_agent_notices(
+    client: &async_nats::Client,
+    all: &'static str,
+    prefix: &'static str,
+    shutdown: CancellationToken,
+) -> Result<impl futures::Stream<Item = (String, async_nats::Message)> + Send + 'static, ServerError>
+{
+    let subscriber = client
+        .subscribe(all)
+        .await
+        .map_err(ServerError::Subscribe)?;
+    Ok(subscriber
+        .take_until(shutdown.cancelled_owned())
+        .filter_map(move |message| {
+            let token = message
+                .subject
+                .as_str()
+                .strip_prefix(prefix)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .map(str::to_string);
+            std::future::ready(token.map(|t| (t, message)))
+        }))
 }

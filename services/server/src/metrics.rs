@@ -50,6 +50,10 @@ pub struct Metrics {
     pub events_duplicate: Counter,
     /// Streams ended because a newer stream for the same agent opened.
     pub streams_superseded: Counter,
+    /// Streams ended because this replica could not reach NATS for the presence TTL.
+    pub streams_nats_lost: Counter,
+    /// Inventory requests forwarded to agents.
+    pub inventory_requests: Counter,
     /// Errors by operation.
     pub errors: Family<ErrorLabel, Counter>,
     /// PublishEvent latency up to JetStream's acknowledgement, in seconds.
@@ -114,6 +118,8 @@ impl Default for Metrics {
             events_published,
             events_duplicate: Counter::default(),
             streams_superseded: Counter::default(),
+            streams_nats_lost: Counter::default(),
+            inventory_requests: Counter::default(),
             errors: Family::default(),
             publish_event_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             log_lines_received: Counter::default(),
@@ -157,6 +163,16 @@ impl Metrics {
             "streams_superseded",
             "Agent streams ended by a newer stream for the same agent",
             metrics.streams_superseded.clone(),
+        );
+        registry.register(
+            "streams_nats_lost",
+            "Agent streams ended because this replica could not reach NATS for the presence TTL",
+            metrics.streams_nats_lost.clone(),
+        );
+        registry.register(
+            "inventory_requests",
+            "Inventory requests forwarded to agents on their streams",
+            metrics.inventory_requests.clone(),
         );
         registry.register("errors", "Errors by operation", metrics.errors.clone());
         registry.register(

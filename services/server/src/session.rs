@@ -28,7 +28,7 @@ use async_nats::StatusCode;
 use async_nats::jetstream::kv;
 use futures::{Stream, StreamExt as _};
 use tink_api::AgentId;
-use tink_bus::proto::GetWorkflowsResponse;
+use tink_bus::proto::{GetWorkflowsResponse, get_workflows_response};
 use tink_bus::{Bus, Presence};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -102,6 +102,8 @@ struct Control {
     superseded: CancellationToken,
     reason: OnceLock<String>,
     deliver: mpsc::Sender<Box<async_nats::Message>>,
+    /// The latest inventory request for the agent, not yet forwarded (a newer one replaces it).
+    inventory_request: watch::Sender<Option<String>>,
 }
 
 impl Control {
@@ -248,6 +250,15 @@ impl Shared {
         }
     }
 
+    /// An inventory request from the controller for the agent with `token`: handed to its
+    /// session when it is on this replica (the stream forwards it), ignored otherwise (the
+    /// replica holding the agent's stream got the same message).
+    pub(crate) fn on_inventory_request(&self, token: &str, id: &str) {
+        if let Some(control) = self.sessions().get(token) {
+            control.inventory_request.send_replace(Some(id.to_string()));
+        }
+    }
+
     /// A message on this replica's pull inbox: hand it to the agent's session. A command for
     /// an agent no longer here is negatively acknowledged, so JetStream delivers it to the
     /// agent's current stream at once.
@@ -375,6 +386,7 @@ pub(crate) async fn open(
         superseded: CancellationToken::new(),
         reason: OnceLock::new(),
         deliver,
+        inventory_request: watch::Sender::new(None),
     });
     if let Some(previous) = shared.sessions().insert(token.clone(), control.clone()) {
         previous.supersede(format!(
@@ -385,6 +397,7 @@ pub(crate) async fn open(
     // From here on the session owns the registry entry and the gauge; Drop releases both.
     shared.metrics.connected_agents.inc();
     let now = jiff::Timestamp::now();
+    let inventory_requests = (!instance.is_empty()).then(|| control.inventory_request.subscribe());
     let mut session = Session {
         reply_subject: format!("{}.{token}", shared.inbox),
         pull_subject,
@@ -398,6 +411,7 @@ pub(crate) async fn open(
             token_sha256,
             certificate: auth.certificate.is_some(),
         },
+        inventory_requests,
         next_heartbeat: first_heartbeat(&shared.bus.config, &session_id),
         reconnects: shared.reconnects.subscribe(),
         shared: shared.clone(),
@@ -410,6 +424,7 @@ pub(crate) async fn open(
         pull: Pull::Needed,
         consumer_ready: false,
         in_flight: None,
+        presence_stored: Instant::now(),
         finished: false,
     };
 
@@ -482,6 +497,11 @@ struct Session {
     consumer_ready: bool,
     /// The command forwarded and waiting for the agent's receipt.
     in_flight: Option<InFlight>,
+    /// Inventory requests for the agent; `None` for an agent without an instance id (built
+    /// from the Appendix: it would not know the command).
+    inventory_requests: Option<watch::Receiver<Option<String>>>,
+    /// When the presence entry was last stored (or the session opened).
+    presence_stored: Instant,
     finished: bool,
 }
 
@@ -526,6 +546,18 @@ enum Wake {
     Timer,
     Message(Option<Box<async_nats::Message>>),
     Receipt(Option<async_nats::Message>),
+    InventoryRequest,
+}
+
+/// Waits for an inventory request; pending forever without a receiver (or once its sender is
+/// gone, which happens only with the session).
+async fn next_inventory_request(requests: &mut Option<watch::Receiver<Option<String>>>) {
+    let Some(r) = requests else {
+        return std::future::pending().await;
+    };
+    if r.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// The next message on the in-flight command's receipt subscription; pending when none.
@@ -560,6 +592,7 @@ impl Session {
                 _ = self.shared.shutdown.cancelled() => Wake::Shutdown,
                 _ = self.control.superseded.cancelled() => Wake::Superseded,
                 receipt = next_receipt(in_flight) => Wake::Receipt(receipt),
+                () = next_inventory_request(&mut self.inventory_requests) => Wake::InventoryRequest,
                 message = self.inbox.recv() => Wake::Message(message),
                 changed = self.reconnects.changed() => match changed {
                     Ok(()) => Wake::Reconnected,
@@ -624,6 +657,22 @@ impl Session {
                 Wake::Message(Some(message)) => {
                     if let Some(command) = self.accept(*message).await {
                         return Some(Ok(command));
+                    }
+                }
+                Wake::InventoryRequest => {
+                    let id = self
+                        .inventory_requests
+                        .as_mut()
+                        .and_then(|r| r.borrow_and_update().clone());
+                    if let Some(request_id) = id {
+                        self.shared.metrics.inventory_requests.inc();
+                        debug!(agent_id = %self.agent_id, request_id, "forwarding an inventory request");
+                        return Some(Ok(GetWorkflowsResponse {
+                            cmd: Some(get_workflows_response::Cmd::RequestInventory(
+                                get_workflows_response::RequestInventory { request_id },
+                            )),
+                            trace_context: HashMap::new(),
+                        }));
                     }
                 }
             }
@@ -882,6 +931,7 @@ impl Session {
             .put(&self.token, self.presence.to_bytes())
             .await?;
         self.revision = Some(revision);
+        self.presence_stored = Instant::now();
         Ok(())
     }
 
@@ -905,12 +955,16 @@ impl Session {
             None => Err(true),
         };
         match result {
-            Ok(revision) => self.revision = Some(revision),
+            Ok(revision) => {
+                self.revision = Some(revision);
+                self.presence_stored = Instant::now();
+            }
             Err(false) => {
-                // NATS unreachable: keep the stream; the entry expires if this goes on, and the
-                // next heartbeat tries again.
+                // NATS unreachable: keep the stream for a while (a NATS restart is over in
+                // seconds, and every replica sees it alike); the next heartbeat tries again.
                 self.shared.metrics.error("presence");
                 warn!(agent_id = %self.agent_id, "cannot refresh presence");
+                return self.unreachable_for_long();
             }
             Err(true) => match store.entry(&self.token).await {
                 Ok(Some(entry)) if entry.operation == kv::Operation::Put => {
@@ -930,10 +984,30 @@ impl Session {
                 Err(e) => {
                     self.shared.metrics.error("presence");
                     warn!(agent_id = %self.agent_id, error = %e, "cannot read presence");
+                    return self.unreachable_for_long();
                 }
             },
         }
-        Ok(())
+        // A rewrite above may have failed too.
+        self.unreachable_for_long()
+    }
+
+    /// Whether this replica has failed to store the presence entry for longer than its TTL.
+    /// Then the entry has expired and the controller counts the agent offline: a stream held
+    /// here only keeps the agent from a replica that reaches NATS (this one may be cut off from
+    /// the cluster by the network), so it ends with `Unavailable` and the agent reconnects.
+    fn unreachable_for_long(&mut self) -> Result<(), Status> {
+        let ttl = self.shared.bus.config.presence_ttl;
+        if self.presence_stored.elapsed() <= ttl {
+            return Ok(());
+        }
+        self.shared.metrics.streams_nats_lost.inc();
+        warn!(agent_id = %self.agent_id, ?ttl, "NATS unreachable for the presence TTL; ending the agent's stream so it reconnects to another replica");
+        Err(Status::unavailable(format!(
+            "server replica {} has not reached NATS for {} s; reconnect to another replica",
+            self.shared.replica_id,
+            ttl.as_secs()
+        )))
     }
 }
 

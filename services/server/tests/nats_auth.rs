@@ -461,6 +461,33 @@ async fn the_server_user_keeps_to_its_subjects() {
     within("the takeover notice", takeovers.next())
         .await
         .expect("a notice");
+    // Inventory requests: the controller sends them, the server hears them.
+    let mut requests = server_client
+        .subscribe(tink_bus::INVENTORY_REQUEST_ALL)
+        .await
+        .expect("subscribes to inventory requests");
+    server_client.flush().await.expect("flush");
+    // Core NATS, at most once (the controller itself sends a request again until answered):
+    // sent again until one arrives.
+    let controller_client = controller.client();
+    let request = within("the inventory request", async {
+        loop {
+            controller_client
+                .publish(
+                    tink_bus::inventory_request_subject(AGENT).unwrap(),
+                    "r1".into(),
+                )
+                .await
+                .expect("the controller sends an inventory request");
+            controller_client.flush().await.expect("flush");
+            if let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(1), requests.next()).await
+            {
+                break m;
+            }
+        }
+    })
+    .await;
+    assert_eq!(&request.payload[..], b"r1");
     // The agent secrets: read (watched), as the server mirrors them.
     let mut watch = bus
         .agent_secrets

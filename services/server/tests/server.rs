@@ -378,6 +378,43 @@ async fn a_nats_restart_loses_no_event_and_no_command() {
     .await;
 }
 
+/// A replica cut off from NATS (here: NATS gone) keeps its agents' streams through a short
+/// outage (above), but not past the presence TTL: by then the controller counts the agents
+/// offline, and only a replica that reaches NATS can serve them. The stream ends with
+/// `Unavailable`, and the agent connects again once NATS is back.
+#[tokio::test]
+async fn a_replica_that_cannot_reach_nats_for_the_presence_ttl_ends_its_streams() {
+    let mut nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let mut client = replica.client().await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    eventually("presence to be written", || async {
+        presence(&js, AGENT).await.is_some()
+    })
+    .await;
+
+    nats.stop().await.expect("nats stops");
+    let status = end_status(&mut commands).await;
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("has not reached NATS"),
+        "{status:?}"
+    );
+    assert_eq!(replica.metrics.streams_nats_lost.get(), 1);
+
+    nats.restart().await.expect("nats back");
+    create_streams(&nats.url(), &bus_config()).await;
+    eventually("readiness to come back", || async {
+        replica.health.is_ready()
+    })
+    .await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    let js = jetstream(&nats.url()).await;
+    dispatch(&js, AGENT, "ns/after-the-outage").await;
+    assert_eq!(next_workflow(&mut commands).await, "ns/after-the-outage");
+}
+
 #[tokio::test]
 async fn graceful_shutdown_ends_agent_streams_with_unavailable() {
     let nats = NatsServer::start().await.expect("nats");

@@ -64,8 +64,17 @@ struct Gvk {
 }
 
 /// The kinds this webhook validates (the metric label of anything else is `unknown`).
-pub const KINDS: [&str; 7] = [
-    "Hardware", "Template", "Workflow", "OSIE", "Machine", "Job", "Task",
+pub const KINDS: [&str; 9] = [
+    "Hardware",
+    "Template",
+    "Workflow",
+    "OSIE",
+    "Machine",
+    "Job",
+    "Task",
+    "WorkflowSet",
+    // issue 31
+    "WorkflowRuleSet",
 ];
 
 /// The API group of one of [`KINDS`]: the BMC kinds are Rufio's `bmc.tinkerbell.org`.
@@ -334,10 +343,12 @@ fn answer(raw: &Value, index: &Index) -> Result<Answer, Box<PendingApproval>> {
             }
         },
         "Template" => validate::template::validate(&request, &mut verdict),
+        "WorkflowRuleSet" => validate::rules::validate(&request, &mut verdict),
         "Workflow" => validate::workflow::validate(&request, index, &mut verdict),
         "Machine" => validate::bmc::validate_machine(&request, &mut verdict),
         "Job" => validate::bmc::validate_job(&request, &mut verdict),
         "Task" => validate::bmc::validate_task(&request, &mut verdict),
+        "WorkflowSet" => validate::rollout::validate(&request, index, &mut verdict),
         _ => validate::osie::validate(&request, &mut verdict),
     }
     // bmc.tinkerbell.org has one version: nothing is converted.

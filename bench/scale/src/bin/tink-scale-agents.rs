@@ -458,7 +458,9 @@ async fn run_publish(
 ) -> anyhow::Result<()> {
     let mut contexts = Vec::with_capacity(nats_connections);
     for _ in 0..nats_connections {
-        let client = async_nats::connect(&url)
+        // A comma-separated list names the nodes of a cluster.
+        let servers: Vec<&str> = url.split(',').map(str::trim).collect();
+        let client = async_nats::connect(servers.as_slice())
             .await
             .with_context(|| format!("connecting to {url}"))?;
         contexts.push(async_nats::jetstream::new(client));

@@ -67,6 +67,12 @@ struct Args {
     /// The nats-server executable.
     #[arg(long, default_value = "nats-server")]
     nats_server: PathBuf,
+    /// NATS nodes: 1, or 3 for a JetStream cluster on loopback (routes between the three,
+    /// every stream and bucket replicated three ways, the services given all three URLs), as
+    /// deploy/ runs it. Use a nats-server 2.10 (`--nats-server
+    /// /opt/nats-server-2.10/bin/nats-server`, installed by scripts/install-deps.sh).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=5))]
+    nats_nodes: u8,
     /// The CRD manifests (default: the repository's deploy/crds).
     #[arg(long)]
     crds: Option<PathBuf>,
@@ -416,27 +422,60 @@ async fn start_stack(args: &Args, dir: &Path) -> anyhow::Result<(Stack, kube::Cl
     std::fs::create_dir_all(&logs)?;
     let mut procs = Vec::new();
 
-    let (nats_port, nats_mon) = (free_port()?, free_port()?);
-    let nats_url = format!("nats://127.0.0.1:{nats_port}");
-    let mut nats = spawn(
-        "nats",
-        &args.nats_server,
-        &[
+    // One node, or a cluster: every node is started before any is awaited (a clustered
+    // node is healthy only once JetStream's meta group has a leader).
+    let nodes = usize::from(args.nats_nodes);
+    let ports: Vec<(u16, u16, u16)> = (0..nodes)
+        .map(|_| Ok((free_port()?, free_port()?, free_port()?)))
+        .collect::<anyhow::Result<_>>()?;
+    let mut urls = Vec::new();
+    let mut nats_procs = Vec::new();
+    for (i, (port, mon, route)) in ports.iter().enumerate() {
+        let name = if nodes == 1 {
+            "nats".to_string()
+        } else {
+            format!("nats-{i}")
+        };
+        let mut node_args: Vec<String> = vec![
             "-js".into(),
             "-a".into(),
             "127.0.0.1".into(),
             "-p".into(),
-            nats_port.to_string(),
+            port.to_string(),
             "-m".into(),
-            nats_mon.to_string(),
+            mon.to_string(),
             "-sd".into(),
-            dir.join("nats").display().to_string(),
-        ],
-        &[],
-        &logs,
-    )?;
-    wait_ready(&mut nats, &format!("127.0.0.1:{nats_mon}"), "/healthz").await?;
-    procs.push(nats);
+            dir.join(&name).display().to_string(),
+        ];
+        if nodes > 1 {
+            let routes: Vec<String> = ports
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, (_, _, r))| format!("nats://127.0.0.1:{r}"))
+                .collect();
+            node_args.extend([
+                "-n".into(),
+                name.clone(),
+                "--cluster_name".into(),
+                "tink".into(),
+                "--cluster".into(),
+                format!("nats://127.0.0.1:{route}"),
+                "--routes".into(),
+                routes.join(","),
+            ]);
+        }
+        nats_procs.push((
+            spawn(&name, &args.nats_server, &node_args, &[], &logs)?,
+            *mon,
+        ));
+        urls.push(format!("nats://127.0.0.1:{port}"));
+    }
+    for (mut p, mon) in nats_procs {
+        wait_ready(&mut p, &format!("127.0.0.1:{mon}"), "/healthz").await?;
+        procs.push(p);
+    }
+    let nats_url = urls.join(",");
 
     let api_port = free_port()?;
     let kube_addr = format!("127.0.0.1:{api_port}");
@@ -479,6 +518,7 @@ async fn start_stack(args: &Args, dir: &Path) -> anyhow::Result<(Stack, kube::Cl
 
     let common = vec![
         ("NATS_URL", nats_url.clone()),
+        ("TINK_NATS_STREAM_REPLICAS", nodes.to_string()),
         ("RUST_LOG", args.log_level.clone()),
         ("KUBECONFIG", kubeconfig.display().to_string()),
     ];

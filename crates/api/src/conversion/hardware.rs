@@ -60,12 +60,12 @@ fn status_up(v1: Option<&a1::HardwareStatus>) -> Option<a2::HardwareStatus> {
     let attributes: a2::HardwareAttributes = serde_json::from_value(attributes.clone()).ok()?;
     Some(a2::HardwareStatus {
         attributes: Some(attributes),
-        inventory_reported_at: None,
+        ..a2::HardwareStatus::default()
     })
 }
 
-/// v1alpha2 `status.attributes` -> v1alpha1 `status.attributes`; `inventoryReportedAt` has no
-/// v1alpha1 home (annotation).
+/// v1alpha2 `status.attributes` -> v1alpha1 `status.attributes`; `inventoryReportedAt`,
+/// `inventorySource` and `inventoryRequest` have no v1alpha1 home (annotation).
 fn status_down(v2: Option<&a2::HardwareStatus>) -> Option<a1::HardwareStatus> {
     let attributes = v2?.attributes.as_ref()?;
     let value = serde_json::to_value(attributes).ok()?;

@@ -175,6 +175,59 @@ pub struct HardwareStatus {
     /// When the controller last stored a changed inventory from the machine's agent (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory_reported_at: Option<String>,
+
+    /// Who reported `attributes.inBand`: `Agent` (the machine's authenticated agent) or
+    /// `Enrollment` (an unknown machine, without credentials, when it was discovered). Only an
+    /// `Agent` inventory is trusted for decisions (rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "inventory_source_schema")]
+    pub inventory_source: Option<String>,
+
+    /// The last inventory request (annotation `tinkerbell.org/inventory-request`) the machine's
+    /// agent answered: the request's id, as the controller derived it from the annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub inventory_request: Option<String>,
+}
+
+/// The annotation that asks a machine's agent for a fresh inventory. Its value is free (a date,
+/// a ticket number); a new value is a new request. The controller removes it once answered.
+pub const INVENTORY_REQUEST_ANNOTATION: &str = "tinkerbell.org/inventory-request";
+
+/// The id of the inventory request that the annotation value `value` makes on the Hardware with
+/// `uid` (what `status.inventoryRequest` says once answered): 32 hex characters of SHA-256 over
+/// both, so the same text on a re-created Hardware is a new request and the operator's text
+/// never travels to the machine.
+pub fn inventory_request_id(uid: &str, value: &str) -> String {
+    let mut bytes = Vec::with_capacity(uid.len() + value.len() + 1);
+    bytes.extend_from_slice(uid.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(value.as_bytes());
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    digest.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `status.inventorySource` of an inventory from the machine's authenticated agent.
+pub const INVENTORY_SOURCE_AGENT: &str = "Agent";
+/// `status.inventorySource` of an inventory taken at enrollment (no credentials).
+pub const INVENTORY_SOURCE_ENROLLMENT: &str = "Enrollment";
+
+fn inventory_source_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "string", "enum": [INVENTORY_SOURCE_AGENT, INVENTORY_SOURCE_ENROLLMENT]})
+}
+
+impl HardwareStatus {
+    /// The inventory (`attributes.inBand`) when the machine's authenticated agent reported it;
+    /// `None` for none, or one taken at enrollment without credentials.
+    pub fn authenticated_inventory(&self) -> Option<&serde_json::Value> {
+        if self.inventory_source.as_deref() != Some(INVENTORY_SOURCE_AGENT) {
+            return None;
+        }
+        self.attributes.as_ref().and_then(|a| a.in_band.as_ref())
+    }
 }
 
 /// Tinkerbell's `HardwareAttributes`: one `Attributes` subtree per collection path.

@@ -14,6 +14,9 @@ mod boot;
 mod condition;
 mod hardware;
 mod osie;
+mod rollout;
+// WorkflowRuleSet (issue 31; `rules` is taken by the CEL rules below).
+mod rule_set;
 mod template;
 mod workflow;
 
@@ -24,9 +27,19 @@ pub use boot::{
 pub use condition::{Condition, ConditionSeverity, ConditionStatus, ConditionType, set_condition};
 pub use hardware::{
     DEFAULT_LEASE_TIME, Dhcp, Discovery, Hardware, HardwareAttributes, HardwareOsie, HardwareSpec,
-    HardwareStatus, Instance, Ipxe, NetworkInterface,
+    HardwareStatus, INVENTORY_REQUEST_ANNOTATION, INVENTORY_SOURCE_AGENT,
+    INVENTORY_SOURCE_ENROLLMENT, Instance, Ipxe, NetworkInterface, inventory_request_id,
 };
 pub use osie::{Osie, OsieSpec};
+pub use rollout::{
+    DEFAULT_MAX_FAILURES, WORKFLOW_SET_FINALIZER, WORKFLOW_SET_LABEL, WorkflowSet,
+    WorkflowSetCondition, WorkflowSetConditionType, WorkflowSetSpec, WorkflowSetState,
+    WorkflowSetStatus,
+};
+pub use rule_set::{
+    CountRange, FieldPattern, ValuePattern, WorkflowRule, WorkflowRuleSet, WorkflowRuleSetSpec,
+    WorkflowRuleSetStatus, WorkflowRuleSetWorkflow, rule_set_conditions,
+};
 pub use template::{Action, Template, TemplateSpec};
 pub use workflow::{
     ActionState, ActionStatus, Workflow, WorkflowSpec, WorkflowState, WorkflowStatus,

@@ -8,7 +8,7 @@
 //!
 //! Pages (GET): `/` machines, `/machines/{ns}/{name}`, `/workflows`,
 //! `/workflows/{ns}/{name}`, `/templates`, `/templates/{ns}/{name}?hardware=`, `/search?q=`,
-//! `/login`. Live streams (GET, server-sent events): `/live/machines`,
+//! `/rollouts?ns=`, `/rollouts/{ns}/{name}`, `/login`. Live streams (GET, server-sent events): `/live/machines`,
 //! `/live/machines/{ns}/{name}`, `/live/workflows`, `/live/workflows/{ns}/{name}`. Actions
 //! (POST, with the session's anti-CSRF value when the session is a cookie): `/login`,
 //! `/logout`, `/workflows/{ns}/{name}/cancel`, `/workflows/{ns}/{name}/rerun`,
@@ -17,6 +17,7 @@
 mod error;
 pub mod machines;
 mod query;
+pub mod rollouts;
 pub mod search;
 pub mod session;
 mod state;
@@ -63,6 +64,8 @@ pub fn router(state: AppState) -> Router {
         .route("/workflows/{ns}/{name}/logs", get(workflows::logs))
         .route("/templates", get(templates::list))
         .route("/templates/{ns}/{name}", get(templates::page))
+        .route("/rollouts", get(rollouts::list))
+        .route("/rollouts/{ns}/{name}", get(rollouts::page))
         .route("/search", get(search::page))
         .route("/login", get(session::login_page).post(session::login))
         .route("/logout", post(session::logout))

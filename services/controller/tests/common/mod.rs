@@ -431,7 +431,7 @@ pub fn state_of(w: &Workflow) -> WorkflowState {
     w.status.as_ref().map(|s| s.state).unwrap_or_default()
 }
 
-async fn apply_crds(client: &kube::Client) {
+pub async fn apply_crds(client: &kube::Client) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut entries: Vec<_> = std::fs::read_dir(&dir)
@@ -624,7 +624,25 @@ impl Agent {
                             reason: s.reason,
                         };
                     }
-                    None => continue,
+                    Some(get_workflows_response::Cmd::RequestInventory(_)) | None => continue,
+                }
+            }
+        })
+        .await
+    }
+
+    /// The next `RequestInventory` on the stream (its request id), skipping anything else.
+    pub async fn next_inventory_request(&mut self) -> String {
+        within("an inventory request on the agent's stream", async {
+            loop {
+                let msg = self
+                    .commands
+                    .next()
+                    .await
+                    .expect("the command stream stays open")
+                    .expect("a command");
+                if let Some(get_workflows_response::Cmd::RequestInventory(r)) = msg.cmd {
+                    return r.request_id;
                 }
             }
         })
@@ -650,7 +668,7 @@ impl Agent {
                         reason: s.reason,
                     });
                 }
-                None => continue,
+                Some(get_workflows_response::Cmd::RequestInventory(_)) | None => continue,
             }
         }
     }

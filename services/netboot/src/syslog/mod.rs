@@ -273,7 +273,9 @@ async fn publish(
     metrics: Metrics,
 ) -> Result<(), SyslogError> {
     let client = tink_bus::connect(&nats.url, &nats.auth, || {
-        async_nats::ConnectOptions::new().name("tink-netboot syslog")
+        async_nats::ConnectOptions::new()
+            .name("tink-netboot syslog")
+            .ping_interval(tink_bus::PING_INTERVAL)
     })
     .await?;
     let js = async_nats::jetstream::new(client);

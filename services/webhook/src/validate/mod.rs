@@ -10,6 +10,9 @@ pub mod bmc;
 pub mod formats;
 pub mod hardware;
 pub mod osie;
+pub mod rollout;
+// WorkflowRuleSet (issue 31).
+pub mod rules;
 pub mod template;
 pub mod workflow;
 

@@ -49,7 +49,7 @@ pub fn deploy_manifests() -> Vec<Value> {
     copy_dir(&root.join("webhook"), &deploy.join("webhook"));
     std::fs::write(
         deploy.join("kustomization.yaml"),
-        "resources:\n- crds/hardware.tinkerbell.org.yaml\n- crds/osies.tinkerbell.org.yaml\n- crds/templates.tinkerbell.org.yaml\n- crds/workflows.tinkerbell.org.yaml\n- crds/machines.bmc.tinkerbell.org.yaml\n- crds/jobs.bmc.tinkerbell.org.yaml\n- crds/tasks.bmc.tinkerbell.org.yaml\n- webhook\ncomponents:\n- webhook/crd-conversion\n",
+        "resources:\n- crds/hardware.tinkerbell.org.yaml\n- crds/osies.tinkerbell.org.yaml\n- crds/templates.tinkerbell.org.yaml\n- crds/workflows.tinkerbell.org.yaml\n- crds/workflowsets.tinkerbell.org.yaml\n- crds/machines.bmc.tinkerbell.org.yaml\n- crds/jobs.bmc.tinkerbell.org.yaml\n- crds/tasks.bmc.tinkerbell.org.yaml\n- webhook\ncomponents:\n- webhook/crd-conversion\n",
     )
     .expect("kustomization");
     let out = std::process::Command::new("kubectl")
@@ -314,6 +314,7 @@ pub fn resource(kind: &str, version: &str) -> ApiResource {
         "Machine" => ("bmc.tinkerbell.org", "machines"),
         "Job" => ("bmc.tinkerbell.org", "jobs"),
         "Task" => ("bmc.tinkerbell.org", "tasks"),
+        "WorkflowSet" => ("tinkerbell.org", "workflowsets"),
         _ => ("tinkerbell.org", "osies"),
     };
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
