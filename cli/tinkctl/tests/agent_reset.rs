@@ -20,6 +20,7 @@ async fn agent_reset_deletes_the_session() {
         session: "s1".into(),
         connected_since: now,
         heartbeat: now,
+        replica_instance: "p1".into(),
         instance: "i-1".into(),
         token_sha256: "00".repeat(32),
         certificate: false,

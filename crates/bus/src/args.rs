@@ -15,8 +15,8 @@ pub struct BusArgs {
     /// Replicas of the JetStream streams and bucket (1 for a single NATS server, 3 for a cluster).
     #[arg(long, env = "TINK_NATS_STREAM_REPLICAS", default_value_t = 1)]
     pub stream_replicas: usize,
-    /// Seconds an agent's presence entry lives without a heartbeat (at least 2); servers refresh
-    /// it every third of that.
+    /// Seconds a server replica's heartbeat counts (at least 2): the agents of a replica silent
+    /// for longer are offline. Each replica stores its heartbeat every third of that.
     #[arg(long, env = "TINK_PRESENCE_TTL_SECONDS", default_value_t = 30)]
     pub presence_ttl_seconds: u64,
     /// Seconds a server waits for an agent's receipt of a command before it hands the command

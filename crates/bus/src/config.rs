@@ -23,9 +23,12 @@ pub struct BusConfig {
     pub dispatch_max_bytes: i64,
     /// The window in which a repeated `Nats-Msg-Id` is dropped as a duplicate.
     pub duplicate_window: Duration,
-    /// How long a presence entry lives without a heartbeat (entries of dead servers expire).
+    /// How long a server replica's heartbeat (in [`crate::REPLICAS_BUCKET`]) counts: the agents
+    /// whose presence entries name a replica with no heartbeat this fresh are offline, and a
+    /// replica that could not store its heartbeat for this long ends its agents' streams.
     pub presence_ttl: Duration,
-    /// How often a server refreshes the presence entry of each agent it holds.
+    /// How often each server replica stores its heartbeat (one write per replica, whatever the
+    /// number of agents it holds).
     pub presence_heartbeat: Duration,
     /// How long a command delivered to a server may stay unacknowledged before JetStream
     /// redelivers it (the server died between receiving and forwarding it).

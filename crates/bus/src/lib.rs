@@ -10,7 +10,8 @@
 //! | events subject | `tink.events.<workflow token>` | an `Event`, protobuf |
 //! | dispatch stream | [`DISPATCH_STREAM`] | work queue: a command is removed once the agent's consumer acknowledged it |
 //! | events stream | [`EVENTS_STREAM`] | limits retention, read durably by the controller |
-//! | presence bucket | [`PRESENCE_BUCKET`] | KV: agent token -> [`Presence`] (JSON); entries expire after [`BusConfig::presence_ttl`] |
+//! | presence bucket | [`PRESENCE_BUCKET`] | KV: agent token -> [`Presence`] (JSON), written when an agent's stream opens and deleted when it ends (no TTL); alive while the server replica it names beats |
+//! | replicas bucket | [`REPLICAS_BUCKET`] | KV: [`replica_key`] -> [`ReplicaHeartbeat`] (JSON), each server replica's heartbeat every [`BusConfig::presence_heartbeat`]; entries expire after [`BusConfig::presence_ttl`] |
 //! | agent secrets bucket | [`AGENT_SECRETS_BUCKET`] | KV: agent token -> hex SHA-256 of the machine's current boot secret, then, for the agent that exchanged the previous one, that one's (controller writes, servers read) |
 //! | exchanged agent secrets bucket | [`AGENT_SECRETS_USED_BUCKET`] | KV: agent token -> hex SHA-256 of the boot secret it exchanged for a session (servers write before answering and refuse it afterwards; the controller rotates the machine's secret) |
 //! | admitted agents bucket | [`ADMITTED_AGENTS_BUCKET`] | KV: agent token -> the `namespace/name` of the Hardware naming that agent id (controller writes, servers refuse every other id) |
@@ -77,7 +78,9 @@ pub use logs::{
     action_token, decode_log_batch, encode_log_batch, ids_from_logs_subject, log_batch_msg_id,
     logs_subject, logs_workflow_filter, validate_log_batch,
 };
-pub use presence::Presence;
+pub use presence::{
+    Presence, ReplicaHeartbeat, STALE_PRESENCE_PURGE_AFTER_TTLS, fresh, last_alive, replica_key,
+};
 pub use publish::{
     ENROLLMENT_HEADER, INVENTORY_REQUEST_HEADER, MAX_INVENTORY_BYTES, MAX_INVENTORY_REQUEST_ID,
     MSG_ID_HEADER, check_inventory_request_id, headers_with, inventory_msg_id, publish_command,
@@ -90,11 +93,12 @@ pub use streams::{
     AGENT_SECRETS_STREAM, AGENT_SECRETS_USED_BUCKET, AGENT_SECRETS_USED_STREAM,
     CONTROLLER_EVENTS_CONSUMER, CONTROLLER_INVENTORY_CONSUMER, DISPATCH_STREAM,
     DISPATCH_TARGETS_BUCKET, DISPATCH_TARGETS_STREAM, EVENTS_STREAM, INVENTORY_STREAM, LOGS_STREAM,
-    PRESENCE_BUCKET, PRESENCE_STREAM, admitted_agents_stream_config, agent_consumer_config,
-    agent_consumer_name, agent_pull_subject, agent_secrets_stream_config,
-    agent_secrets_used_stream_config, dispatch_stream_config, dispatch_targets_stream_config,
-    events_consumer_config, events_stream_config, inventory_consumer_config,
-    inventory_stream_config, logs_stream_config, presence_stream_config,
+    PRESENCE_BUCKET, PRESENCE_STREAM, REPLICAS_BUCKET, REPLICAS_STREAM,
+    admitted_agents_stream_config, agent_consumer_config, agent_consumer_name, agent_pull_subject,
+    agent_secrets_stream_config, agent_secrets_used_stream_config, dispatch_stream_config,
+    dispatch_targets_stream_config, events_consumer_config, events_stream_config,
+    inventory_consumer_config, inventory_stream_config, logs_stream_config, presence_stream_config,
+    replicas_stream_config,
 };
 pub use subjects::{
     DISPATCH_ALL, DISPATCH_PREFIX, EVENTS_ALL, EVENTS_PREFIX, INVENTORY_ALL, INVENTORY_PREFIX,

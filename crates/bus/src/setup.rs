@@ -9,7 +9,7 @@ use crate::error::BusError;
 use crate::streams::{
     ADMITTED_AGENTS_BUCKET, AGENT_SECRETS_BUCKET, AGENT_SECRETS_USED_BUCKET, DISPATCH_STREAM,
     DISPATCH_TARGETS_BUCKET, EVENTS_STREAM, INVENTORY_STREAM, LOGS_STREAM, PRESENCE_BUCKET,
-    all_streams,
+    REPLICAS_BUCKET, all_streams,
 };
 
 /// Handles on the bus's streams and bucket, made by [`ensure_streams`].
@@ -21,8 +21,10 @@ pub struct Bus {
     pub dispatch: stream::Stream,
     /// The events stream.
     pub events: stream::Stream,
-    /// The presence bucket.
+    /// The presence bucket (one entry per connected agent).
     pub presence: kv::Store,
+    /// The server replica heartbeats bucket.
+    pub replicas: kv::Store,
     /// The per-machine agent secrets bucket.
     pub agent_secrets: kv::Store,
     /// The exchanged (used) agent secrets bucket.
@@ -146,6 +148,7 @@ async fn open(jetstream: &jetstream::Context, config: &BusConfig) -> Result<Bus,
         dispatch: get_stream(jetstream, DISPATCH_STREAM).await?,
         events: get_stream(jetstream, EVENTS_STREAM).await?,
         presence: bucket(jetstream, PRESENCE_BUCKET).await?,
+        replicas: bucket(jetstream, REPLICAS_BUCKET).await?,
         agent_secrets: bucket(jetstream, AGENT_SECRETS_BUCKET).await?,
         agent_secrets_used: bucket(jetstream, AGENT_SECRETS_USED_BUCKET).await?,
         dispatch_targets: bucket(jetstream, DISPATCH_TARGETS_BUCKET).await?,

@@ -19,6 +19,13 @@ pub const EVENTS_STREAM: &str = "TINK_EVENTS";
 pub const PRESENCE_BUCKET: &str = "tink_presence";
 /// The stream backing [`PRESENCE_BUCKET`].
 pub const PRESENCE_STREAM: &str = "KV_tink_presence";
+/// The KV bucket of server replica heartbeats: [`crate::replica_key`] -> [`crate::ReplicaHeartbeat`]
+/// (JSON), rewritten by each server replica every [`BusConfig::presence_heartbeat`], expiring
+/// after [`BusConfig::presence_ttl`]. Presence entries are alive while the replica they name
+/// beats (see `crate::presence`).
+pub const REPLICAS_BUCKET: &str = "tink_replicas";
+/// The stream backing [`REPLICAS_BUCKET`].
+pub const REPLICAS_STREAM: &str = "KV_tink_replicas";
 /// The KV bucket of per-machine boot secrets: agent token -> hex SHA-256 of the machine's
 /// current boot secret, followed (space-separated) by the previous generation's for the agent
 /// that exchanged it (or [`AGENT_SECRET_MISSING`]). Written by the controller from the Secrets
@@ -168,19 +175,36 @@ fn kv_stream_config(bucket: &str, description: &str, config: &BusConfig) -> stre
 
 /// The stream backing the presence bucket (`KV_tink_presence`), configured exactly as a NATS
 /// KV bucket (`$KV.tink_presence.>`, rollups, direct get, discard new) with memory storage
-/// (presence is rebuilt by the next heartbeats after a NATS restart, and heartbeats of many
-/// agents would otherwise be disk writes), one revision per key, and entries expiring after
-/// [`BusConfig::presence_ttl`].
+/// (after a NATS restart that loses it, each server replica writes its agents' entries again),
+/// one revision per key, and no expiry: an idle agent's entry is written once, when its stream
+/// opens, and stays until the stream ends; its liveness is its replica's heartbeat
+/// ([`replicas_stream_config`]), and the entries of a dead replica are deleted by the
+/// controller's leader. (Before per-replica heartbeats the stream had `max_age` = the TTL and
+/// every entry was rewritten every heartbeat; [`crate::ensure_streams`] updates it in place.)
 ///
 /// The stream is created directly rather than through async-nats's KV creation, which first
 /// queries the account info in a form nats-server 2.9 does not answer.
 pub fn presence_stream_config(config: &BusConfig) -> stream::Config {
     stream::Config {
-        max_age: config.presence_ttl,
         storage: stream::StorageType::Memory,
         ..kv_stream_config(
             PRESENCE_BUCKET,
             "tinkerbell agent presence: agent token -> server replica",
+            config,
+        )
+    }
+}
+
+/// The stream backing the replicas bucket (`KV_tink_replicas`): a NATS KV bucket with memory
+/// storage (a heartbeat is rewritten within [`BusConfig::presence_heartbeat`] anyway), one
+/// revision per key, entries expiring after [`BusConfig::presence_ttl`].
+pub fn replicas_stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        max_age: config.presence_ttl,
+        storage: stream::StorageType::Memory,
+        ..kv_stream_config(
+            REPLICAS_BUCKET,
+            "tinkerbell server replica heartbeats: replica token -> heartbeat",
             config,
         )
     }
@@ -316,11 +340,12 @@ pub fn events_consumer_config(ack_wait: Duration) -> consumer::pull::Config {
 }
 
 /// Every stream the bus needs, with its configuration, in creation order.
-pub(crate) fn all_streams(config: &BusConfig) -> [(&'static str, stream::Config); 9] {
+pub(crate) fn all_streams(config: &BusConfig) -> [(&'static str, stream::Config); 10] {
     [
         (DISPATCH_STREAM, dispatch_stream_config(config)),
         (EVENTS_STREAM, events_stream_config(config)),
         (PRESENCE_STREAM, presence_stream_config(config)),
+        (REPLICAS_STREAM, replicas_stream_config(config)),
         (LOGS_STREAM, logs_stream_config(config)),
         (AGENT_SECRETS_STREAM, agent_secrets_stream_config(config)),
         (

@@ -109,6 +109,7 @@ async fn acknowledged_events_survive_leader_kills_partitions_and_an_empty_restar
     }
     for bucket in [
         &bus.presence,
+        &bus.replicas,
         &bus.agent_secrets,
         &bus.agent_secrets_used,
         &bus.dispatch_targets,

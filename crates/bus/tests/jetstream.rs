@@ -44,8 +44,36 @@ async fn ensure_streams_is_idempotent_and_configures_everything() {
     );
     let info = bus.events.info().await.expect("info");
     assert_eq!(info.config.subjects, vec!["tink.events.*".to_string()]);
+    // Agent entries never expire (written once per stream); replica heartbeats do.
     let status = bus.presence.status().await.expect("kv status");
+    assert_eq!(status.max_age(), Duration::ZERO);
+    let status = bus.replicas.status().await.expect("kv status");
     assert_eq!(status.max_age(), config.presence_ttl);
+}
+
+/// A bus created before per-replica heartbeats (the presence bucket with the TTL as its
+/// max age) is updated in place: its entries stop expiring, and the replicas bucket appears.
+#[tokio::test]
+async fn ensure_streams_updates_a_presence_bucket_from_before_replica_heartbeats() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = connect(&nats).await;
+    let config = BusConfig::default();
+    let old = jetstream::stream::Config {
+        max_age: config.presence_ttl,
+        ..tink_bus::presence_stream_config(&config)
+    };
+    js.create_stream(old)
+        .await
+        .expect("the old presence bucket");
+    let bus = tink_bus::ensure_streams(&js, &config)
+        .await
+        .expect("updated");
+    let status = bus.presence.status().await.expect("kv status");
+    assert_eq!(status.max_age(), Duration::ZERO);
+    assert_eq!(
+        bus.replicas.status().await.expect("kv status").max_age(),
+        config.presence_ttl
+    );
 }
 
 #[tokio::test]

@@ -181,11 +181,27 @@ mod tests {
         drain(&mut rx);
         // An agent that connected: the tile of the machine with that MAC, and only it.
         cache.presence.enable(Duration::from_secs(30));
-        assert!(
-            cache
-                .presence
-                .observe("02:00:00:00:00:02", Some(jiff::Timestamp::now()))
-        );
+        let now = jiff::Timestamp::now();
+        cache.presence.observe_replica(tink_bus::ReplicaHeartbeat {
+            replica: "server-a".into(),
+            instance: "p1".into(),
+            started: now,
+            heartbeat: now,
+        });
+        assert!(cache.presence.observe(
+            "02:00:00:00:00:02",
+            Some(&tink_bus::Presence {
+                agent_id: "02:00:00:00:00:02".into(),
+                server: "server-a".into(),
+                session: "s".into(),
+                connected_since: now,
+                heartbeat: now,
+                replica_instance: "p1".into(),
+                instance: String::new(),
+                token_sha256: String::new(),
+                certificate: false,
+            })
+        ));
         feed.agent_changed(&AgentChanged("02:00:00:00:00:02".into()));
         assert_eq!(drain(&mut rx), [(Kind::Machine, "m/a/m2".into())]);
         // A relist: every page reloads.

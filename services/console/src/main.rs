@@ -60,7 +60,7 @@ struct Args {
     #[arg(long, env = "NATS_CREDS")]
     nats_creds: Option<std::path::PathBuf>,
     /// NATS user for the presence watch (with --nats-password); deploy/'s is `tink-console`,
-    /// which may only watch the presence bucket.
+    /// which may only watch the presence and replica heartbeat buckets.
     #[arg(long, env = "NATS_USER", requires = "nats_password")]
     nats_user: Option<String>,
     /// NATS password.
@@ -74,7 +74,8 @@ struct Args {
     /// CA certificate (PEM) of the NATS servers; turns TLS on.
     #[arg(long, env = "NATS_TLS_CA")]
     nats_tls_ca: Option<std::path::PathBuf>,
-    /// Seconds a presence entry lives without a heartbeat (the servers' --presence-ttl-seconds).
+    /// Seconds a server replica's heartbeat counts: its agents are offline after that (the
+    /// servers' --presence-ttl-seconds).
     #[arg(long, env = "TINK_PRESENCE_TTL_SECONDS", default_value_t = 30)]
     presence_ttl_seconds: u64,
     /// tink-server addresses (`HOST:PORT`, comma separated) whose LogService shows action

@@ -335,13 +335,14 @@ pub(crate) async fn lead(
     let (loaded_tx, loaded_rx) = oneshot::channel();
     {
         let (ctx, term) = (ctx.clone(), term.clone());
-        let bucket = bus.presence.clone();
+        let (bucket, replicas) = (bus.presence.clone(), bus.replicas.clone());
         group.spawn_critical("presence watch", async move {
             presence::run(
                 &ctx.presence,
                 &ctx.wake,
                 &ctx.metrics,
                 bucket,
+                replicas,
                 loaded_tx,
                 term,
             )

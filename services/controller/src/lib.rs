@@ -11,7 +11,8 @@
 //!   `tink_workflow::step_all`;
 //! - a durable JetStream consumer of agent events, applying each batch per Workflow in one
 //!   status write and acknowledging after it;
-//! - a watch of the presence bucket, Kubernetes Events for transitions, metrics;
+//! - a watch of the presence and replica heartbeat buckets (deleting the entries of dead
+//!   replicas), Kubernetes Events for transitions, metrics;
 //! - when enabled ([`capi::CapiConfig`]), the Cluster API infrastructure provider's reconcilers
 //!   ([`capi`]).
 //!

@@ -1,7 +1,7 @@
 //! Server benchmarks with a real nats-server and the real `tink-server` binary (release build).
 //!
 //! ```text
-//! cargo bench -p tink-server --bench server-bench -- streams 10000   # idle agent streams, RSS per stream
+//! cargo bench -p tink-server --bench server-bench -- streams 10000   # idle agent streams: RSS per stream, idle KV writes/s and CPU
 //! cargo bench -p tink-server --bench server-bench -- events 1000 10 20000  # 1,000 agents, 10 s, 20,000/s offered
 //! cargo bench -p tink-server --bench server-bench -- logs 1000 10 2000 100 1000 3  # events p99 without and with 100 log lines/s per agent, a batch every 1 s, 3 rounds
 //! cargo bench -p tink-server --bench server-bench                    # streams and events, with those defaults
@@ -197,6 +197,10 @@ async fn channel(addr: SocketAddr) -> anyhow::Result<Channel> {
         .await?)
 }
 
+/// How long idle streams are watched for their presence writes and CPU (three default heartbeat
+/// periods).
+const IDLE_WINDOW: Duration = Duration::from_secs(30);
+
 /// `count` agents each open one GetWorkflows stream and stay idle; reports the server's
 /// resident memory per stream. With `open_streams` false only the HTTP/2 connections are made
 /// (the transport's share of the cost).
@@ -253,6 +257,52 @@ async fn streams(count: usize, open_streams: bool) -> anyhow::Result<()> {
     // Idle for a while: heartbeats run, pull requests renew, allocations settle.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let after = server.rss_kib()?;
+    // Then what idle agents cost: presence writes (the KV streams' sequences count every
+    // write) and CPU of the server and nats-server, over a window of several heartbeats.
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await?);
+    let kv_sequence = |stream: &'static str| {
+        let js = js.clone();
+        async move {
+            // A bucket an older server build has no use for may be missing: 0.
+            match js.get_stream(stream).await {
+                Ok(mut s) => Ok::<_, anyhow::Error>(s.info().await?.state.last_sequence),
+                Err(_) => Ok(0),
+            }
+        }
+    };
+    let watched: Vec<(&str, u32)> = [
+        server.child.id().map(|pid| ("server", pid)),
+        nats_pid(&nats).map(|pid| ("nats-server", pid)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let cpu_before = watched
+        .iter()
+        .map(|(_, pid)| cpu_seconds(*pid))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (presence_before, replicas_before) = (
+        kv_sequence(tink_bus::PRESENCE_STREAM).await?,
+        kv_sequence(tink_bus::REPLICAS_STREAM).await?,
+    );
+    let window = Instant::now();
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let idle = window.elapsed().as_secs_f64();
+    let presence_writes = kv_sequence(tink_bus::PRESENCE_STREAM)
+        .await?
+        .saturating_sub(presence_before) as f64
+        / idle;
+    let replica_writes = kv_sequence(tink_bus::REPLICAS_STREAM)
+        .await?
+        .saturating_sub(replicas_before) as f64
+        / idle;
+    let mut idle_cpu = Vec::new();
+    for ((name, pid), before) in watched.iter().zip(cpu_before) {
+        idle_cpu.push(format!(
+            "{name} {:.3}",
+            (cpu_seconds(*pid)? - before) / idle
+        ));
+    }
     let per_stream = (after.saturating_sub(before)) as f64 * 1024.0 / count as f64;
 
     let what = if open_streams {
@@ -275,6 +325,11 @@ async fn streams(count: usize, open_streams: bool) -> anyhow::Result<()> {
         per_stream / 1024.0,
         w = 17 - what.len()
     );
+    println!(
+        "idle presence KV writes:   {presence_writes:.1}/s agent entries, {replica_writes:.1}/s replica heartbeats ({:.0} s window)",
+        IDLE_WINDOW.as_secs_f64()
+    );
+    println!("idle CPU (cores):          {}", idle_cpu.join(", "));
     drop(streams);
     drop(server);
     Ok(())

@@ -14,7 +14,8 @@
 //!   in the response metadata [`TOKEN_HEADER`]; every later stream and `PublishEvent` for that
 //!   agent must present it in the same header. A stream without it while the session is alive
 //!   is refused (`PERMISSION_DENIED`) instead of taking over. The session (its SHA-256 is kept in
-//!   the agent's presence entry) ends when the presence entry expires or an operator resets it
+//!   the agent's presence entry) ends with its stream, when the server replica holding it has
+//!   not stored its heartbeat for the presence TTL, or when an operator resets it
 //!   (`tinkctl agent reset <agent id>` deletes the entry).
 //! - **Boot secret** ([`crate::secrets`]): for machines whose Hardware names one, needed to
 //!   create a session (a stream without a certificate that does not present the live session's

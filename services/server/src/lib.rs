@@ -2,7 +2,9 @@
 //!
 //! Agents hold a `GetWorkflows` stream to any replica and call `PublishEvent`; the server keeps
 //! no state of its own: commands come from the agent's durable JetStream consumer, events go to
-//! the workflow's events subject, presence goes to a KV bucket (all named in `tink-bus`).
+//! the workflow's events subject, presence goes to a KV bucket: one entry per agent, written
+//! when its stream opens and deleted when it ends, kept alive by one heartbeat per replica
+//! (module `replica`; all named in `tink-bus`).
 //!
 //! It also serves `LogService.ReadLogs` to operators (`tinkctl workflow logs`): the output of a
 //! Workflow's actions from the logs stream, for callers Kubernetes RBAC allows (`get` on
@@ -61,6 +63,7 @@ mod logs;
 mod metrics;
 pub mod mirror;
 mod read_logs;
+mod replica;
 pub mod secrets;
 mod service;
 mod session;
@@ -321,6 +324,20 @@ pub async fn serve(
         });
     }
     {
+        let (shared, shutdown) = (shared.clone(), shutdown.clone());
+        tasks.spawn_critical("replica heartbeat", async move {
+            replica::heartbeat(shared, shutdown).await;
+            Ok(())
+        });
+    }
+    {
+        let (shared, shutdown) = (shared.clone(), shutdown.clone());
+        tasks.spawn_critical("presence watch", async move {
+            replica::watch_presence(shared, shutdown).await;
+            Ok(())
+        });
+    }
+    {
         let shared = shared.clone();
         tasks.spawn_periodic("idle limits sweep", Duration::from_secs(60), move || {
             shared.forget_idle_limits();
@@ -346,10 +363,11 @@ pub async fn serve(
         }
     };
     // Ready once the agent secrets and the admitted agents are loaded (an empty bucket loads
-    // at once).
+    // at once) and a first heartbeat is stored (the agents' entries are alive from the start).
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = async {
+            shared.beat.wait_stored().await;
             shared.secrets.mirror.wait_loaded().await;
             if !config.admit_unknown_agents {
                 shared.admitted.wait_loaded().await;
@@ -549,10 +567,14 @@ pub async fn serve(
         .await
         .is_err()
     {
-        warn!("presence cleanup did not finish in time; entries expire by themselves");
+        warn!(
+            "presence cleanup did not finish in time; the entries left count offline once this replica's heartbeat expires, and the controller deletes them"
+        );
     }
     routing.cancel();
     let stopped = tasks.stop(TASKS_DRAIN).await;
+    // After the heartbeat task stopped: nothing writes it again.
+    replica::delete_heartbeat(&shared).await;
     if let Err(e) = client.flush().await {
         warn!(error = %e, "cannot flush NATS on shutdown");
     }

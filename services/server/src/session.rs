@@ -1,6 +1,23 @@
 //! One agent's `GetWorkflows` stream: presence, command delivery from the agent's durable
 //! JetStream consumer, and the "newest stream wins" rule.
 //!
+//! Presence: the session writes the agent's entry once, when the stream opens, and deletes it
+//! (only its own revision) when the stream ends; nothing is written while the agent is idle.
+//! The entry stays alive through the replica's own heartbeat ([`crate::replica`]). The session
+//! still learns of everything that ends it:
+//! - a newer stream for the agent on another replica: its takeover notice (core NATS, at once)
+//!   or, if the notice was missed, the replica's watch of the presence bucket, which sees the
+//!   newer entry ([`Shared::on_presence_change`]);
+//! - the entry deleted by someone else (`tinkctl agent reset`, the reset annotation, the
+//!   controller's deletion of entries it counted dead): the same watch ends the stream, so the
+//!   agent reconnects and its new stream writes a new entry;
+//! - changes missed while the watch was down (NATS reconnect, a NATS restart that lost the
+//!   memory-stored bucket): every session reads its entry again when the watch is back
+//!   ([`Shared::presence_resync`]): a newer session's entry ends it, a lost entry is written
+//!   again;
+//! - this replica unable to store its heartbeat for the presence TTL: the replica ends every
+//!   stream with `Unavailable` ([`Shared::end_all_nats_lost`]).
+//!
 //! Delivery: the agent's consumer (see [`tink_bus::agent_consumer_config`]) allows one
 //! unacknowledged command at a time. A command pulled from it is forwarded and acknowledged
 //! only once the agent's receipt is stored: its `WorkflowReceived` event (or, from an agent
@@ -91,6 +108,25 @@ pub(crate) struct Shared {
     pub secrets: Arc<crate::secrets::AgentSecrets>,
     /// Where each dispatch went.
     pub(crate) targets: crate::targets::DispatchTargets,
+    /// This replica's current instance: a random id in its heartbeat and its presence entries,
+    /// replaced when the replica comes back from a NATS loss (see [`crate::replica`]).
+    replica_instance: Mutex<String>,
+    /// This replica's heartbeat state.
+    pub(crate) beat: crate::replica::BeatState,
+    /// Bumped each time the presence watch is (re)established: sessions read their entries
+    /// again (changes may have been missed meanwhile).
+    pub presence_resync: watch::Sender<u64>,
+}
+
+/// Why the replica ended a session from outside.
+#[derive(Debug)]
+enum Ending {
+    /// A newer stream for the agent (the reason names where).
+    Superseded(String),
+    /// This replica could not store its heartbeat for the presence TTL.
+    NatsLost(String),
+    /// The agent's presence entry was deleted by someone else (a reset).
+    Removed,
 }
 
 /// How the replica reaches a session: supersede it, hand it pulled messages.
@@ -99,8 +135,11 @@ struct Control {
     session_id: String,
     /// The hex SHA-256 of the session's token (empty for a certificate session).
     token_sha256: String,
+    /// Cancelled when the replica ends the session ([`Control::ending`] says why).
     superseded: CancellationToken,
-    reason: OnceLock<String>,
+    ending: OnceLock<Ending>,
+    /// The revision of the session's presence entry in the bucket (0 until it is stored).
+    revision: std::sync::atomic::AtomicU64,
     deliver: mpsc::Sender<Box<async_nats::Message>>,
     /// The latest inventory request for the agent, not yet forwarded (a newer one replaces it).
     inventory_request: watch::Sender<Option<String>>,
@@ -108,8 +147,16 @@ struct Control {
 
 impl Control {
     fn supersede(&self, reason: String) {
-        let _ = self.reason.set(reason);
+        self.end(Ending::Superseded(reason));
+    }
+
+    fn end(&self, ending: Ending) {
+        let _ = self.ending.set(ending);
         self.superseded.cancel();
+    }
+
+    fn revision(&self) -> u64 {
+        self.revision.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -162,6 +209,7 @@ impl Shared {
     ) -> Self {
         let allow_unauthenticated = limits.allow_unauthenticated;
         let inbox = client.new_inbox();
+        let replica_instance = Mutex::new(uuid::Uuid::new_v4().simple().to_string());
         let targets = crate::targets::DispatchTargets::new(bus.dispatch_targets.clone());
         Shared {
             targets,
@@ -188,10 +236,19 @@ impl Shared {
             )),
             token_cache: crate::auth::TokenCache::default(),
             secrets: Arc::new(crate::secrets::AgentSecrets::default()),
+            replica_instance,
+            beat: crate::replica::BeatState::default(),
+            presence_resync: watch::Sender::new(0),
         }
     }
 
-    /// The live presence entry of an agent (heartbeat within the TTL), if any.
+    /// The live presence entry of an agent, if any: an entry whose replica process beats.
+    ///
+    /// No wall clock of another host is compared with ours. This replica judges its own entries
+    /// by when its last heartbeat was stored (monotonic); another replica's by whether its
+    /// heartbeat is in the replicas bucket at all, with the entry's process: NATS expires a
+    /// heartbeat after the TTL on its own clock. Only an entry of a server from before
+    /// per-replica heartbeats (no `replicaInstance`) counts by its own refreshed timestamp.
     pub(crate) async fn live_presence(&self, token: &str) -> Result<Option<Presence>, Status> {
         let entry = self.bus.presence.entry(token).await.map_err(|e| {
             self.metrics.error("presence");
@@ -203,8 +260,89 @@ impl Shared {
         let Ok(presence) = Presence::from_bytes(&entry.value) else {
             return Ok(None);
         };
-        let age = jiff::Timestamp::now().duration_since(presence.heartbeat);
-        Ok((age.as_secs_f64() <= self.bus.config.presence_ttl.as_secs_f64()).then_some(presence))
+        let ttl = self.bus.config.presence_ttl;
+        let alive = if presence.replica_instance.is_empty() {
+            tink_bus::fresh(presence.heartbeat, jiff::Timestamp::now(), ttl)
+        } else if presence.server == self.replica_id {
+            presence.replica_instance == self.replica_instance() && !self.beat.stored_over(ttl)
+        } else {
+            let key = tink_bus::replica_key(&presence.server);
+            let beat = self.bus.replicas.entry(&key).await.map_err(|e| {
+                self.metrics.error("presence");
+                Status::unavailable(format!("cannot read the replica heartbeats: {e}"))
+            })?;
+            beat.filter(|e| e.operation == kv::Operation::Put)
+                .and_then(|e| tink_bus::ReplicaHeartbeat::from_bytes(&e.value).ok())
+                .is_some_and(|b| {
+                    b.replica == presence.server && b.instance == presence.replica_instance
+                })
+        };
+        Ok(alive.then_some(presence))
+    }
+
+    /// This replica's current instance id.
+    pub(crate) fn replica_instance(&self) -> String {
+        self.replica_instance
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the instance id: the entries written under the previous one (of streams that
+    /// ended while NATS was unreachable, which could not be deleted) stay dead even though
+    /// this replica beats again, and the controller deletes them.
+    pub(crate) fn new_replica_instance(&self) -> String {
+        let instance = uuid::Uuid::new_v4().simple().to_string();
+        *self
+            .replica_instance
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = instance.clone();
+        instance
+    }
+
+    /// A change of the presence bucket seen by the replica's watch: a newer entry of another
+    /// session for an agent whose stream is here ends that stream (its takeover notice was
+    /// missed); a deletion of the entry ends it too (a reset). Changes older than the session's
+    /// own entry (its own write, a deletion of a previous session's entry) change nothing.
+    pub(crate) fn on_presence_change(&self, entry: &kv::Entry) {
+        let sessions = self.sessions();
+        let Some(control) = sessions.get(&entry.key) else {
+            return;
+        };
+        let mine = control.revision();
+        if mine == 0 || entry.revision <= mine {
+            return;
+        }
+        match entry.operation {
+            kv::Operation::Put => match Presence::from_bytes(&entry.value) {
+                Ok(other) if other.session != control.session_id => {
+                    control.supersede(format!(
+                        "a newer GetWorkflows stream for this agent is held by server replica {}",
+                        other.server
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    debug!(key = %entry.key, error = %e, "ignoring a malformed presence entry");
+                }
+            },
+            kv::Operation::Delete | kv::Operation::Purge => control.end(Ending::Removed),
+        }
+    }
+
+    /// This replica could not store its heartbeat for the presence TTL: readers count its
+    /// agents offline, so every stream ends with `Unavailable` and the agents reconnect to a
+    /// replica that reaches NATS.
+    pub(crate) fn end_all_nats_lost(&self) {
+        let ttl = self.bus.config.presence_ttl;
+        let message = format!(
+            "server replica {} has not reached NATS for {} s; reconnect to another replica",
+            self.replica_id,
+            ttl.as_secs()
+        );
+        for control in self.sessions().values() {
+            control.end(Ending::NatsLost(message.clone()));
+        }
     }
 
     /// Drops the rate limiters' state of keys that have been quiet long enough to be full again.
@@ -346,6 +484,15 @@ pub(crate) async fn open(
             "server shutting down; connect to another replica",
         ));
     }
+    // A replica that gave up its streams for lack of NATS takes new ones once it can store its
+    // heartbeat again (tried here too, not only every period).
+    if shared.beat.is_lost() && shared.store_heartbeat().await.is_err() {
+        shared.metrics.error("nats_lost");
+        return Err(Status::unavailable(format!(
+            "server replica {} cannot store its heartbeat in NATS; connect to another replica",
+            shared.replica_id
+        )));
+    }
     if shared.session_count() >= shared.limits.max_sessions {
         shared.metrics.error("sessions_full");
         return Err(Status::resource_exhausted(format!(
@@ -384,7 +531,8 @@ pub(crate) async fn open(
         session_id: session_id.clone(),
         token_sha256: token_sha256.clone(),
         superseded: CancellationToken::new(),
-        reason: OnceLock::new(),
+        ending: OnceLock::new(),
+        revision: std::sync::atomic::AtomicU64::new(0),
         deliver,
         inventory_request: watch::Sender::new(None),
     });
@@ -407,13 +555,14 @@ pub(crate) async fn open(
             session: session_id.clone(),
             connected_since: now,
             heartbeat: now,
+            replica_instance: shared.replica_instance(),
             instance,
             token_sha256,
             certificate: auth.certificate.is_some(),
         },
         inventory_requests,
-        next_heartbeat: first_heartbeat(&shared.bus.config, &session_id),
         reconnects: shared.reconnects.subscribe(),
+        resync: shared.presence_resync.subscribe(),
         shared: shared.clone(),
         agent_id,
         authenticated: auth.presented_credentials(),
@@ -424,7 +573,6 @@ pub(crate) async fn open(
         pull: Pull::Needed,
         consumer_ready: false,
         in_flight: None,
-        presence_stored: Instant::now(),
         finished: false,
     };
 
@@ -456,16 +604,8 @@ pub(crate) async fn open(
     ))
 }
 
-/// Spreads heartbeats of many sessions over the interval (the first one comes after a delay
-/// derived from the session id) instead of all at once.
-fn first_heartbeat(config: &tink_bus::BusConfig, session_id: &str) -> Instant {
-    let period = config.presence_heartbeat.max(Duration::from_millis(10));
-    let seed = session_id.bytes().fold(0u64, |acc, b| {
-        acc.wrapping_mul(31).wrapping_add(u64::from(b))
-    });
-    let nanos = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1);
-    Instant::now() + period / 2 + Duration::from_nanos(seed % nanos) / 2
-}
+/// How long a session sleeps when no timer of its own is due (it wakes on messages anyway).
+const IDLE_WAKE: Duration = Duration::from_secs(3600);
 
 /// The state of this session's pull request.
 #[derive(Debug, Clone, Copy)]
@@ -488,11 +628,12 @@ struct Session {
     control: Arc<Control>,
     inbox: mpsc::Receiver<Box<async_nats::Message>>,
     reconnects: watch::Receiver<u64>,
+    /// [`Shared::presence_resync`]: read the entry again.
+    resync: watch::Receiver<u64>,
     pull_subject: String,
     reply_subject: String,
     presence: Presence,
     revision: Option<u64>,
-    next_heartbeat: Instant,
     pull: Pull,
     consumer_ready: bool,
     /// The command forwarded and waiting for the agent's receipt.
@@ -500,8 +641,6 @@ struct Session {
     /// Inventory requests for the agent; `None` for an agent without an instance id (built
     /// from the Appendix: it would not know the command).
     inventory_requests: Option<watch::Receiver<Option<String>>>,
-    /// When the presence entry was last stored (or the session opened).
-    presence_stored: Instant,
     finished: bool,
 }
 
@@ -543,6 +682,7 @@ enum Wake {
     Shutdown,
     Superseded,
     Reconnected,
+    Resync,
     Timer,
     Message(Option<Box<async_nats::Message>>),
     Receipt(Option<async_nats::Message>),
@@ -578,10 +718,8 @@ impl Session {
                 self.drive_pull().await;
             }
             let mut wake_at = match self.pull {
-                Pull::Needed => self.next_heartbeat,
-                Pull::Waiting { renew_at } | Pull::RetryAt(renew_at) => {
-                    renew_at.min(self.next_heartbeat)
-                }
+                Pull::Needed => Instant::now() + IDLE_WAKE,
+                Pull::Waiting { renew_at } | Pull::RetryAt(renew_at) => renew_at,
             };
             if let Some(f) = &self.in_flight {
                 wake_at = wake_at.min(f.deadline);
@@ -599,6 +737,10 @@ impl Session {
                     // The replica is going away; shutdown follows.
                     Err(_) => Wake::Shutdown,
                 },
+                changed = self.resync.changed() => match changed {
+                    Ok(()) => Wake::Resync,
+                    Err(_) => Wake::Shutdown,
+                },
                 _ = tokio::time::sleep_until(wake_at) => Wake::Timer,
             };
             match wake {
@@ -608,15 +750,37 @@ impl Session {
                     ));
                 }
                 Wake::Superseded => {
-                    self.shared.metrics.streams_superseded.inc();
-                    let reason = self
-                        .control
-                        .reason
-                        .get()
-                        .cloned()
-                        .unwrap_or_else(|| "a newer stream for this agent opened".to_string());
-                    info!(agent_id = %self.agent_id, %reason, "agent stream superseded");
-                    return self.finish(Status::aborted(format!("stream superseded: {reason}")));
+                    let status = match self.control.ending.get() {
+                        Some(Ending::NatsLost(message)) => {
+                            self.shared.metrics.streams_nats_lost.inc();
+                            warn!(agent_id = %self.agent_id, ttl = ?self.shared.bus.config.presence_ttl, "NATS unreachable for the presence TTL; ending the agent's stream so it reconnects to another replica");
+                            Status::unavailable(message.clone())
+                        }
+                        Some(Ending::Removed) => {
+                            self.shared.metrics.error("presence_removed");
+                            info!(agent_id = %self.agent_id, session = %self.presence.session, "the agent's presence entry was deleted (a reset); ending its stream");
+                            Status::unavailable(
+                                "the agent's session was reset (its presence entry was deleted); reconnect",
+                            )
+                        }
+                        Some(Ending::Superseded(reason)) => {
+                            self.shared.metrics.streams_superseded.inc();
+                            info!(agent_id = %self.agent_id, %reason, "agent stream superseded");
+                            Status::aborted(format!("stream superseded: {reason}"))
+                        }
+                        None => {
+                            self.shared.metrics.streams_superseded.inc();
+                            Status::aborted(
+                                "stream superseded: a newer stream for this agent opened",
+                            )
+                        }
+                    };
+                    return self.finish(status);
+                }
+                Wake::Resync => {
+                    if let Err(status) = self.verify_presence().await {
+                        return self.finish(status);
+                    }
                 }
                 Wake::Reconnected => {
                     // Waiting pull requests may be gone with the old connection; the consumer
@@ -635,12 +799,6 @@ impl Session {
                         && now >= f.deadline
                     {
                         return self.unconfirmed().await;
-                    }
-                    if now >= self.next_heartbeat {
-                        self.next_heartbeat = now + self.shared.bus.config.presence_heartbeat;
-                        if let Err(status) = self.refresh_presence().await {
-                            return self.finish(status);
-                        }
                     }
                     if let Pull::Waiting { renew_at } | Pull::RetryAt(renew_at) = self.pull
                         && now >= renew_at
@@ -930,84 +1088,77 @@ impl Session {
             .presence
             .put(&self.token, self.presence.to_bytes())
             .await?;
-        self.revision = Some(revision);
-        self.presence_stored = Instant::now();
+        self.set_revision(revision);
         Ok(())
     }
 
-    async fn rewrite_presence(&mut self) {
-        if let Err(e) = self.put_presence().await {
-            self.shared.metrics.error("presence");
-            warn!(agent_id = %self.agent_id, error = %e, "cannot rewrite presence");
-        }
+    fn set_revision(&mut self, revision: u64) {
+        self.revision = Some(revision);
+        self.control
+            .revision
+            .store(revision, std::sync::atomic::Ordering::Release);
     }
 
-    /// Refreshes the presence entry with a compare-and-set on its revision. If another session
-    /// wrote it meanwhile, this session is superseded (the notice may have been missed).
-    async fn refresh_presence(&mut self) -> Result<(), Status> {
-        self.presence.heartbeat = jiff::Timestamp::now();
-        let store = &self.shared.bus.presence;
-        let result = match self.revision {
-            Some(revision) => store
-                .update(&self.token, self.presence.to_bytes(), revision)
-                .await
-                .map_err(|e| e.kind() == kv::UpdateErrorKind::WrongLastRevision),
-            None => Err(true),
-        };
-        match result {
-            Ok(revision) => {
-                self.revision = Some(revision);
-                self.presence_stored = Instant::now();
-            }
-            Err(false) => {
-                // NATS unreachable: keep the stream for a while (a NATS restart is over in
-                // seconds, and every replica sees it alike); the next heartbeat tries again.
+    /// Reads the entry again after the replica's presence watch was down (changes may have
+    /// been missed): another session's entry ends this stream (superseded), a deleted one
+    /// ends it too (a reset), a missing one (a NATS restart lost the memory-stored bucket) is
+    /// written again. A read or write failure leaves the stream as it is: the replica's
+    /// heartbeat decides whether NATS is lost, and the next resync tries again.
+    async fn verify_presence(&mut self) -> Result<(), Status> {
+        let entry = match self.shared.bus.presence.entry(&self.token).await {
+            Ok(entry) => entry,
+            Err(e) => {
                 self.shared.metrics.error("presence");
-                warn!(agent_id = %self.agent_id, "cannot refresh presence");
-                return self.unreachable_for_long();
+                warn!(agent_id = %self.agent_id, error = %e, "cannot read presence after the watch resumed");
+                return Ok(());
             }
-            Err(true) => match store.entry(&self.token).await {
-                Ok(Some(entry)) if entry.operation == kv::Operation::Put => {
-                    match Presence::from_bytes(&entry.value) {
-                        Ok(other) if other.session != self.presence.session => {
-                            self.shared.metrics.streams_superseded.inc();
-                            return Err(Status::aborted(format!(
-                                "stream superseded: a newer GetWorkflows stream for this agent is held by server replica {}",
-                                other.server
-                            )));
-                        }
-                        _ => self.rewrite_presence().await,
+        };
+        match entry {
+            Some(entry) if entry.operation == kv::Operation::Put => {
+                match Presence::from_bytes(&entry.value) {
+                    Ok(p) if p.session == self.presence.session => {
+                        self.set_revision(entry.revision);
+                        Ok(())
+                    }
+                    Ok(other) => {
+                        self.shared.metrics.streams_superseded.inc();
+                        info!(agent_id = %self.agent_id, server = %other.server, "agent stream superseded (seen on resync)");
+                        Err(Status::aborted(format!(
+                            "stream superseded: a newer GetWorkflows stream for this agent is held by server replica {}",
+                            other.server
+                        )))
+                    }
+                    Err(e) => {
+                        debug!(agent_id = %self.agent_id, error = %e, "a malformed presence entry; writing ours");
+                        self.rewrite_presence().await;
+                        Ok(())
                     }
                 }
-                // Expired or lost (e.g. NATS restarted): write it again.
-                Ok(_) => self.rewrite_presence().await,
-                Err(e) => {
-                    self.shared.metrics.error("presence");
-                    warn!(agent_id = %self.agent_id, error = %e, "cannot read presence");
-                    return self.unreachable_for_long();
-                }
-            },
+            }
+            Some(entry) if self.revision.is_some_and(|mine| entry.revision > mine) => {
+                // Deleted after this session wrote it: a reset.
+                self.shared.metrics.error("presence_removed");
+                info!(agent_id = %self.agent_id, "the agent's presence entry was deleted while the watch was down; ending its stream");
+                Err(Status::unavailable(
+                    "the agent's session was reset (its presence entry was deleted); reconnect",
+                ))
+            }
+            // Lost (NATS restarted with an empty bucket; revisions start again): write it again.
+            _ => {
+                self.rewrite_presence().await;
+                Ok(())
+            }
         }
-        // A rewrite above may have failed too.
-        self.unreachable_for_long()
     }
 
-    /// Whether this replica has failed to store the presence entry for longer than its TTL.
-    /// Then the entry has expired and the controller counts the agent offline: a stream held
-    /// here only keeps the agent from a replica that reaches NATS (this one may be cut off from
-    /// the cluster by the network), so it ends with `Unavailable` and the agent reconnects.
-    fn unreachable_for_long(&mut self) -> Result<(), Status> {
-        let ttl = self.shared.bus.config.presence_ttl;
-        if self.presence_stored.elapsed() <= ttl {
-            return Ok(());
+    async fn rewrite_presence(&mut self) {
+        match self.put_presence().await {
+            Ok(()) => info!(agent_id = %self.agent_id, "presence entry written again"),
+            Err(e) => {
+                self.shared.metrics.error("presence");
+                warn!(agent_id = %self.agent_id, error = %e, "cannot rewrite presence");
+            }
         }
-        self.shared.metrics.streams_nats_lost.inc();
-        warn!(agent_id = %self.agent_id, ?ttl, "NATS unreachable for the presence TTL; ending the agent's stream so it reconnects to another replica");
-        Err(Status::unavailable(format!(
-            "server replica {} has not reached NATS for {} s; reconnect to another replica",
-            self.shared.replica_id,
-            ttl.as_secs()
-        )))
     }
 }
 
@@ -1029,6 +1180,8 @@ impl Drop for Session {
         let client = self.shared.client.clone();
         let store = self.shared.bus.presence.clone();
         let token = self.token.clone();
+        let ttl = self.shared.bus.config.presence_ttl;
+        let metrics = self.shared.metrics.clone();
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -1039,11 +1192,40 @@ impl Drop for Session {
                 let _ = client.publish(reply, NAK.into()).await;
             }
             if let Some(revision) = revision {
-                // Only if this session still owns the entry (a newer one wrote another revision).
-                let _ = store.delete_expect_revision(&token, Some(revision)).await;
+                delete_entry(&store, &token, revision, ttl, &metrics).await;
             }
         };
         handle.spawn(self.shared.cleanup.track_future(task));
+    }
+}
+
+/// Deletes a session's presence entry, only at its revision (a newer session's entry stays),
+/// retrying for the presence TTL: nothing else would remove an entry whose replica goes on
+/// beating. A longer NATS outage makes the replica lost, and it takes a new instance id when it
+/// is back, which leaves the entries it could not delete dead (the controller deletes them).
+async fn delete_entry(
+    store: &kv::Store,
+    token: &str,
+    revision: u64,
+    ttl: Duration,
+    metrics: &Metrics,
+) {
+    let until = Instant::now() + ttl;
+    loop {
+        match store.delete_expect_revision(token, Some(revision)).await {
+            Ok(()) => return,
+            // Another session's entry now (or already gone): not ours to delete.
+            Err(e) if e.kind() == kv::DeleteErrorKind::WrongLastRevision => return,
+            Err(e) if Instant::now() >= until => {
+                metrics.error("presence_delete");
+                warn!(key = %token, error = %e, "cannot delete the presence entry of an ended stream; the controller deletes it once this replica's instance is stale");
+                return;
+            }
+            Err(e) => {
+                debug!(key = %token, error = %e, "cannot delete the presence entry yet; retrying");
+                tokio::time::sleep(RETRY).await;
+            }
+        }
     }
 }
 

@@ -431,8 +431,14 @@ async fn the_server_user_keeps_to_its_subjects() {
         read_back(&server, "ns/wf").await.expect("reads logs"),
         vec!["hello from the action".to_string()]
     );
-    // Presence and takeover notices.
+    // Presence (watched: a newer session's entry ends a stream), its replica heartbeat (written
+    // and read back, as another replica reads it) and takeover notices.
     let token = tink_bus::agent_token(AGENT).unwrap();
+    let mut presence_watch = bus
+        .presence
+        .watch_all()
+        .await
+        .expect("the server watches presence");
     let revision = bus
         .presence
         .put(&token, "{}".into())
@@ -441,7 +447,7 @@ async fn the_server_user_keeps_to_its_subjects() {
     bus.presence
         .update(&token, "{}".into(), revision)
         .await
-        .expect("and refreshes it");
+        .expect("and updates it");
     assert!(
         bus.presence
             .entry(&token)
@@ -449,6 +455,24 @@ async fn the_server_user_keeps_to_its_subjects() {
             .expect("reads it")
             .is_some(),
         "presence stored"
+    );
+    let seen = within("a presence change", presence_watch.next())
+        .await
+        .expect("a change")
+        .expect("no error");
+    assert_eq!(seen.key, token);
+    let beat_key = tink_bus::replica_key("server-0");
+    bus.replicas
+        .put(&beat_key, "{}".into())
+        .await
+        .expect("the server writes its heartbeat");
+    assert!(
+        bus.replicas
+            .entry(&beat_key)
+            .await
+            .expect("reads heartbeats")
+            .is_some(),
+        "heartbeat stored"
     );
     let mut takeovers = server_client
         .subscribe(tink_bus::TAKEOVER_ALL)
@@ -623,6 +647,32 @@ async fn the_controller_console_and_admin_users_keep_to_theirs() {
     refused(
         "the console writing presence",
         presence.put("forged", "{}".into()),
+    )
+    .await;
+    // ...and the replica heartbeats (which the server writes), read-only.
+    server
+        .get_key_value(tink_bus::REPLICAS_BUCKET)
+        .await
+        .expect("replicas")
+        .put(&tink_bus::replica_key("server-0"), "{}".into())
+        .await
+        .expect("the server writes its heartbeat");
+    let replicas = console
+        .get_key_value(tink_bus::REPLICAS_BUCKET)
+        .await
+        .expect("the console opens the replicas bucket");
+    let mut beats = replicas
+        .watch_with_history(">")
+        .await
+        .expect("and watches it");
+    let beat = within("a replica heartbeat", beats.next())
+        .await
+        .expect("a heartbeat")
+        .expect("no error");
+    assert_eq!(beat.key, tink_bus::replica_key("server-0"));
+    refused(
+        "the console writing a replica heartbeat",
+        replicas.put("forged", "{}".into()),
     )
     .await;
     refused(

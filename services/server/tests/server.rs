@@ -109,8 +109,27 @@ async fn a_killed_replica_loses_no_command() {
     );
 }
 
+/// The heartbeat of replica `id` in the replicas bucket, if any.
+async fn replica_heartbeat(
+    js: &async_nats::jetstream::Context,
+    id: &str,
+) -> Option<tink_bus::ReplicaHeartbeat> {
+    let kv = js
+        .get_key_value(tink_bus::REPLICAS_BUCKET)
+        .await
+        .expect("bucket");
+    let value = kv.get(tink_bus::replica_key(id)).await.expect("kv get")?;
+    Some(tink_bus::ReplicaHeartbeat::from_bytes(&value).expect("valid heartbeat"))
+}
+
+/// The last sequence of a stream (each KV write is one message).
+async fn last_sequence(js: &async_nats::jetstream::Context, stream: &str) -> u64 {
+    let mut stream = js.get_stream(stream).await.expect("stream");
+    stream.info().await.expect("info").state.last_sequence
+}
+
 #[tokio::test]
-async fn a_dead_replicas_presence_expires() {
+async fn a_dead_replicas_heartbeat_expires_and_its_entries_stay_for_the_controller() {
     let nats = NatsServer::start().await.expect("nats");
     let js = jetstream(&nats.url()).await;
     let a = ProcessReplica::start(&nats.url(), "server-a").await;
@@ -120,10 +139,141 @@ async fn a_dead_replicas_presence_expires() {
         presence(&js, AGENT).await.is_some()
     })
     .await;
+    let entry = presence(&js, AGENT).await.expect("present");
+    let beat = replica_heartbeat(&js, "server-a")
+        .await
+        .expect("the replica beats");
+    assert_eq!(
+        beat.instance, entry.replica_instance,
+        "the entry names the replica process"
+    );
     a.kill().await;
-    // TTL 3 s in the process replica: the entry goes without anyone deleting it.
-    eventually("the dead replica's presence to expire", || async {
-        presence(&js, AGENT).await.is_none()
+    // TTL 3 s in the process replica: the heartbeat goes without anyone deleting it...
+    eventually("the dead replica's heartbeat to expire", || async {
+        replica_heartbeat(&js, "server-a").await.is_none()
+    })
+    .await;
+    // ...and with it the liveness of its agents' entries, which stay until the controller's
+    // leader deletes them (readers count them offline already).
+    let left = presence(&js, AGENT).await.expect("the entry stays");
+    assert_eq!(left.server, "server-a");
+    assert_eq!(left.replica_instance, beat.instance);
+}
+
+/// Idle agents cost no presence write: after their entries are written on connect, only the
+/// replica's own heartbeat is stored, every period.
+#[tokio::test]
+async fn idle_agents_write_nothing_to_presence_after_connecting() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let mut client = replica.client().await;
+    let agents = [
+        "aa:00:00:00:00:01",
+        "aa:00:00:00:00:02",
+        "aa:00:00:00:00:03",
+    ];
+    let mut streams = Vec::new();
+    for agent in agents {
+        streams.push(connect_agent(&mut client, agent).await);
+    }
+    for agent in agents {
+        eventually("presence to be written", || async {
+            presence(&js, agent).await.is_some()
+        })
+        .await;
+    }
+    let entries = last_sequence(&js, tink_bus::PRESENCE_STREAM).await;
+    assert_eq!(entries, 3, "one write per agent");
+    let beats = last_sequence(&js, tink_bus::REPLICAS_STREAM).await;
+    // Six heartbeat periods (500 ms in the test configuration).
+    tokio::time::sleep(bus_config().presence_heartbeat * 6).await;
+    assert_eq!(
+        last_sequence(&js, tink_bus::PRESENCE_STREAM).await,
+        entries,
+        "an idle agent's presence was written again"
+    );
+    let beaten = last_sequence(&js, tink_bus::REPLICAS_STREAM).await - beats;
+    assert!(
+        (3..=8).contains(&beaten),
+        "{beaten} replica heartbeats in six periods"
+    );
+    for agent in agents {
+        assert!(
+            presence(&js, agent).await.is_some(),
+            "{agent} is still present"
+        );
+    }
+    drop(streams);
+    eventually("presence to be removed on disconnect", || async {
+        presence(&js, agents[0]).await.is_none()
+    })
+    .await;
+}
+
+/// A takeover whose core-NATS notice never arrived (here: no notice at all, only the newer
+/// entry, as after a partition) still ends the older stream: the replica's presence watch sees
+/// the newer session's entry.
+#[tokio::test]
+async fn a_newer_entry_ends_the_older_stream_without_a_notice() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let mut client = replica.client().await;
+    let mut old = connect_agent(&mut client, AGENT).await;
+    eventually("presence to be written", || async {
+        presence(&js, AGENT).await.is_some()
+    })
+    .await;
+    let mut newer = presence(&js, AGENT).await.expect("present");
+    newer.session = "a-newer-session".into();
+    newer.server = "server-b".into();
+    let kv = js
+        .get_key_value(tink_bus::PRESENCE_BUCKET)
+        .await
+        .expect("bucket");
+    kv.put(
+        tink_bus::agent_token(AGENT).expect("token"),
+        newer.to_bytes(),
+    )
+    .await
+    .expect("the newer session's entry");
+    let status = end_status(&mut old).await;
+    assert_eq!(status.code(), Code::Aborted, "{status:?}");
+    assert!(status.message().contains("server-b"), "{status:?}");
+    assert_eq!(replica.metrics.streams_superseded.get(), 1);
+    // The older stream's end left the newer entry alone.
+    assert_eq!(
+        presence(&js, AGENT).await.expect("present").session,
+        "a-newer-session"
+    );
+}
+
+/// A reset (`tinkctl agent reset`, the reset annotation: the entry is purged) ends the live
+/// stream, so the agent reconnects and writes a new entry.
+#[tokio::test]
+async fn a_purged_entry_ends_the_stream() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = Replica::start(&nats.url(), "server-a").await;
+    let mut client = replica.client().await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    eventually("presence to be written", || async {
+        presence(&js, AGENT).await.is_some()
+    })
+    .await;
+    js.get_key_value(tink_bus::PRESENCE_BUCKET)
+        .await
+        .expect("bucket")
+        .purge(tink_bus::agent_token(AGENT).expect("token"))
+        .await
+        .expect("purged");
+    let status = end_status(&mut commands).await;
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("reset"), "{status:?}");
+    let _commands = connect_agent(&mut client, AGENT).await;
+    eventually("a new entry", || async {
+        presence(&js, AGENT).await.is_some()
     })
     .await;
 }
@@ -362,6 +512,12 @@ async fn a_nats_restart_loses_no_event_and_no_command() {
     })
     .await;
     let js = jetstream(&nats.url()).await;
+    // The memory-stored presence bucket came back empty: the session wrote its entry again
+    // (the replica's presence watch resumed and every session read its entry).
+    eventually("the agent's presence to be written again", || async {
+        presence(&js, AGENT).await.is_some()
+    })
+    .await;
     let ids: Vec<String> = stored_events(&js, "ns/wf")
         .await
         .into_iter()
@@ -394,6 +550,10 @@ async fn a_replica_that_cannot_reach_nats_for_the_presence_ttl_ends_its_streams(
     })
     .await;
 
+    let before = replica_heartbeat(&js, "server-a")
+        .await
+        .expect("the replica beats");
+
     nats.stop().await.expect("nats stops");
     let status = end_status(&mut commands).await;
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
@@ -411,6 +571,18 @@ async fn a_replica_that_cannot_reach_nats_for_the_presence_ttl_ends_its_streams(
     .await;
     let mut commands = connect_agent(&mut client, AGENT).await;
     let js = jetstream(&nats.url()).await;
+    // Back under a new instance id: entries of the streams it ended (had NATS kept them) stay
+    // dead; the new stream's entry names the new one.
+    let after = replica_heartbeat(&js, "server-a")
+        .await
+        .expect("the replica beats again");
+    assert_ne!(after.instance, before.instance);
+    eventually("the new stream's entry", || async {
+        presence(&js, AGENT)
+            .await
+            .is_some_and(|p| p.replica_instance == after.instance)
+    })
+    .await;
     dispatch(&js, AGENT, "ns/after-the-outage").await;
     assert_eq!(next_workflow(&mut commands).await, "ns/after-the-outage");
 }
