@@ -112,6 +112,15 @@ struct Args {
         default_value_t = 300
     )]
     tftp_transfer_deadline_seconds: u64,
+    /// The largest TFTP `windowsize` (RFC 7440) granted to a client (a larger request gets
+    /// this; also lowered until the window holds at most 1 MiB of data).
+    #[arg(
+        long,
+        env = "TINK_NETBOOT_TFTP_MAX_WINDOWSIZE",
+        default_value_t = 64,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    tftp_max_windowsize: u16,
     /// Address of the HTTP file server.
     #[arg(long, env = "TINK_NETBOOT_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
     http_listen: SocketAddr,
@@ -378,6 +387,7 @@ async fn main() -> anyhow::Result<()> {
                     transfer_deadline: Duration::from_secs(
                         args.tftp_transfer_deadline_seconds.max(1),
                     ),
+                    max_windowsize: args.tftp_max_windowsize,
                 },
             )
         }),
