@@ -124,6 +124,11 @@ struct Args {
     /// Address of the HTTP file server.
     #[arg(long, env = "TINK_NETBOOT_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
     http_listen: SocketAddr,
+    /// MiB of the served files HTTP keeps in memory (the OSIE kernel and initramfs every
+    /// booting machine fetches), least recently used out first; a file larger than half of
+    /// it is streamed from disk. 0: off.
+    #[arg(long, env = "TINK_NETBOOT_HTTP_CACHE_MIB", default_value_t = 256)]
+    http_cache_mib: u64,
     /// Folder served by TFTP and HTTP (the iPXE binaries; the Debian `ipxe` package's by
     /// default).
     #[arg(long, env = "TINK_NETBOOT_FILES_DIR", default_value = "/usr/lib/ipxe")]
@@ -392,6 +397,7 @@ async fn main() -> anyhow::Result<()> {
             )
         }),
         http: args.http.then_some(args.http_listen),
+        http_cache: tink_netboot::http::HotConfig::mib(args.http_cache_mib),
         files_dir: args.files_dir,
         namespace: args.namespace,
         iso: args.iso.config()?,
