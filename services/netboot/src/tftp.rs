@@ -55,6 +55,9 @@ const MAX_BLKSIZE: usize = 65_464;
 /// The most file data one transfer holds for its window (RFC 7440): `windowsize` is lowered
 /// until `windowsize * blksize` fits (16 blocks of the largest `blksize`).
 pub const MAX_WINDOW_BYTES: usize = 1 << 20;
+/// File data read at once for a transfer (more when a window is larger): one read per 44
+/// blocks of 1468 bytes rather than one per block.
+const READ_AHEAD: usize = 64 * 1024;
 
 /// How the TFTP server runs.
 #[derive(Clone, Debug)]
@@ -484,18 +487,20 @@ impl Window {
             blksize,
             window,
             base: 1,
-            data: Vec::with_capacity(blksize * window),
+            data: Vec::with_capacity((blksize * window).max(READ_AHEAD)),
             eof: false,
         }
     }
 
-    /// Reads until the window is full or the file ends.
+    /// Reads when the window is not full (and the file has more): up to [`READ_AHEAD`] or a
+    /// window, whichever is more, so a small window does not cost a trip through the blocking
+    /// pool per block.
     async fn fill(&mut self, file: &mut tokio::fs::File) -> std::io::Result<()> {
-        let want = self.blksize * self.window;
         let have = self.data.len();
-        if self.eof || have >= want {
+        if self.eof || have >= self.blksize * self.window {
             return Ok(());
         }
+        let want = (self.blksize * self.window).max(READ_AHEAD);
         self.data.resize(want, 0);
         let n = read_full(file, &mut self.data[have..]).await;
         let n = match n {

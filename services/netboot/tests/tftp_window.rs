@@ -232,6 +232,11 @@ async fn windowed_transfers_arrive_intact() {
             want.len()
         );
     }
+    // Counted when the server's transfer task ends, just after the last ACK.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while server.metrics.tftp_of("ok") < 4 && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(server.metrics.tftp_of("ok"), 4);
     server.stop().await;
 }
