@@ -20,7 +20,8 @@
 //!    TFTP server serve the file to a client written here that asks for blksize 1468 and
 //!    windowsize 16 and prints what each server negotiated (tftpd-hpa 5.2 has no windowsize: it
 //!    runs one block at a time). netboot also runs with windowsize 1, the same protocol as
-//!    tftpd-hpa. Prints transfer times and ratios. Skipped with a message when in.tftpd is missing.
+//!    tftpd-hpa. ROUNDS downloads each, alternating; prints each transfer time, the medians and
+//!    their ratios. Skipped with a message when in.tftpd is missing.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -170,7 +171,7 @@ fn main() {
     }
 
     println!();
-    println!("== TFTP: one download of the file, blksize 1468 ==");
+    println!("== TFTP: the file, blksize 1468, {rounds} downloads per server ==");
     let tftpd = Tftpd::start(&files);
     let mut runs: Vec<(String, SocketAddr, &str)> = Vec::new();
     match &tftpd {
@@ -179,33 +180,45 @@ fn main() {
     }
     runs.push(("netboot, asked windowsize 1".into(), tftp_addr, "1"));
     runs.push(("netboot, asked windowsize 16".into(), tftp_addr, "16"));
-    let mut times = Vec::new();
-    for (name, addr, window) in &runs {
-        match client_rt.block_on(tftp_get(*addr, FILE, 1468, window)) {
-            Ok((t, got, oack)) => {
-                let intact = got.as_slice() == bytes.as_slice();
-                println!(
-                    "{name:32} {:6.2} s  {:6.1} MB/s  negotiated: {}  intact: {intact}  (load {})",
-                    t.as_secs_f64(),
-                    got.len() as f64 / t.as_secs_f64() / 1e6,
-                    if oack.is_empty() {
-                        "nothing".into()
-                    } else {
-                        oack
-                    },
-                    loadavg(),
-                );
-                times.push(Some(t));
-            }
-            Err(e) => {
-                println!("{name:32} failed: {e}");
-                times.push(None);
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); runs.len()];
+    for round in 0..rounds {
+        for (i, (name, addr, window)) in runs.iter().enumerate() {
+            match client_rt.block_on(tftp_get(*addr, FILE, 1468, window)) {
+                Ok((t, got, oack)) => {
+                    let intact = got.as_slice() == bytes.as_slice();
+                    println!(
+                        "round {} {name:32} {:6.2} s  {:6.1} MB/s  negotiated: {}  intact: {intact}  (load {})",
+                        round + 1,
+                        t.as_secs_f64(),
+                        got.len() as f64 / t.as_secs_f64() / 1e6,
+                        if oack.is_empty() {
+                            "nothing".into()
+                        } else {
+                            oack
+                        },
+                        loadavg(),
+                    );
+                    if intact {
+                        times[i].push(t);
+                    }
+                }
+                Err(e) => println!("round {} {name:32} failed: {e}", round + 1),
             }
         }
     }
-    if let (true, [Some(hpa), Some(w1), Some(w16)]) = (tftpd.is_ok(), times.as_slice()) {
+    let median = |ts: &mut Vec<Duration>| {
+        ts.sort();
+        ts.get(ts.len() / 2).copied()
+    };
+    let medians: Vec<Option<Duration>> = times.iter_mut().map(median).collect();
+    for ((name, _, _), m) in runs.iter().zip(&medians) {
+        if let Some(m) = m {
+            println!("TFTP median {name:32} {:6.2} s", m.as_secs_f64());
+        }
+    }
+    if let (true, [Some(hpa), Some(w1), Some(w16)]) = (tftpd.is_ok(), medians.as_slice()) {
         println!(
-            "TFTP time ratio (netboot / tftpd-hpa, lower is faster): windowsize 1 {:.2}, windowsize 16 {:.2}",
+            "TFTP median time ratio (netboot / tftpd-hpa, lower is faster): windowsize 1 {:.2}, windowsize 16 {:.2}",
             w1.as_secs_f64() / hpa.as_secs_f64(),
             w16.as_secs_f64() / hpa.as_secs_f64()
         );
