@@ -368,3 +368,83 @@ async fn bad_and_large_windowsizes() {
     assert_eq!(opt(&oack, "windowsize"), Some("16"), "{oack:?}");
     server.stop().await;
 }
+
+/// Debian's `atftp` (0.8 speaks windowsize) fetches files through a window: byte-identical.
+/// Skipped with a message where it is not installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn atftp_fetches_through_a_window() {
+    let has_atftp = std::process::Command::new("atftp")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !has_atftp {
+        eprintln!("atftp is not installed (Debian `atftp`): the cross-check is skipped");
+        return;
+    }
+    let boot = pattern(300_000 + 77);
+    let exact = pattern(1468 * 16 * 3);
+    let server = Server::start(&[("boot.bin", &boot), ("exact.bin", &exact)]).await;
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    for (file, want, window) in [
+        ("boot.bin", &boot, "16"),
+        ("boot.bin", &boot, "4"),
+        ("exact.bin", &exact, "16"),
+    ] {
+        let out = out_dir.path().join("out");
+        let port = server.addr.port().to_string();
+        let args: Vec<String> = [
+            "-g",
+            "-r",
+            file,
+            "-l",
+            out.to_str().expect("utf8"),
+            "--option",
+            "blksize 1468",
+            "--option",
+            &format!("windowsize {window}"),
+            "--trace",
+            "127.0.0.1",
+            &port,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let r = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("timeout")
+                .arg("60")
+                .arg("atftp")
+                .args(&args)
+                .output()
+                .expect("atftp runs")
+        })
+        .await
+        .expect("no panic");
+        let log =
+            String::from_utf8_lossy(&r.stdout).to_string() + &String::from_utf8_lossy(&r.stderr);
+        assert!(
+            r.status.success(),
+            "atftp {file} windowsize {window}: {log}"
+        );
+        // `--trace`: "received OACK <windowsize: 16, blksize: 1468, >", one "sent ACK" line
+        // per ACK.
+        assert!(
+            log.lines()
+                .any(|l| l.starts_with("received OACK")
+                    && l.contains(&format!("windowsize: {window},"))),
+            "atftp got windowsize {window} in the OACK: {}",
+            log.lines().take(6).collect::<Vec<_>>().join(" | ")
+        );
+        let blocks = want.len() / 1468 + 1;
+        let acks = log.lines().filter(|l| l.starts_with("sent ACK")).count();
+        let per_window: usize = window.parse().expect("number");
+        assert!(
+            acks <= blocks / per_window + 3,
+            "one ACK per window: {acks} ACKs for {blocks} blocks at windowsize {window}"
+        );
+        assert!(
+            &std::fs::read(&out).expect("read") == want,
+            "atftp copy of {file} (windowsize {window}) differs"
+        );
+    }
+    server.stop().await;
+}
