@@ -190,10 +190,10 @@ async fn file(
         state.metrics.http(m, status.as_u16());
         return ranged(Body::empty(), status, start, count, len);
     }
-    let kept = match state.hot.lookup(&opened.path, &opened.meta) {
-        Hot::Hit(bytes) => Some(bytes),
-        Hot::Load(loader) => loader.load(&mut f).await,
-        Hot::Miss => None,
+    let (kept, from) = match state.hot.lookup(&opened.path, &opened.meta) {
+        Hot::Hit(bytes) => (Some(bytes), "hit"),
+        Hot::Load(loader) => (loader.load(&mut f).await, "loaded"),
+        Hot::Miss => (None, "disk"),
     };
     // The kept bytes are those of this open file: a slice of them is the body.
     if let Some(bytes) = kept
@@ -201,8 +201,10 @@ async fn file(
         && let Some(end) = a.checked_add(n).filter(|e| *e <= bytes.len())
     {
         state.metrics.http(m, status.as_u16());
+        state.metrics.http_body_from(from);
         return ranged(Body::from(bytes.slice(a..end)), status, start, count, len);
     }
+    state.metrics.http_body_from("disk");
     // From disk (a failed load leaves the position anywhere: always seek).
     if let Err(error) = f.seek(std::io::SeekFrom::Start(start)).await {
         tracing::warn!(path = %path, %error, "HTTP seek error");

@@ -25,21 +25,25 @@ fn curl(args: &[&str]) -> std::process::Output {
         .expect("curl runs")
 }
 
-async fn start(dir: &Path, hot: HotConfig) -> (SocketAddr, CancellationToken) {
+async fn start(
+    dir: &Path,
+    hot: HotConfig,
+) -> (SocketAddr, CancellationToken, tink_netboot::Metrics) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let stop = CancellationToken::new();
+    let metrics = tink_netboot::Metrics::default();
     tokio::spawn(http::serve_with(
         listener,
         Root::new(dir).expect("root"),
-        tink_netboot::Metrics::default(),
+        metrics.clone(),
         None,
         hot,
         stop.clone(),
     ));
-    (addr, stop)
+    (addr, stop, metrics)
 }
 
 /// GET (twice: the load and the kept copy), HEAD, ranges and 416 of `name`, which holds `want`.
@@ -120,7 +124,7 @@ async fn kept_and_streamed_files_answer_alike() {
     let large = pattern(3 * (1 << 20) + 17, 2);
     std::fs::write(root.join("small.bin"), &small).expect("write");
     std::fs::write(root.join("large.bin"), &large).expect("write");
-    let (addr, stop) = start(
+    let (addr, stop, metrics) = start(
         &root,
         HotConfig {
             max_bytes: 4 << 20,
@@ -130,7 +134,12 @@ async fn kept_and_streamed_files_answer_alike() {
     .await;
     let out = dir.path().join("out");
     check_file(addr, "small.bin", &small, &out).await;
+    // Read in by the first GET, then kept: the second GET and the 4 ranges are hits.
+    assert_eq!(metrics.http_bodies_from("loaded"), 1);
+    assert_eq!(metrics.http_bodies_from("hit"), 5);
+    assert_eq!(metrics.http_bodies_from("disk"), 0);
     check_file(addr, "large.bin", &large, &out).await;
+    assert_eq!(metrics.http_bodies_from("disk"), 6, "too large to keep");
 
     // Replaced (a new file renamed over it) and rewritten in place with another length: the
     // next GET has the new bytes.
@@ -149,7 +158,7 @@ async fn concurrent_first_downloads_arrive_intact() {
     let dir = tempfile::tempdir().expect("tempdir");
     let want = pattern(5 << 20, 5);
     std::fs::write(dir.path().join("initramfs"), &want).expect("write");
-    let (addr, stop) = start(dir.path(), HotConfig::default()).await;
+    let (addr, stop, metrics) = start(dir.path(), HotConfig::default()).await;
     let url = format!("http://{addr}/initramfs");
     let mut tasks = Vec::new();
     for i in 0..12 {
@@ -163,5 +172,10 @@ async fn concurrent_first_downloads_arrive_intact() {
     for t in tasks {
         assert!(t.await.expect("no panic") == want, "a download differs");
     }
+    assert_eq!(metrics.http_bodies_from("loaded"), 1, "read in once");
+    assert_eq!(
+        metrics.http_bodies_from("hit") + metrics.http_bodies_from("disk"),
+        11
+    );
     stop.cancel();
 }
