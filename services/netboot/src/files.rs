@@ -82,6 +82,13 @@ impl Root {
 
     /// Opens `name` for reading: the file and its length.
     pub async fn open(&self, name: &str) -> Result<(tokio::fs::File, u64), FileError> {
+        let o = self.open_meta(name).await?;
+        Ok((o.file, o.meta.len()))
+    }
+
+    /// Opens `name` for reading: the file, its real path and its metadata (what
+    /// [`crate::hot::HotFiles`] checks a cached copy against).
+    pub async fn open_meta(&self, name: &str) -> Result<Opened, FileError> {
         let path = self.resolve(name).await?;
         let file = tokio::fs::File::open(&path)
             .await
@@ -94,8 +101,19 @@ impl Root {
         if !meta.is_file() {
             return Err(FileError::Refused);
         }
-        Ok((file, meta.len()))
+        Ok(Opened { file, path, meta })
     }
+}
+
+/// A file opened by [`Root::open_meta`].
+#[derive(Debug)]
+pub struct Opened {
+    /// The open file.
+    pub file: tokio::fs::File,
+    /// Its real path inside the root.
+    pub path: PathBuf,
+    /// Its metadata, read from the open file.
+    pub meta: std::fs::Metadata,
 }
 
 #[cfg(test)]

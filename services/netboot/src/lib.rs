@@ -26,6 +26,7 @@
 
 pub mod dhcp;
 pub mod files;
+pub mod hot;
 pub mod http;
 pub mod index;
 pub mod iso;
@@ -73,6 +74,8 @@ pub struct NetbootConfig {
     pub tftp: Option<(SocketAddr, TftpConfig)>,
     /// HTTP listener.
     pub http: Option<SocketAddr>,
+    /// How much of the served files HTTP keeps in memory ([`hot`]).
+    pub http_cache: http::HotConfig,
     /// The folder TFTP and HTTP serve.
     pub files_dir: PathBuf,
     /// Only Hardware of this namespace (all when `None`).
@@ -103,6 +106,7 @@ impl NetbootConfig {
             }),
             tftp: Some((SocketAddr::from(([0, 0, 0, 0], 69)), TftpConfig::default())),
             http: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
+            http_cache: http::HotConfig::default(),
             files_dir,
             namespace: None,
             iso: None,
@@ -332,13 +336,14 @@ impl Bound {
         }
         if let (Some(listener), Some(root)) = (self.http, &self.root) {
             let (root, metrics, tasks) = (root.clone(), metrics.clone(), tasks.clone());
+            let hot = config.http_cache.clone();
             let iso = config.iso.as_ref().map(|c| http::IsoRoute {
                 source: self.iso.clone(),
                 index: index.clone(),
                 kernel: Arc::new(c.kernel.clone()),
             });
             set.spawn_critical("HTTP server", async move {
-                http::serve(listener, root, metrics, iso, tasks)
+                http::serve_with(listener, root, metrics, iso, hot, tasks)
                     .await
                     .map_err(|source| Error::Serve {
                         what: "HTTP",

@@ -112,9 +112,23 @@ struct Args {
         default_value_t = 300
     )]
     tftp_transfer_deadline_seconds: u64,
+    /// The largest TFTP `windowsize` (RFC 7440) granted to a client (a larger request gets
+    /// this; also lowered until the window holds at most 1 MiB of data).
+    #[arg(
+        long,
+        env = "TINK_NETBOOT_TFTP_MAX_WINDOWSIZE",
+        default_value_t = 64,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    tftp_max_windowsize: u16,
     /// Address of the HTTP file server.
     #[arg(long, env = "TINK_NETBOOT_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
     http_listen: SocketAddr,
+    /// MiB of the served files HTTP keeps in memory (the OSIE kernel and initramfs every
+    /// booting machine fetches), least recently used out first; a file larger than half of
+    /// it is streamed from disk. 0: off.
+    #[arg(long, env = "TINK_NETBOOT_HTTP_CACHE_MIB", default_value_t = 256)]
+    http_cache_mib: u64,
     /// Folder served by TFTP and HTTP (the iPXE binaries; the Debian `ipxe` package's by
     /// default).
     #[arg(long, env = "TINK_NETBOOT_FILES_DIR", default_value = "/usr/lib/ipxe")]
@@ -378,10 +392,12 @@ async fn main() -> anyhow::Result<()> {
                     transfer_deadline: Duration::from_secs(
                         args.tftp_transfer_deadline_seconds.max(1),
                     ),
+                    max_windowsize: args.tftp_max_windowsize,
                 },
             )
         }),
         http: args.http.then_some(args.http_listen),
+        http_cache: tink_netboot::http::HotConfig::mib(args.http_cache_mib),
         files_dir: args.files_dir,
         namespace: args.namespace,
         iso: args.iso.config()?,

@@ -59,6 +59,9 @@ pub struct Metrics {
     pub tftp_bytes: Counter,
     /// HTTP requests by method and status.
     pub http_requests: Family<HttpLabels, Counter>,
+    /// HTTP GET bodies by where they came from: `hit` (the in-memory copy), `loaded` (read
+    /// into memory by this request), `disk` (streamed from the file).
+    pub http_cache: Family<ResultLabels, Counter>,
     /// ISO route requests (`/iso/<mac>/<name>.iso`) by method and status.
     pub iso_requests: Family<HttpLabels, Counter>,
     /// Bytes of ISO sent.
@@ -105,6 +108,11 @@ impl Metrics {
             "http_requests",
             "HTTP file requests by method and status",
             m.http_requests.clone(),
+        );
+        r.register(
+            "http_cache_responses",
+            "HTTP GET bodies by where they came from (hit, loaded, disk)",
+            m.http_cache.clone(),
         );
         r.register(
             "iso_requests",
@@ -180,6 +188,20 @@ impl Metrics {
         self.tftp_transfers
             .get_or_create(&ResultLabels { result })
             .inc();
+    }
+
+    /// Counts an HTTP GET body by where it came from (`hit`, `loaded`, `disk`).
+    pub fn http_body_from(&self, from: &'static str) {
+        self.http_cache
+            .get_or_create(&ResultLabels { result: from })
+            .inc();
+    }
+
+    /// HTTP GET bodies so far that came from `from`.
+    pub fn http_bodies_from(&self, from: &'static str) -> u64 {
+        self.http_cache
+            .get_or_create(&ResultLabels { result: from })
+            .get()
     }
 
     /// TFTP transfers so far with `result`.

@@ -1,11 +1,22 @@
 //! A read-only TFTP server (RFC 1350) with the option extension (RFC 2347) and the `blksize`
-//! (RFC 2348), `tsize` and `timeout` (RFC 2349) options: enough for PXE ROMs to fetch iPXE.
+//! (RFC 2348), `tsize` and `timeout` (RFC 2349) and `windowsize` (RFC 7440) options: enough for
+//! PXE ROMs to fetch iPXE, and for clients that ask for a window to fetch large files fast.
+//!
+//! `windowsize`: up to that many blocks are sent before an ACK is awaited. An ACK of block n
+//! moves the window to n + 1 (an ACK inside the window, sent by a client that missed a block,
+//! means "go on from there": the rest is sent again); no ACK before the timeout sends the whole
+//! window again. A request of 1..=65535 is granted up to [`TftpConfig::max_windowsize`]
+//! (default 64), and lowered further until the window holds at most [`MAX_WINDOW_BYTES`]
+//! (1 MiB) of file data; 0 or a value that is not a number is ignored and left out of the
+//! OACK (RFC 2347), and the transfer runs one block at a time.
 //!
 //! Each read request gets its own socket (its transfer ID) and task; write requests are refused.
 //! Every file comes from the [`Root`] (no traversal). A block is sent again after the timeout,
 //! up to [`TftpConfig::retries`] times, then the transfer is abandoned. Duplicate ACKs of an
 //! older block are ignored (no Sorcerer's Apprentice). Block numbers wrap after 65535, so files
-//! of any size go through.
+//! of any size go through. With a window, an ACK of the block before the window (nothing new,
+//! which a windowed client sends to ask for the window again) resends it at most once per
+//! round.
 //!
 //! Bounded against clients that stall (or pretend to): a client's `timeout` option is accepted
 //! only up to [`TftpConfig::max_timeout`] (otherwise left out of the OACK, as RFC 2349 allows),
@@ -41,6 +52,12 @@ const ERR_OPTION: u16 = 8;
 
 const DEFAULT_BLKSIZE: usize = 512;
 const MAX_BLKSIZE: usize = 65_464;
+/// The most file data one transfer holds for its window (RFC 7440): `windowsize` is lowered
+/// until `windowsize * blksize` fits (16 blocks of the largest `blksize`).
+pub const MAX_WINDOW_BYTES: usize = 1 << 20;
+/// File data read at once for a transfer (more when a window is larger): one read per 44
+/// blocks of 1468 bytes rather than one per block.
+const READ_AHEAD: usize = 64 * 1024;
 
 /// How the TFTP server runs.
 #[derive(Clone, Debug)]
@@ -57,6 +74,8 @@ pub struct TftpConfig {
     pub max_transfers_per_peer: usize,
     /// How long one transfer may take in all; then it is abandoned.
     pub transfer_deadline: Duration,
+    /// The largest `windowsize` (RFC 7440) granted; a larger request is answered with this.
+    pub max_windowsize: u16,
 }
 
 impl Default for TftpConfig {
@@ -68,6 +87,7 @@ impl Default for TftpConfig {
             max_timeout: Duration::from_secs(5),
             max_transfers_per_peer: 4,
             transfer_deadline: Duration::from_secs(300),
+            max_windowsize: 64,
         }
     }
 }
@@ -314,6 +334,7 @@ async fn transfer(
     // Options: answer the ones understood, in an OACK (RFC 2347).
     let mut blksize = DEFAULT_BLKSIZE;
     let mut timeout = config.timeout;
+    let mut window: Option<u16> = None;
     let mut oack: Vec<(String, String)> = Vec::new();
     for (k, v) in &req.options {
         match k.as_str() {
@@ -337,8 +358,19 @@ async fn transfer(
                     oack.push((k.clone(), n.to_string()));
                 }
             }
+            "windowsize" => {
+                // RFC 7440: 1..=65535; 0 or garbage is ignored (left out of the OACK). The
+                // answer may be smaller than asked: bounded below after blksize is known.
+                if let Ok(n @ 1..) = v.parse::<u16>() {
+                    window = Some(n.min(config.max_windowsize.max(1)));
+                }
+            }
             _ => {}
         }
+    }
+    if let Some(w) = window.as_mut() {
+        *w = (*w).min(u16::try_from(window_cap(blksize)).unwrap_or(u16::MAX));
+        oack.push(("windowsize".into(), w.to_string()));
     }
     let mut recv = vec![0u8; 1024];
     if !oack.is_empty() {
@@ -355,39 +387,182 @@ async fn transfer(
         }
     }
 
-    let mut block: u16 = 1;
-    let mut data = vec![0u8; 4 + blksize];
+    let window = window.map_or(1, |w| usize::from(w).min(window_cap(blksize)));
+    let mut sender = Window::new(blksize, window);
+    let mut packet = Vec::with_capacity(4 + blksize);
+    let mut retries = 0u32;
+    // At most one early resend per round on an ACK that acknowledges nothing new (a windowed
+    // client's "resend from here"), so delayed duplicates cannot snowball.
+    let mut early_resend_used = false;
     loop {
-        data[..2].copy_from_slice(&DATA.to_be_bytes());
-        data[2..4].copy_from_slice(&block.to_be_bytes());
-        let n = match read_full(&mut file, &mut data[4..]).await {
-            Ok(n) => n,
-            Err(error) => {
-                tracing::warn!(%peer, file = %req.file, %error, "TFTP read error");
-                let _ = socket
-                    .send(&error_packet(ERR_NOT_DEFINED, "read error"))
-                    .await;
+        if let Err(error) = sender.fill(&mut file).await {
+            tracing::warn!(%peer, file = %req.file, %error, "TFTP read error");
+            let _ = socket
+                .send(&error_packet(ERR_NOT_DEFINED, "read error"))
+                .await;
+            return "error";
+        }
+        for i in 0..sender.blocks() {
+            sender.packet(i, &mut packet);
+            if socket.send(&packet).await.is_err() {
                 return "error";
             }
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        // Wait for an ACK that moves the window, or the timeout.
+        let acked = loop {
+            let n = match tokio::time::timeout_at(deadline, socket.recv(&mut recv)).await {
+                Err(_) => break None,
+                Ok(Err(_)) => return "error",
+                Ok(Ok(n)) => n,
+            };
+            let Some([a, b, c, d, ..]) = recv.get(..n) else {
+                continue; // not a packet of this protocol
+            };
+            match u16::from_be_bytes([*a, *b]) {
+                ACK => match sender.acked(u16::from_be_bytes([*c, *d])) {
+                    Some(0) if window > 1 && !early_resend_used => {
+                        early_resend_used = true;
+                        break Some(0);
+                    }
+                    // An old block's ACK again: wait for ours, do not resend.
+                    Some(0) | None => {}
+                    Some(k) => break Some(k),
+                },
+                ERROR => return "client_error",
+                _ => {
+                    let _ = socket
+                        .send(&error_packet(ERR_ILLEGAL, "unexpected packet"))
+                        .await;
+                    return "error";
+                }
+            }
         };
-        if let Err(r) = send_and_wait(
-            &socket,
-            &data[..4 + n],
-            block,
-            timeout,
-            config.retries,
-            &mut recv,
-        )
-        .await
-        {
-            return r;
+        match acked {
+            None => {
+                retries += 1;
+                if retries > config.retries {
+                    return "timeout";
+                }
+                tracing::trace!(%peer, block = sender.base_block(), "TFTP window sent again");
+            }
+            Some(0) => {
+                tracing::trace!(%peer, block = sender.base_block(), "TFTP window sent again on the client's ACK");
+            }
+            Some(k) => {
+                retries = 0;
+                early_resend_used = false;
+                let (bytes, last) = sender.advance(k);
+                metrics.tftp_bytes.inc_by(bytes as u64);
+                if last {
+                    return "ok";
+                }
+            }
         }
-        metrics.tftp_bytes.inc_by(n as u64);
-        if n < blksize {
-            return "ok";
-        }
-        block = block.wrapping_add(1);
     }
+}
+
+/// The largest window the server holds for one transfer: [`MAX_WINDOW_BYTES`] of data, and at
+/// least one block.
+fn window_cap(blksize: usize) -> usize {
+    (MAX_WINDOW_BYTES / blksize.max(1)).max(1)
+}
+
+/// The blocks of a transfer that are sent and not yet acknowledged (RFC 7440): the data of
+/// `window` blocks from `base` (the absolute block number, from 1; the wire number is its low 16
+/// bits, so numbers wrap after 65535).
+struct Window {
+    blksize: usize,
+    window: usize,
+    /// Absolute number of the first block in `data`.
+    base: u64,
+    data: Vec<u8>,
+    /// The file has no more bytes than those in `data`.
+    eof: bool,
+}
+
+impl Window {
+    fn new(blksize: usize, window: usize) -> Self {
+        Self {
+            blksize,
+            window,
+            base: 1,
+            data: Vec::with_capacity((blksize * window).max(READ_AHEAD)),
+            eof: false,
+        }
+    }
+
+    /// Reads when the window is not full (and the file has more): up to [`READ_AHEAD`] or a
+    /// window, whichever is more, so a small window does not cost a trip through the blocking
+    /// pool per block.
+    async fn fill(&mut self, file: &mut tokio::fs::File) -> std::io::Result<()> {
+        let have = self.data.len();
+        if self.eof || have >= self.blksize * self.window {
+            return Ok(());
+        }
+        let want = (self.blksize * self.window).max(READ_AHEAD);
+        self.data.resize(want, 0);
+        let n = read_full(file, &mut self.data[have..]).await;
+        let n = match n {
+            Ok(n) => n,
+            Err(e) => {
+                self.data.truncate(have);
+                return Err(e);
+            }
+        };
+        self.data.truncate(have + n);
+        if have + n < want {
+            self.eof = true;
+        }
+        Ok(())
+    }
+
+    /// Blocks in the window: full ones, and the last (short, maybe empty) one once the file
+    /// has ended.
+    fn blocks(&self) -> usize {
+        let full = self.data.len() / self.blksize;
+        if self.eof {
+            (full + 1).min(self.window)
+        } else {
+            full.min(self.window)
+        }
+    }
+
+    /// The wire number of the first block of the window.
+    fn base_block(&self) -> u16 {
+        wire(self.base)
+    }
+
+    /// Block `i` of the window as a DATA packet in `out`.
+    fn packet(&self, i: usize, out: &mut Vec<u8>) {
+        let start = (i * self.blksize).min(self.data.len());
+        let end = (start + self.blksize).min(self.data.len());
+        out.clear();
+        out.extend_from_slice(&DATA.to_be_bytes());
+        out.extend_from_slice(&wire(self.base + i as u64).to_be_bytes());
+        out.extend_from_slice(&self.data[start..end]);
+    }
+
+    /// How many blocks of the window an ACK of wire number `num` acknowledges: `Some(0)` for
+    /// the block before the window (nothing new), `None` for a number outside it.
+    fn acked(&self, num: u16) -> Option<usize> {
+        let k = usize::from(num.wrapping_sub(wire(self.base.wrapping_sub(1))));
+        (k <= self.blocks()).then_some(k)
+    }
+
+    /// Drops the first `k` acknowledged blocks: their data bytes, and whether the last block
+    /// of the file was among them.
+    fn advance(&mut self, k: usize) -> (usize, bool) {
+        let last = self.eof && k * self.blksize > self.data.len();
+        let bytes = (k * self.blksize).min(self.data.len());
+        self.data.drain(..bytes);
+        self.base += k as u64;
+        (bytes, last)
+    }
+}
+
+fn wire(block: u64) -> u16 {
+    (block & 0xffff) as u16
 }
 
 /// Fills `buf` from `file` unless the file ends first; returns the bytes read.
