@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -43,10 +45,16 @@ async fn thousands_offered_at_once_all_succeed_without_the_resync() {
         )
         .await;
     let mut tasks = Vec::new();
+    // Streams the server ended (e.g. its HTTP/2 keepalive unanswered on a saturated machine).
+    // Like the real agent, the simulated one opens a new stream with its session token; one
+    // that gave up would leave its machine's later workflows Pending for good, which this
+    // test would otherwise report as lost wake-ups.
+    let ended = Arc::new(AtomicUsize::new(0));
     for i in 0..agents {
         let mac = format!("aa:bb:cc:01:{:02x}:{:02x}", i / 256, i % 256);
         stack.create_hardware(&format!("m{i}"), &mac).await;
         let mut agent = stack.agent_instance(&mac, &format!("i-{i}")).await;
+        let (addr, ended) = (stack.server_addr, ended.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 match agent.next_command_forever().await {
@@ -62,7 +70,20 @@ async fn thousands_offered_at_once_all_succeed_without_the_resync() {
                     Some(Command::Stop { workflow_id, .. }) => {
                         agent.canceled(&workflow_id, None).await;
                     }
-                    None => return,
+                    None => {
+                        ended.fetch_add(1, Ordering::Relaxed);
+                        eprintln!(
+                            "load: the stream of agent {} ended; connecting again",
+                            agent.id
+                        );
+                        let (id, instance, token) = (
+                            agent.id.clone(),
+                            agent.instance.clone(),
+                            agent.token.clone(),
+                        );
+                        drop(agent);
+                        agent = Agent::connect_with(addr, &id, &instance, token).await;
+                    }
                 }
             }
         }));
@@ -139,15 +160,17 @@ async fn thousands_offered_at_once_all_succeed_without_the_resync() {
                 })
                 .collect();
             panic!(
-                "{} workflows stuck: {stuck:?}; controller errors: {errors:?}",
-                stuck.len()
+                "{} workflows stuck: {stuck:?}; controller errors: {errors:?}; agent streams ended and opened again: {}",
+                stuck.len(),
+                ended.load(Ordering::Relaxed)
             );
         }
     }
     eprintln!(
-        "load: {workflows} workflows on {agents} agents offered in {:.1} s, all Succeeded after {:.1} s",
+        "load: {workflows} workflows on {agents} agents offered in {:.1} s, all Succeeded after {:.1} s; agent streams ended and opened again: {}",
         offered.as_secs_f64(),
-        began.elapsed().as_secs_f64()
+        began.elapsed().as_secs_f64(),
+        ended.load(Ordering::Relaxed)
     );
     for t in tasks {
         t.abort();
