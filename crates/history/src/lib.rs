@@ -81,10 +81,15 @@ pub enum Record {
         #[serde(default)]
         actions: Vec<(String, String)>,
     },
-    /// A leadership term as the Lease showed it: `acquired` is the holder's acquireTime,
-    /// `last_renew` the latest renewTime seen while it held the Lease (both in the API server's
-    /// clock, seconds since the Unix epoch).
+    /// A leadership term as the Lease showed it, written again at each renewal the watch
+    /// delivers: `t` is when the watch delivered this version (the recorder's clock; a watch
+    /// delivers the Lease's writes in the API server's order), `acquired` the holder's
+    /// acquireTime and `last_renew` its renewTime, seconds since the Unix epoch in the
+    /// *holder's* clock. The checker orders terms by `t` alone: a holder's clock may be wrong
+    /// (the `clock-jump` fault makes it so), and the order the API server accepted the writes
+    /// in is what says whether two terms overlapped.
     Term {
+        t: f64,
         holder: String,
         acquired: f64,
         last_renew: f64,
@@ -206,7 +211,7 @@ pub struct Report {
     /// Acknowledged events not reflected because their Workflow had ended before the agent was
     /// told they were stored (not a loss; counted so a run shows them).
     pub events_after_end: usize,
-    /// Terms that overlap: `holder renewed at .. after holder acquired at ..`.
+    /// Terms that overlap: `holder renewed at t=.. after holder was seen holding the Lease at t=..`.
     pub overlapping_terms: Vec<String>,
     /// End states reached, `State/Reason` and how many.
     pub end_states: BTreeMap<String, usize>,
@@ -316,10 +321,11 @@ pub fn check(records: &[Record]) -> Report {
             }
             Record::EventAcked { .. } => acked.push(r),
             Record::Term {
+                t,
                 holder,
                 acquired,
-                last_renew,
-            } => terms.push((holder, *acquired, *last_renew)),
+                ..
+            } => terms.push((holder, *acquired, *t)),
             Record::Fault { .. } => report.faults += 1,
             Record::Expect {
                 workflow,
@@ -395,21 +401,27 @@ pub fn check(records: &[Record]) -> Report {
         }
     }
 
-    // A term may be written again at each renewal: keep each (holder, acquired) once, with its
-    // latest renewal.
-    terms.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(b.0)));
-    let mut merged: Vec<(&str, f64, f64)> = Vec::new();
-    for (h, a, r) in terms {
-        match merged.last_mut() {
-            Some((lh, la, lr)) if *lh == h && *la == a => *lr = lr.max(r),
-            _ => merged.push((h, a, r)),
+    // A term is written again at each renewal: keep each (holder, acquired) once, with the
+    // first and the last time the watch delivered it. Records come in the order the recorder
+    // wrote them, which is the watch's order.
+    let mut merged: Vec<(&str, f64, f64, f64)> = Vec::new();
+    for (h, a, t) in terms {
+        match merged.iter_mut().find(|(mh, ma, ..)| *mh == h && *ma == a) {
+            Some((.., first, last)) => {
+                *first = first.min(t);
+                *last = last.max(t);
+            }
+            None => merged.push((h, a, t, t)),
         }
     }
+    merged.sort_by(|x, y| x.2.total_cmp(&y.2));
     for pair in merged.windows(2) {
-        let ((h1, a1, r1), (h2, a2, _)) = (pair[0], pair[1]);
-        if h1 != h2 && r1 > a2 {
+        let ((h1, a1, _, last1), (h2, a2, first2, _)) = (pair[0], pair[1]);
+        // The same holder acquiring again (a new acquireTime) is a new term, not an overlap.
+        if h1 != h2 && last1 > first2 {
             report.overlapping_terms.push(format!(
-                "{h1} (acquired {a1:.3}) renewed at {r1:.3}, after {h2} acquired at {a2:.3}"
+                "{h1} (acquired {a1:.3}) renewed at t={last1:.3}, after {h2} (acquired {a2:.3}) \
+                 was seen holding the Lease at t={first2:.3}"
             ));
         }
     }

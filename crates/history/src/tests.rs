@@ -38,6 +38,15 @@ fn acked(w: &str, event: EventKind, action: &str) -> Record {
 }
 
 /// A clean run: one Workflow through Running to Succeeded, its events reflected.
+fn term(t: f64, holder: &str, acquired: f64) -> Record {
+    Record::Term {
+        t,
+        holder: holder.into(),
+        acquired,
+        last_renew: acquired + t,
+    }
+}
+
 fn clean() -> Vec<Record> {
     vec![
         Record::Run {
@@ -75,16 +84,10 @@ fn clean() -> Vec<Record> {
             state: "Succeeded".into(),
             reason: None,
         },
-        Record::Term {
-            holder: "c1".into(),
-            acquired: 100.0,
-            last_renew: 110.0,
-        },
-        Record::Term {
-            holder: "c2".into(),
-            acquired: 113.0,
-            last_renew: 120.0,
-        },
+        term(100.0, "c1", 1100.0),
+        term(110.0, "c1", 1100.0),
+        term(113.0, "c2", 1113.0),
+        term(120.0, "c2", 1113.0),
     ]
 }
 
@@ -220,50 +223,59 @@ fn an_acknowledged_event_no_status_showed_is_lost() {
 
 #[test]
 fn a_leader_renewing_after_the_next_acquired_overlaps() {
+    // The watch saw c1 renew (t=5) after it saw c2 holding the Lease (t=4).
+    let h = vec![
+        term(1.0, "c1", 1000.0),
+        term(2.0, "c1", 1000.0),
+        term(4.0, "c2", 1003.0),
+        term(5.0, "c1", 1000.0),
+    ];
+    let report = check(&h);
+    assert_eq!(report.overlapping_terms.len(), 1, "{report}");
+    assert!(
+        report.overlapping_terms[0].starts_with("c1"),
+        "{}",
+        report.overlapping_terms[0]
+    );
+    // One more term after the clean run's two: c2 renewing after c3 was seen.
     let mut h = clean();
-    h.push(Record::Term {
-        holder: "c3".into(),
-        acquired: 118.0,
-        last_renew: 130.0,
-    });
+    h.push(term(118.0, "c3", 1118.0));
+    h.push(term(119.0, "c2", 1113.0));
     let report = check(&h);
     assert_eq!(report.overlapping_terms.len(), 1, "{report}");
     assert!(report.overlapping_terms[0].starts_with("c2"));
-    // A term written again at each renewal is one term.
+}
+
+#[test]
+fn terms_are_ordered_by_what_the_watch_saw_not_by_the_holders_clocks() {
+    // c1's clock ran 90 s ahead while it renewed (the clock-jump fault): its renewTime is
+    // later than c2's acquireTime, yet the watch saw every c1 write before c2's first.
     let h = vec![
         Record::Term {
+            t: 1.0,
             holder: "c1".into(),
-            acquired: 1.0,
-            last_renew: 2.0,
+            acquired: 1000.0,
+            last_renew: 1000.0,
         },
         Record::Term {
+            t: 2.0,
             holder: "c1".into(),
-            acquired: 1.0,
-            last_renew: 6.0,
+            acquired: 1000.0,
+            last_renew: 1092.0,
         },
         Record::Term {
+            t: 8.0,
             holder: "c2".into(),
-            acquired: 5.0,
-            last_renew: 9.0,
+            acquired: 1008.0,
+            last_renew: 1008.0,
         },
     ];
-    assert_eq!(
-        check(&h).overlapping_terms.len(),
-        1,
-        "c1 renewed at 6 after c2 acquired at 5"
-    );
-    // The same holder acquiring again is not an overlap.
+    assert!(check(&h).is_clean(), "{}", check(&h));
+    // The same holder acquiring again is not an overlap, however its clock reads.
     let h = vec![
-        Record::Term {
-            holder: "c1".into(),
-            acquired: 1.0,
-            last_renew: 5.0,
-        },
-        Record::Term {
-            holder: "c1".into(),
-            acquired: 4.0,
-            last_renew: 9.0,
-        },
+        term(1.0, "c1", 1000.0),
+        term(5.0, "c1", 1000.0),
+        term(6.0, "c1", 990.0),
     ];
     assert!(check(&h).is_clean());
 }

@@ -354,7 +354,8 @@ pub fn record_api(
     let terms = tokio::spawn(async move {
         let config = watcher::Config::default().fields("metadata.name=tink-controller");
         let mut stream = watcher(leases, config).default_backoff().boxed();
-        // The open term: holder, acquireTime, latest renewTime (seconds since the epoch).
+        // The open term: holder, acquireTime, latest renewTime (seconds since the epoch, in
+        // the holder's clock: informative only, the checker orders terms by `t`).
         let mut open: Option<(String, f64, f64)> = None;
         let secs = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime| {
             t.0.as_millisecond() as f64 / 1000.0
@@ -383,6 +384,7 @@ pub fn record_api(
                 record(
                     &history,
                     Record::Term {
+                        t: history.now(),
                         holder: holder.clone(),
                         acquired: *acquired,
                         last_renew: *last_renew,
