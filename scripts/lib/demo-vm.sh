@@ -91,7 +91,8 @@ EOF
 }
 
 # demo_accel OUT_FILE KERNEL: kvm when a probe kernel boots under it, else tcg (TINK_NETBOOT_ACCEL
-# wins). Some hosts (nested virtualisation) open /dev/kvm but never run a Linux kernel under it.
+# wins). Some hosts open /dev/kvm but never run a Linux kernel under it: this project's CI machines
+# have PVM, where `-cpu host` aborts at once (osie/README.md, "KVM on this machine kind").
 demo_accel() {
   local accel="${TINK_NETBOOT_ACCEL:-}"
   if [ -z "$accel" ]; then
