@@ -270,3 +270,36 @@ fn tls_config(ca_cert: Option<&Path>) -> Result<ClientConfig, FetchError> {
     }
     Ok(builder.with_root_certificates(roots).with_no_client_auth())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bad_urls_and_ca_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "not a certificate").unwrap();
+        let e = Client::new(Some(&ca), Duration::from_secs(1))
+            .err()
+            .unwrap();
+        assert!(e.to_string().starts_with("--osie-ca-cert "), "{e}");
+        let c = Client::new(None, Duration::from_secs(1)).unwrap();
+        for (url, why) in [
+            ("ftp://127.0.0.1/x", "only http:// and https://"),
+            ("http:///x", "not a URL"),
+            ("not a url", "not a URL"),
+            ("/relative", "only http:// and https://"),
+        ] {
+            let e = c.get_bytes(url, 10).await.unwrap_err();
+            assert!(e.to_string().contains(why), "{url}: {e}");
+        }
+        // Nothing listens there: a transport error naming the URL.
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/x", free.local_addr().unwrap());
+        drop(free);
+        let e = c.get_bytes(&url, 10).await.unwrap_err();
+        assert!(matches!(e, FetchError::Transport { .. }), "{e}");
+        assert!(e.to_string().starts_with(&url), "{e}");
+    }
+}

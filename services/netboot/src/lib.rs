@@ -265,7 +265,9 @@ pub async fn bind(config: &NetbootConfig) -> Result<Bound, Error> {
                 ))
             })?;
         }
-        osie::Releases::new(o.dir(), Metrics::default()).map_err(Error::Osie)?;
+        osie::Releases::open(o.dir(), Metrics::default())
+            .await
+            .map_err(Error::Osie)?;
     }
     // The ISO is scanned for its placeholder now: a missing file or marker stops the start.
     let iso = match (&config.iso, &http) {
@@ -311,8 +313,11 @@ impl Bound {
         // verified: the feed reports to its own flag, combined here.
         let index_health = match (&config.osie, root.take()) {
             (Some(oc), Some(r)) => {
-                let releases =
-                    Arc::new(osie::Releases::new(oc.dir(), metrics.clone()).map_err(Error::Osie)?);
+                let releases = Arc::new(
+                    osie::Releases::open(oc.dir(), metrics.clone())
+                        .await
+                        .map_err(Error::Osie)?,
+                );
                 root = Some(r.with_osie(releases.clone()));
                 let osie_ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
                 {

@@ -233,14 +233,26 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Releases {
-    /// The releases in `dir` (which must exist).
+    /// The releases in `dir` (which must exist). Reads the file system: call it from the
+    /// blocking pool, or use [`Releases::open`].
     pub fn new(dir: &Path, metrics: Metrics) -> std::io::Result<Self> {
-        let root = Root::new(dir).map_err(|e| {
+        let bad = |e: std::io::Error| {
             std::io::Error::new(
                 e.kind(),
-                format!("OSIE releases folder {}: {e}", dir.display()),
+                format!(
+                    "OSIE releases folder {} (--osie-dir, or --osie-cache): {e}",
+                    dir.display()
+                ),
             )
-        })?;
+        };
+        let meta = std::fs::metadata(dir).map_err(bad)?;
+        if !meta.is_dir() {
+            return Err(bad(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                "not a directory",
+            )));
+        }
+        let root = Root::new(dir).map_err(bad)?;
         Ok(Self {
             root,
             metrics,
@@ -248,6 +260,14 @@ impl Releases {
             sums: Mutex::new(HashMap::new()),
             hashing: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// [`Releases::new`] on the blocking pool.
+    pub async fn open(dir: &Path, metrics: Metrics) -> std::io::Result<Self> {
+        let dir = dir.to_path_buf();
+        tokio::task::spawn_blocking(move || Self::new(&dir, metrics))
+            .await
+            .map_err(std::io::Error::other)?
     }
 
     /// The folder.

@@ -206,6 +206,19 @@ async fn a_release_folder_is_served_only_as_its_sums_say() {
     let (code, body) = get(&n.url(&format!("osie/{V}/initramfs-x86_64")));
     assert_eq!(code, 200);
     assert!(body == initramfs, "initramfs differs");
+    // A range, as iPXE resumes with: the same file path, the same check.
+    let out = outer.path().join("range.out");
+    let r = curl(&[
+        "-r",
+        "1000-1999",
+        &n.url(&format!("osie/{V}/initramfs-x86_64")),
+        "-o",
+        out.to_str().expect("utf8"),
+        "-w",
+        "%{http_code}",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "206");
+    assert!(std::fs::read(&out).expect("read") == initramfs[1000..2000]);
     let (code, body) = get(&n.url(&format!("osie/{V}/SHA256SUMS")));
     assert_eq!(code, 200);
     assert_eq!(body, std::fs::read(rel.join("SHA256SUMS")).expect("read"));
