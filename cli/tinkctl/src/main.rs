@@ -12,6 +12,7 @@ mod hardware;
 mod kubeconfig;
 mod logs;
 mod migrate;
+mod osie;
 mod render;
 mod rollout;
 mod watch;
@@ -61,6 +62,10 @@ enum Command {
     /// Rollout commands: `status` of a WorkflowSet (-w follows it until it completes or halts).
     #[command(subcommand)]
     Rollout(rollout::RolloutCommand),
+    /// OSIE commands: `release` (a versioned release folder with checksums from
+    /// osie/build.sh's output).
+    #[command(subcommand)]
+    Osie(osie::OsieCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -76,5 +81,6 @@ fn main() -> anyhow::Result<()> {
         Command::Bmc(cmd) => bmc::run(cmd),
         Command::Hardware(cmd) => hardware::run(cmd),
         Command::Rollout(cmd) => rollout::run(cmd),
+        Command::Osie(cmd) => osie::run(cmd),
     }
 }

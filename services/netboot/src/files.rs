@@ -2,6 +2,9 @@
 //! absolute paths, and anything (symlinks included) that resolves outside the folder.
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use crate::osie::Releases;
 
 /// Why a path is not served.
 #[derive(Debug, thiserror::Error)]
@@ -15,12 +18,18 @@ pub enum FileError {
     /// Reading failed.
     #[error("{0}")]
     Io(std::io::Error),
+    /// An OSIE release file that is not listed in its `SHA256SUMS` or does not match it (the
+    /// message names the file, the expected and the actual digest).
+    #[error("{0}")]
+    Unverified(String),
 }
 
 /// The served folder (canonical).
 #[derive(Clone, Debug)]
 pub struct Root {
     dir: PathBuf,
+    /// Versioned OSIE releases, served under `osie/` ([`crate::osie`]).
+    osie: Option<Arc<Releases>>,
 }
 
 impl Root {
@@ -42,7 +51,14 @@ impl Root {
                 format!("--files-dir {} is not a directory", dir.display()),
             ));
         }
-        Ok(Self { dir })
+        Ok(Self { dir, osie: None })
+    }
+
+    /// This root with `releases` served under `osie/<version>/<file>` (checked against their
+    /// `SHA256SUMS`), in place of anything under `osie/` in the folder itself.
+    pub fn with_osie(mut self, releases: Arc<Releases>) -> Self {
+        self.osie = Some(releases);
+        self
     }
 
     /// The folder.
@@ -89,6 +105,11 @@ impl Root {
     /// Opens `name` for reading: the file, its real path and its metadata (what
     /// [`crate::hot::HotFiles`] checks a cached copy against).
     pub async fn open_meta(&self, name: &str) -> Result<Opened, FileError> {
+        if let Some(releases) = &self.osie
+            && let Some(rest) = name.strip_prefix(crate::osie::PREFIX)
+        {
+            return Box::pin(releases.open_meta(rest)).await;
+        }
         let path = self.resolve(name).await?;
         let file = tokio::fs::File::open(&path)
             .await

@@ -58,7 +58,7 @@ impl Default for HotConfig {
 
 /// What identifies one version of a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stamp {
+pub(crate) struct Stamp {
     dev: u64,
     ino: u64,
     len: u64,
@@ -66,7 +66,7 @@ struct Stamp {
 }
 
 impl Stamp {
-    fn of(meta: &std::fs::Metadata) -> Self {
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Self {
         Self {
             dev: meta.dev(),
             ino: meta.ino(),

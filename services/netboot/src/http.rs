@@ -175,6 +175,12 @@ async fn file(
             state.metrics.http(m, 500);
             return (StatusCode::INTERNAL_SERVER_ERROR, "read error\n").into_response();
         }
+        // An OSIE release file not listed in its SHA256SUMS or not matching it (logged and
+        // counted where it was checked).
+        Err(FileError::Unverified(why)) => {
+            state.metrics.http(m, 403);
+            return (StatusCode::FORBIDDEN, format!("{why}\n")).into_response();
+        }
     };
     let len = opened.meta.len();
     let mut f = opened.file;

@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod dhcp;
+pub mod fetch;
 pub mod files;
 pub mod hot;
 pub mod http;
@@ -32,6 +33,7 @@ pub mod index;
 pub mod iso;
 pub mod machine;
 mod metrics;
+pub mod osie;
 pub mod server;
 pub mod syslog;
 pub mod tftp;
@@ -84,6 +86,8 @@ pub struct NetbootConfig {
     pub iso: Option<IsoConfig>,
     /// The syslog receiver (`None`: off).
     pub syslog: Option<syslog::SyslogConfig>,
+    /// Versioned OSIE releases served under `/osie/` (`None`: off).
+    pub osie: Option<osie::OsieConfig>,
 }
 
 impl NetbootConfig {
@@ -111,6 +115,7 @@ impl NetbootConfig {
             namespace: None,
             iso: None,
             syslog: None,
+            osie: None,
         }
     }
 }
@@ -138,6 +143,9 @@ pub enum Error {
     /// The source ISO cannot be served.
     #[error("{0}")]
     Iso(#[from] iso::IsoError),
+    /// The OSIE releases folder (or the cache of `--osie-url`) cannot be used.
+    #[error("{0}")]
+    Osie(std::io::Error),
 }
 
 /// Every listener, bound.
@@ -247,6 +255,20 @@ pub async fn bind(config: &NetbootConfig) -> Result<Bound, Error> {
     } else {
         None
     };
+    // The releases folder must be usable now; the URL's cache folder is made if missing.
+    if let (Some(o), Some(_)) = (&config.osie, &root) {
+        if let osie::OsieSource::Url(f) = &o.source {
+            tokio::fs::create_dir_all(&f.cache).await.map_err(|e| {
+                Error::Osie(std::io::Error::new(
+                    e.kind(),
+                    format!("--osie-cache {}: {e}", f.cache.display()),
+                ))
+            })?;
+        }
+        osie::Releases::open(o.dir(), Metrics::default())
+            .await
+            .map_err(Error::Osie)?;
+    }
     // The ISO is scanned for its placeholder now: a missing file or marker stops the start.
     let iso = match (&config.iso, &http) {
         (Some(c), Some(_)) => {
@@ -286,8 +308,56 @@ impl Bound {
         // Every part is critical: any ending stops the group (and the service).
         let set = tink_runtime::TaskGroup::<Error>::new(health.clone(), &shutdown);
         let tasks = set.token().clone();
+        let mut root = self.root;
+        // With OSIE releases, ready means the index is synced and the configured release is
+        // verified: the feed reports to its own flag, combined here.
+        let index_health = match (&config.osie, root.take()) {
+            (Some(oc), Some(r)) => {
+                let releases = Arc::new(
+                    osie::Releases::open(oc.dir(), metrics.clone())
+                        .await
+                        .map_err(Error::Osie)?,
+                );
+                root = Some(r.with_osie(releases.clone()));
+                let osie_ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                {
+                    let (oc, metrics, ready, tasks) = (
+                        oc.clone(),
+                        metrics.clone(),
+                        osie_ready.clone(),
+                        tasks.clone(),
+                    );
+                    set.spawn_critical("OSIE release", async move {
+                        osie::keep(oc, releases, metrics, ready, tasks).await;
+                        Ok(())
+                    });
+                }
+                let index_health = Health::new();
+                {
+                    let (index_health, health, tasks) =
+                        (index_health.clone(), health.clone(), tasks.clone());
+                    set.spawn_critical("readiness", async move {
+                        loop {
+                            health.set_ready(
+                                index_health.is_ready()
+                                    && osie_ready.load(std::sync::atomic::Ordering::SeqCst),
+                            );
+                            tokio::select! {
+                                () = tasks.cancelled() => return Ok(()),
+                                () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                            }
+                        }
+                    });
+                }
+                index_health
+            }
+            (_, r) => {
+                root = r;
+                health.clone()
+            }
+        };
         {
-            let (index, tasks, health) = (index.clone(), tasks.clone(), health.clone());
+            let (index, tasks, health) = (index.clone(), tasks.clone(), index_health);
             let namespace = config.namespace.clone();
             set.spawn_critical("Hardware index feed", async move {
                 crate::index::feed(
@@ -322,7 +392,7 @@ impl Bound {
                 });
             }
         }
-        if let (Some(socket), Some(root), Some((_, tc))) = (self.tftp, &self.root, &config.tftp) {
+        if let (Some(socket), Some(root), Some((_, tc))) = (self.tftp, &root, &config.tftp) {
             let (root, tc, metrics, tasks) =
                 (root.clone(), tc.clone(), metrics.clone(), tasks.clone());
             set.spawn_critical("TFTP server", async move {
@@ -334,7 +404,7 @@ impl Bound {
                     })
             });
         }
-        if let (Some(listener), Some(root)) = (self.http, &self.root) {
+        if let (Some(listener), Some(root)) = (self.http, &root) {
             let (root, metrics, tasks) = (root.clone(), metrics.clone(), tasks.clone());
             let hot = config.http_cache.clone();
             let iso = config.iso.as_ref().map(|c| http::IsoRoute {

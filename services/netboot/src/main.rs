@@ -153,6 +153,8 @@ struct Args {
     #[command(flatten)]
     syslog: SyslogArgs,
     #[command(flatten)]
+    osie: OsieArgs,
+    #[command(flatten)]
     admin: tink_runtime::AdminArgs,
     #[command(flatten)]
     telemetry: tink_telemetry::TelemetryArgs,
@@ -259,6 +261,98 @@ struct SyslogArgs {
     /// Lines waiting to be published, at most (beyond: dropped and counted).
     #[arg(long, env = "TINK_NETBOOT_SYSLOG_QUEUE", default_value_t = 8192)]
     syslog_queue: usize,
+}
+
+/// Versioned OSIE releases (`tinkctl osie release` makes them), served at
+/// `/osie/<version>/<file>` by HTTP and TFTP, every file checked against its release's
+/// `SHA256SUMS` before it is first served.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "OSIE releases")]
+struct OsieArgs {
+    /// A folder of releases (`DIR/<version>/SHA256SUMS` and the files it lists).
+    #[arg(long, env = "TINK_NETBOOT_OSIE_DIR", conflicts_with = "osie_url")]
+    osie_dir: Option<PathBuf>,
+    /// The base URL of releases: `URL/<version>/SHA256SUMS` and each file it lists are fetched
+    /// once into --osie-cache (needs --osie-version and --osie-cache).
+    #[arg(long, env = "TINK_NETBOOT_OSIE_URL", requires_all = ["osie_version", "osie_cache"])]
+    osie_url: Option<String>,
+    /// The release to fetch (with --osie-url), or that must be present and intact in
+    /// --osie-dir before /readyz says ready.
+    #[arg(long, env = "TINK_NETBOOT_OSIE_VERSION")]
+    osie_version: Option<String>,
+    /// Where fetched releases are kept (`<cache>/<version>/...`; created if missing).
+    #[arg(long, env = "TINK_NETBOOT_OSIE_CACHE")]
+    osie_cache: Option<PathBuf>,
+    /// Extra trusted CA certificates (PEM) for an `https://` --osie-url, beside the system's.
+    #[arg(long, env = "TINK_NETBOOT_OSIE_CA_CERT")]
+    osie_ca_cert: Option<PathBuf>,
+    /// Seconds a fetch may wait to connect, for an answer, or between two chunks of a body.
+    #[arg(
+        long,
+        env = "TINK_NETBOOT_OSIE_FETCH_TIMEOUT_SECONDS",
+        default_value_t = 30
+    )]
+    osie_fetch_timeout_seconds: u64,
+    /// The longest pause, in seconds, between tries of a failed fetch or check (the pause
+    /// starts at 1 s and doubles).
+    #[arg(
+        long,
+        env = "TINK_NETBOOT_OSIE_RETRY_MAX_SECONDS",
+        default_value_t = 300
+    )]
+    osie_retry_max_seconds: u64,
+}
+
+impl OsieArgs {
+    fn config(self) -> anyhow::Result<Option<tink_netboot::osie::OsieConfig>> {
+        use tink_netboot::osie::{FetchConfig, OsieConfig, OsieSource, check_version};
+        let version = self.osie_version.filter(|v| !v.trim().is_empty());
+        if let Some(v) = &version {
+            check_version(v).map_err(|e| anyhow::anyhow!("--osie-version: {e}"))?;
+        }
+        let source = match (
+            self.osie_dir,
+            self.osie_url.filter(|u| !u.trim().is_empty()),
+        ) {
+            (Some(dir), None) => OsieSource::Dir {
+                dir,
+                required: version,
+            },
+            (None, Some(url)) => {
+                let url = url.trim().to_string();
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    anyhow::bail!("--osie-url {url:?}: only http:// and https:// URLs are fetched");
+                }
+                let Some(version) = version else {
+                    anyhow::bail!("--osie-url needs --osie-version (the release to fetch)");
+                };
+                let Some(cache) = self.osie_cache else {
+                    anyhow::bail!("--osie-url needs --osie-cache (where the release is kept)");
+                };
+                OsieSource::Url(FetchConfig {
+                    url,
+                    version,
+                    cache,
+                    ca_cert: self.osie_ca_cert,
+                    timeout: Duration::from_secs(self.osie_fetch_timeout_seconds.max(1)),
+                })
+            }
+            (Some(_), Some(_)) => {
+                anyhow::bail!("--osie-dir and --osie-url: give one")
+            }
+            (None, None) => {
+                if version.is_some() {
+                    anyhow::bail!("--osie-version needs --osie-dir or --osie-url");
+                }
+                return Ok(None);
+            }
+        };
+        Ok(Some(OsieConfig {
+            source,
+            retry_min: Duration::from_secs(1),
+            retry_max: Duration::from_secs(self.osie_retry_max_seconds.max(1)),
+        }))
+    }
 }
 
 impl SyslogArgs {
@@ -402,7 +496,11 @@ async fn main() -> anyhow::Result<()> {
         namespace: args.namespace,
         iso: args.iso.config()?,
         syslog: args.syslog.config()?,
+        osie: args.osie.config()?,
     };
+    if config.osie.is_some() && config.http.is_none() && config.tftp.is_none() {
+        anyhow::bail!("--osie-dir/--osie-url are served over HTTP and TFTP: turn one on");
+    }
     if config.iso.is_some() && config.http.is_none() {
         anyhow::bail!("--iso-source is served over HTTP: it needs --http true");
     }

@@ -71,6 +71,14 @@ pub struct Metrics {
     pub syslog_datagrams: Family<ResultLabels, Counter>,
     /// Accepted syslog lines JetStream did not store.
     pub syslog_publish_errors: Counter,
+    /// OSIE release fetches (`SHA256SUMS` and files from `--osie-url`) by result: `ok`,
+    /// `mismatch` (the SHA-256 of what arrived is not the listed one), `error`.
+    pub osie_fetches: Family<ResultLabels, Counter>,
+    /// Bytes of OSIE release files fetched.
+    pub osie_fetched_bytes: Counter,
+    /// OSIE release files refused, by reason: `mismatch` (a file on disk), `upstream_mismatch`
+    /// (a fetched file), `not_listed`, `bad_sums` (an unreadable `SHA256SUMS`).
+    pub osie_verify_failures: Family<ResultLabels, Counter>,
 }
 
 impl Metrics {
@@ -131,7 +139,51 @@ impl Metrics {
             "Accepted syslog lines NATS JetStream did not store",
             m.syslog_publish_errors.clone(),
         );
+        r.register(
+            "osie_fetches",
+            "OSIE release fetches from --osie-url by result (ok, mismatch, error)",
+            m.osie_fetches.clone(),
+        );
+        r.register(
+            "osie_fetched_bytes",
+            "Bytes of OSIE release files fetched",
+            m.osie_fetched_bytes.clone(),
+        );
+        r.register(
+            "osie_verify_failures",
+            "OSIE release files refused by reason (mismatch, upstream_mismatch, not_listed, \
+             bad_sums)",
+            m.osie_verify_failures.clone(),
+        );
         m
+    }
+
+    /// Counts an OSIE fetch by result.
+    pub fn osie_fetch(&self, result: &'static str) {
+        self.osie_fetches
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    /// OSIE fetches so far with `result`.
+    pub fn osie_fetches_of(&self, result: &'static str) -> u64 {
+        self.osie_fetches
+            .get_or_create(&ResultLabels { result })
+            .get()
+    }
+
+    /// Counts an OSIE file refused.
+    pub fn osie_verify_failure(&self, reason: &'static str) {
+        self.osie_verify_failures
+            .get_or_create(&ResultLabels { result: reason })
+            .inc();
+    }
+
+    /// OSIE files refused so far for `reason`.
+    pub fn osie_verify_failures_of(&self, reason: &'static str) -> u64 {
+        self.osie_verify_failures
+            .get_or_create(&ResultLabels { result: reason })
+            .get()
     }
 
     /// Syslog datagrams counted with `result` so far.
@@ -221,6 +273,13 @@ impl Metrics {
     /// ISO route requests so far with `method` and `status`.
     pub fn iso_of(&self, method: &'static str, status: u16) -> u64 {
         self.iso_requests
+            .get_or_create(&HttpLabels { method, status })
+            .get()
+    }
+
+    /// HTTP file requests so far with `method` and `status`.
+    pub fn http_of(&self, method: &'static str, status: u16) -> u64 {
+        self.http_requests
             .get_or_create(&HttpLabels { method, status })
             .get()
     }

@@ -329,6 +329,12 @@ async fn transfer(
                 .await;
             return "error";
         }
+        Err(FileError::Unverified(why)) => {
+            // The message (file, expected and actual digest) fits one packet.
+            let why: String = why.chars().take(400).collect();
+            let _ = socket.send(&error_packet(ERR_ACCESS, &why)).await;
+            return "refused";
+        }
     };
 
     // Options: answer the ones understood, in an OACK (RFC 2347).
