@@ -44,7 +44,7 @@ pub enum FetchError {
         /// The URL.
         url: String,
         /// The bound.
-        max: usize,
+        max: u64,
     },
     /// Writing the downloaded bytes failed.
     #[error("{path}: {source}")]
@@ -166,7 +166,7 @@ impl Client {
             if out.len() + chunk.len() > max {
                 return Err(FetchError::TooLarge {
                     url: url.to_string(),
-                    max,
+                    max: max as u64,
                 });
             }
             out.extend_from_slice(&chunk);
@@ -174,8 +174,10 @@ impl Client {
         Ok(out)
     }
 
-    /// Writes the body of `url` to `path` (created or truncated, synced); the bytes written.
-    pub async fn download(&self, url: &str, path: &Path) -> Result<u64, FetchError> {
+    /// Writes the body of `url` to `path` (created or truncated, synced); the bytes written. A
+    /// body longer than `max` bytes stops the download ([`FetchError::TooLarge`]): a server
+    /// sending without end must not fill the cache's disk.
+    pub async fn download(&self, url: &str, path: &Path, max: u64) -> Result<u64, FetchError> {
         let write = |source| FetchError::Write {
             path: path.display().to_string(),
             source,
@@ -184,6 +186,12 @@ impl Client {
         let mut f = tokio::fs::File::create(path).await.map_err(write)?;
         let mut n = 0u64;
         while let Some(chunk) = self.next_chunk(&mut body, url).await? {
+            if n + chunk.len() as u64 > max {
+                return Err(FetchError::TooLarge {
+                    url: url.to_string(),
+                    max,
+                });
+            }
             f.write_all(&chunk).await.map_err(write)?;
             n += chunk.len() as u64;
         }
@@ -301,5 +309,32 @@ mod tests {
         let e = c.get_bytes(&url, 10).await.unwrap_err();
         assert!(matches!(e, FetchError::Transport { .. }), "{e}");
         assert!(e.to_string().starts_with(&url), "{e}");
+    }
+
+    /// A server that answers with a body longer than the bound: the download stops at the
+    /// bound with an error naming the URL, having written no more than the bound.
+    #[tokio::test]
+    async fn a_download_longer_than_its_bound_is_cut() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            let body = vec![b'x'; 64 * 1024];
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+            let _ = s.write_all(head.as_bytes()).await;
+            let _ = s.write_all(&body).await;
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.part");
+        let c = Client::new(None, Duration::from_secs(5)).unwrap();
+        let url = format!("http://{addr}/f");
+        let e = c.download(&url, &path, 1000).await.unwrap_err();
+        assert!(matches!(e, FetchError::TooLarge { max: 1000, .. }), "{e}");
+        assert!(e.to_string().starts_with(&url), "{e}");
+        assert!(std::fs::metadata(&path).unwrap().len() <= 1000);
+        server.abort();
     }
 }

@@ -36,6 +36,9 @@ pub const SUMS: &str = "SHA256SUMS";
 pub const PREFIX: &str = "osie/";
 /// The largest `SHA256SUMS` read (a release lists a handful of files).
 pub const MAX_SUMS_BYTES: usize = 64 * 1024;
+/// The largest release file fetched from `--osie-url` (an OSIE initramfs is a few hundred MiB):
+/// an upstream that sends without end is cut here, before it fills the cache's disk.
+pub const MAX_FILE_BYTES: u64 = 4 << 30;
 
 /// A line of `SHA256SUMS` that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -612,7 +615,7 @@ async fn fetch_file(
     let part = dir.join(format!(".{name}.part"));
     let result = async {
         let n = client
-            .download(url, &part)
+            .download(url, &part, MAX_FILE_BYTES)
             .await
             .inspect_err(|_| metrics.osie_fetch("error"))
             .map_err(|e| e.to_string())?;
