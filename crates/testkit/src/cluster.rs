@@ -314,6 +314,37 @@ impl NatsCluster {
         self.nodes.get(node).map(|n| n.dir.join("store"))
     }
 
+    /// What each node says of itself, for a test's failure message: its `/jsz` (JetStream's
+    /// meta group as the node sees it: leader, peers, which are current or offline) and the
+    /// last `lines` lines of its log. A killed node says so.
+    pub async fn diagnose(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for n in &self.nodes {
+            let _ = writeln!(out, "--- {} ({})", n.name, n.ip);
+            if n.child.is_none() {
+                let _ = writeln!(out, "(killed)");
+            }
+            match http_get(n.ip, "/jsz").await {
+                Some((status, body)) => {
+                    let body = String::from_utf8_lossy(&body);
+                    let body: String = body.chars().take(2000).collect();
+                    let _ = writeln!(out, "/jsz {status}: {body}");
+                }
+                None => {
+                    let _ = writeln!(out, "/jsz: no answer");
+                }
+            }
+            let log = tokio::fs::read_to_string(n.dir.join("nats-server.log"))
+                .await
+                .unwrap_or_else(|e| format!("(no log: {e})"));
+            let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+            for line in tail.into_iter().rev() {
+                let _ = writeln!(out, "{line}");
+            }
+        }
+        out
+    }
+
     /// Node `node`'s log file.
     pub fn log_path(&self, node: usize) -> Option<PathBuf> {
         self.nodes.get(node).map(|n| n.dir.join("nats-server.log"))

@@ -97,6 +97,20 @@ async fn a_crashed_runs_leftovers_go_and_faults_cut_what_they_say() {
     for ip in &ips {
         assert!(reachable(*ip, 4222).await, "{ip} answers the test process");
     }
+    // What a failing test prints of the cluster: every node's meta group view and log.
+    let diagnosis = cluster.diagnose(5).await;
+    for n in 0..cluster.len() {
+        assert!(
+            diagnosis.contains(&format!("--- {}", cluster.name(n))),
+            "{diagnosis}"
+        );
+    }
+    assert_eq!(
+        diagnosis.matches("/jsz 200: ").count(),
+        cluster.len(),
+        "{diagnosis}"
+    );
+    assert!(diagnosis.contains("meta_cluster"), "{diagnosis}");
     assert!(
         reachable_from(&ns(0), ips[1], 6222),
         "routes reach each other"
