@@ -714,8 +714,11 @@ impl Session {
             return None;
         }
         loop {
-            if self.in_flight.is_none() {
-                self.drive_pull().await;
+            // The rare paths (pull, consumer creation, forwarding, presence reads) run boxed:
+            // inline, their futures would make every idle session's state several KiB
+            // (BENCHMARKS.md, issue 33).
+            if self.in_flight.is_none() && matches!(self.pull, Pull::Needed) {
+                Box::pin(self.drive_pull()).await;
             }
             let mut wake_at = match self.pull {
                 Pull::Needed => Instant::now() + IDLE_WAKE,
@@ -778,7 +781,7 @@ impl Session {
                     return self.finish(status);
                 }
                 Wake::Resync => {
-                    if let Err(status) = self.verify_presence().await {
+                    if let Err(status) = Box::pin(self.verify_presence()).await {
                         return self.finish(status);
                     }
                 }
@@ -788,7 +791,7 @@ impl Session {
                     self.consumer_ready = false;
                     self.pull = Pull::Needed;
                 }
-                Wake::Receipt(Some(message)) => self.on_receipt(&message).await,
+                Wake::Receipt(Some(message)) => Box::pin(self.on_receipt(&message)).await,
                 Wake::Receipt(None) => {
                     // The subscription ended with the NATS client: the deadline decides.
                     debug!(agent_id = %self.agent_id, "receipt subscription ended");
@@ -798,7 +801,7 @@ impl Session {
                     if let Some(f) = &self.in_flight
                         && now >= f.deadline
                     {
-                        return self.unconfirmed().await;
+                        return Box::pin(self.unconfirmed()).await;
                     }
                     if let Pull::Waiting { renew_at } | Pull::RetryAt(renew_at) = self.pull
                         && now >= renew_at
@@ -813,7 +816,7 @@ impl Session {
                     ));
                 }
                 Wake::Message(Some(message)) => {
-                    if let Some(command) = self.accept(*message).await {
+                    if let Some(command) = Box::pin(self.accept(*message)).await {
                         return Some(Ok(command));
                     }
                 }
