@@ -36,7 +36,7 @@
 //! one inbox subscription per replica (`<inbox>.<agent token>`), routed to the session by
 //! token, instead of async-nats's subscription and background task per consumer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -47,7 +47,7 @@ use futures::{Stream, StreamExt as _};
 use tink_api::AgentId;
 use tink_bus::proto::{GetWorkflowsResponse, get_workflows_response};
 use tink_bus::{Bus, Presence};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -140,7 +140,8 @@ struct Control {
     ending: OnceLock<Ending>,
     /// The revision of the session's presence entry in the bucket (0 until it is stored).
     revision: std::sync::atomic::AtomicU64,
-    deliver: mpsc::Sender<Box<async_nats::Message>>,
+    /// Pulled messages for the session.
+    mailbox: Mailbox,
     /// The latest inventory request for the agent, not yet forwarded (a newer one replaces it).
     inventory_request: watch::Sender<Option<String>>,
 }
@@ -157,6 +158,62 @@ impl Control {
 
     fn revision(&self) -> u64 {
         self.revision.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// Messages routed to one session: at most [`SESSION_QUEUE`], and a wake-up. Lighter than an
+/// mpsc channel, whose first block holds 32 slots (every idle session has one).
+#[derive(Debug, Default)]
+struct Mailbox {
+    state: Mutex<MailboxState>,
+    ready: Notify,
+}
+
+#[derive(Debug, Default)]
+struct MailboxState {
+    messages: VecDeque<Box<async_nats::Message>>,
+    /// The session is gone: nothing more is taken.
+    closed: bool,
+}
+
+impl Mailbox {
+    fn state(&self) -> std::sync::MutexGuard<'_, MailboxState> {
+        // Single pushes and pops: a poisoned lock leaves a consistent queue.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queues a message for the session; gives it back when the queue is full or the session
+    /// gone.
+    fn offer(&self, message: Box<async_nats::Message>) -> Result<(), Box<async_nats::Message>> {
+        {
+            let mut state = self.state();
+            if state.closed || state.messages.len() >= SESSION_QUEUE {
+                return Err(message);
+            }
+            state.messages.push_back(message);
+        }
+        // Stores a permit when the session is not waiting: no wake-up is lost.
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// The next message, waiting for one.
+    async fn next(&self) -> Box<async_nats::Message> {
+        loop {
+            if let Some(message) = self.state().messages.pop_front() {
+                return message;
+            }
+            self.ready.notified().await;
+        }
+    }
+
+    /// Takes nothing more; returns what is still queued.
+    fn close(&self) -> VecDeque<Box<async_nats::Message>> {
+        let mut state = self.state();
+        state.closed = true;
+        std::mem::take(&mut state.messages)
     }
 }
 
@@ -417,12 +474,10 @@ impl Shared {
         let Some(token) = token else {
             return;
         };
-        let deliver = self.sessions().get(token).map(|c| c.deliver.clone());
+        let control = self.sessions().get(token).cloned();
         let message = Box::new(message);
-        let undelivered = match deliver {
-            Some(deliver) => deliver.try_send(message).err().map(|e| match e {
-                mpsc::error::TrySendError::Full(m) | mpsc::error::TrySendError::Closed(m) => m,
-            }),
+        let undelivered = match control {
+            Some(control) => control.mailbox.offer(message).err(),
             None => Some(message),
         };
         if undelivered.is_some()
@@ -526,14 +581,13 @@ pub(crate) async fn open(
         info!(agent_id = %agent_id, "boot secret exchanged for a session");
     }
     let session_id = uuid::Uuid::new_v4().simple().to_string();
-    let (deliver, inbox) = mpsc::channel(SESSION_QUEUE);
     let control = Arc::new(Control {
         session_id: session_id.clone(),
         token_sha256: token_sha256.clone(),
         superseded: CancellationToken::new(),
         ending: OnceLock::new(),
         revision: std::sync::atomic::AtomicU64::new(0),
-        deliver,
+        mailbox: Mailbox::default(),
         inventory_request: watch::Sender::new(None),
     });
     if let Some(previous) = shared.sessions().insert(token.clone(), control.clone()) {
@@ -568,7 +622,6 @@ pub(crate) async fn open(
         authenticated: auth.presented_credentials(),
         token,
         control,
-        inbox,
         revision: None,
         pull: Pull::Needed,
         consumer_ready: false,
@@ -626,7 +679,6 @@ struct Session {
     authenticated: bool,
     token: String,
     control: Arc<Control>,
-    inbox: mpsc::Receiver<Box<async_nats::Message>>,
     reconnects: watch::Receiver<u64>,
     /// [`Shared::presence_resync`]: read the entry again.
     resync: watch::Receiver<u64>,
@@ -684,7 +736,7 @@ enum Wake {
     Reconnected,
     Resync,
     Timer,
-    Message(Option<Box<async_nats::Message>>),
+    Message(Box<async_nats::Message>),
     Receipt(Option<async_nats::Message>),
     InventoryRequest,
 }
@@ -714,8 +766,11 @@ impl Session {
             return None;
         }
         loop {
-            if self.in_flight.is_none() {
-                self.drive_pull().await;
+            // The rare paths (pull, consumer creation, forwarding, presence reads) run boxed:
+            // inline, their futures would make every idle session's state several KiB
+            // (BENCHMARKS.md, issue 33).
+            if self.in_flight.is_none() && matches!(self.pull, Pull::Needed) {
+                Box::pin(self.drive_pull()).await;
             }
             let mut wake_at = match self.pull {
                 Pull::Needed => Instant::now() + IDLE_WAKE,
@@ -731,7 +786,7 @@ impl Session {
                 _ = self.control.superseded.cancelled() => Wake::Superseded,
                 receipt = next_receipt(in_flight) => Wake::Receipt(receipt),
                 () = next_inventory_request(&mut self.inventory_requests) => Wake::InventoryRequest,
-                message = self.inbox.recv() => Wake::Message(message),
+                message = self.control.mailbox.next() => Wake::Message(message),
                 changed = self.reconnects.changed() => match changed {
                     Ok(()) => Wake::Reconnected,
                     // The replica is going away; shutdown follows.
@@ -778,7 +833,7 @@ impl Session {
                     return self.finish(status);
                 }
                 Wake::Resync => {
-                    if let Err(status) = self.verify_presence().await {
+                    if let Err(status) = Box::pin(self.verify_presence()).await {
                         return self.finish(status);
                     }
                 }
@@ -788,7 +843,7 @@ impl Session {
                     self.consumer_ready = false;
                     self.pull = Pull::Needed;
                 }
-                Wake::Receipt(Some(message)) => self.on_receipt(&message).await,
+                Wake::Receipt(Some(message)) => Box::pin(self.on_receipt(&message)).await,
                 Wake::Receipt(None) => {
                     // The subscription ended with the NATS client: the deadline decides.
                     debug!(agent_id = %self.agent_id, "receipt subscription ended");
@@ -798,7 +853,7 @@ impl Session {
                     if let Some(f) = &self.in_flight
                         && now >= f.deadline
                     {
-                        return self.unconfirmed().await;
+                        return Box::pin(self.unconfirmed()).await;
                     }
                     if let Pull::Waiting { renew_at } | Pull::RetryAt(renew_at) = self.pull
                         && now >= renew_at
@@ -806,14 +861,8 @@ impl Session {
                         self.pull = Pull::Needed;
                     }
                 }
-                Wake::Message(None) => {
-                    // The replica dropped the sender: it is shutting down.
-                    return self.finish(Status::unavailable(
-                        "server shutting down; reconnect to another replica",
-                    ));
-                }
-                Wake::Message(Some(message)) => {
-                    if let Some(command) = self.accept(*message).await {
+                Wake::Message(message) => {
+                    if let Some(command) = Box::pin(self.accept(*message)).await {
                         return Some(Ok(command));
                     }
                 }
@@ -1176,6 +1225,14 @@ impl Drop for Session {
         }
         info!(agent_id = %self.agent_id, session = %self.presence.session, "agent stream closed");
         let in_flight = self.in_flight.take().map(|f| f.reply);
+        // Pulled but not looked at: handed back too.
+        let queued: Vec<_> = self
+            .control
+            .mailbox
+            .close()
+            .iter()
+            .filter_map(|m| jetstream_reply(m))
+            .collect();
         let revision = self.revision;
         let client = self.shared.client.clone();
         let store = self.shared.bus.presence.clone();
@@ -1189,6 +1246,9 @@ impl Drop for Session {
             if let Some(reply) = in_flight {
                 // Not taken by the transport: deliver it on the agent's next stream now rather
                 // than after the ack wait.
+                let _ = client.publish(reply, NAK.into()).await;
+            }
+            for reply in queued {
                 let _ = client.publish(reply, NAK.into()).await;
             }
             if let Some(revision) = revision {
