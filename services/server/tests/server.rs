@@ -569,7 +569,32 @@ async fn a_replica_that_cannot_reach_nats_for_the_presence_ttl_ends_its_streams(
         replica.health.is_ready()
     })
     .await;
-    let mut commands = connect_agent(&mut client, AGENT).await;
+    // Readiness follows the NATS connection; the replica takes streams again once it has stored
+    // a heartbeat, which it tries on each stream it is asked for. JetStream may still refuse
+    // that write right after its restart: such a stream is refused as Unavailable (the agent
+    // connects again), never taken without a heartbeat.
+    let mut commands = within("a stream taken after the outage", async {
+        loop {
+            let opened = client
+                .get_workflows(tink_bus::proto::GetWorkflowsRequest {
+                    agent_id: AGENT.into(),
+                    ..Default::default()
+                })
+                .await;
+            match opened {
+                Ok(response) => break response.into_inner(),
+                Err(status) => {
+                    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+                    assert!(
+                        status.message().contains("cannot store its heartbeat"),
+                        "{status:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    })
+    .await;
     let js = jetstream(&nats.url()).await;
     // Back under a new instance id: entries of the streams it ended (had NATS kept them) stay
     // dead; the new stream's entry names the new one.
