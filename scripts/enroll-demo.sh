@@ -89,6 +89,7 @@ cleanup() {
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   ip netns del "$site_ns" 2>/dev/null
   ip netns del "$ns" 2>/dev/null
+  [ "$ok" = 1 ] || guest_crash_exit "$out"/serial-*.log
 }
 trap cleanup EXIT
 check() { echo "   CHECK $1: ok"; }
@@ -311,6 +312,7 @@ state=""
 while kill -0 "$qemu" 2>/dev/null; do
   state=$(nsx kubectl get workflow "$rule_wf" -n default -o jsonpath='{.status.state}' 2>/dev/null || true)
   case "$state" in Failed|Canceled) break ;; esac
+  guest_kernel_crash "$out/serial-1.log" >/dev/null && fail "the machine's kernel crashed while the workflow is ${state:-Pending}"
   sleep 2
 done
 wait "$qemu" || fail "QEMU ended with status $? (timeout ${timeout_s}s?)"

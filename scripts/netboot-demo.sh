@@ -161,6 +161,7 @@ cleanup() {
   fi
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   ip netns del "$ns" 2>/dev/null
+  [ "$ok" = 1 ] || guest_crash_exit "$out"/serial-*.log
 }
 trap cleanup EXIT
 
@@ -403,6 +404,7 @@ state=""
 while kill -0 "$qemu" 2>/dev/null; do
   state=$(wf_state)
   case "$state" in Failed|Canceled) break ;; esac
+  guest_kernel_crash "$out/serial-1.log" >/dev/null && { echo "error: the machine's kernel crashed while the workflow is ${state:-Pending}" >&2; exit 1; }
   sleep 2
 done
 if kill -0 "$qemu" 2>/dev/null; then

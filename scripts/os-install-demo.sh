@@ -89,6 +89,7 @@ cleanup() {
   fi
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   ip netns del "$ns" 2>/dev/null
+  [ "$ok" = 1 ] || guest_crash_exit "$out"/serial-*.log
 }
 trap cleanup EXIT
 
@@ -260,6 +261,7 @@ while :; do
   state=$(wf_state)
   case "$state" in Succeeded) break ;; Failed|Canceled|Timeout) echo "error: the workflow is $state" >&2; exit 1 ;; esac
   kill -0 "$qemu" 2>/dev/null || { echo "error: the machine stopped while the workflow is ${state:-Pending}" >&2; exit 1; }
+  guest_kernel_crash "$out/serial-1.log" >/dev/null && { echo "error: the machine's kernel crashed while the workflow is ${state:-Pending}" >&2; exit 1; }
   [ "$(date +%s)" -lt "$deadline" ] || { echo "error: the workflow is still ${state:-Pending}" >&2; exit 1; }
   sleep 2
 done

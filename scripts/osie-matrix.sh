@@ -370,6 +370,7 @@ done
 summary
 if [ "$failed" -gt 0 ]; then
   echo "osie matrix: $failed of ${#rows[@]} machine models FAILED (logs in $out)"
+  guest_crash_exit "$out"/row-*/serial.log
   exit 1
 fi
 ok=1

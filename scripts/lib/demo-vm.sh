@@ -31,6 +31,31 @@ nsx() { ip netns exec "$ns" "$@"; }
 # A serial log as text: no carriage returns or terminal control sequences.
 console_text() { tr -d '\r' < "$1" | sed -e 's/\x1b\[[0-9;?]*[a-zA-Z]//g' -e 's/\x1bc//g'; }
 
+# guest_kernel_crash LOG...: prints the first line of a kernel crash (oops, BUG, panic) in the
+# machines' serial logs and succeeds, or fails when there is none. Under TCG an OSIE kernel once
+# crashed in allocate_slab while dockerd made a cgroup (CI, 2026-11-28): a fault of the emulated
+# machine, not of the stack. A run whose machine crashed says so and exits with
+# guest_crash_status, which .ci/run answers by making that run once more (a real fault fails
+# twice).
+guest_crash_status=75
+guest_kernel_crash() {
+  local f
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    console_text "$f" | grep -a -m1 -E 'Oops: |general protection fault|kernel BUG at|BUG: (unable to handle|kernel NULL)|Kernel panic - not syncing' && return 0
+  done
+  return 1
+}
+# guest_crash_exit LOG...: in a run's EXIT trap after a failure: when a machine's kernel crashed,
+# names the crash and exits with guest_crash_status.
+guest_crash_exit() {
+  local crash
+  if crash=$(guest_kernel_crash "$@"); then
+    echo "== the machine's kernel crashed (an emulated machine's fault, not the stack's): $crash"
+    exit "$guest_crash_status"
+  fi
+}
+
 # demo_netns BRIDGE_IP: the namespace, its loopback, bridge br0 with BRIDGE_IP/24, tap0 on it.
 demo_netns() {
   ip netns add "$ns"
