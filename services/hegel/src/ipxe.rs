@@ -110,6 +110,9 @@ impl ScriptError {
 struct OsieScript<'a> {
     mac: &'a str,
     hardware: &'a str,
+    /// Whether a URL names its file by architecture ([`per_arch`]): the script then sets
+    /// `osie-arch` from the firmware's own architecture first.
+    per_arch: bool,
     kernel_url: &'a str,
     initrd_url: &'a str,
     params: &'a [String],
@@ -145,6 +148,28 @@ fn check_param(object: &str, field: String, p: &str) -> Result<(), ScriptError> 
         }),
         None => Ok(()),
     }
+}
+
+/// Tinkerbell's naming of OSIE files by architecture: `vmlinuz-x86_64`, `initramfs-aarch64`.
+const ARCH_SUFFIXES: [&str; 2] = ["-x86_64", "-aarch64"];
+
+/// An OSIE URL whose last path segment ends in an architecture suffix ([`ARCH_SUFFIXES`]), with
+/// that suffix replaced by iPXE's `${osie-arch}`: one OSIE object then serves x86-64 and arm64
+/// machines, each loading the files of the architecture its firmware reports (iPXE's
+/// `${buildarch}`, which the script maps to Tinkerbell's names). `None` for any other URL, which
+/// is loaded as written.
+///
+/// The firmware's architecture rather than a Hardware field: v1alpha2's Hardware has no
+/// architecture (v1alpha1's `dhcp.arch` is kept only in the conversion annotation), and the
+/// program that loads the kernel is the one thing that cannot be wrong about what it runs on.
+pub fn per_arch(url: &str) -> Option<String> {
+    let path_end = url.find(['?', '#']).unwrap_or(url.len());
+    let (path, rest) = url.split_at(path_end);
+    ARCH_SUFFIXES.iter().find_map(|suffix| {
+        let base = path.strip_suffix(suffix)?;
+        // the suffix ends the last path segment, after a file name (not `http://host/-x86_64`)
+        (!base.ends_with('/')).then(|| format!("{base}-${{osie-arch}}{rest}"))
+    })
 }
 
 fn check_url(object: &str, field: &str, url: &str) -> Result<(), ScriptError> {
@@ -316,11 +341,14 @@ pub fn script_with_secret(
             check_url(&osie_object, "spec.kernelUrl", kernel)?;
             check_url(&osie_object, "spec.initrdUrl", initrd)?;
             let params = kernel_params_with_secret(machine, i, own, config, agent_secret)?;
+            let kernel_arch = per_arch(kernel);
+            let initrd_arch = per_arch(initrd);
             OsieScript {
                 mac: &i.mac,
                 hardware: &machine.key,
-                kernel_url: kernel,
-                initrd_url: initrd,
+                per_arch: kernel_arch.is_some() || initrd_arch.is_some(),
+                kernel_url: kernel_arch.as_deref().unwrap_or(kernel),
+                initrd_url: initrd_arch.as_deref().unwrap_or(initrd),
                 params: &params,
                 retries: config.retries,
                 retry_delay: config.retry_delay_seconds,
@@ -368,12 +396,48 @@ mod tests {
         assert!(s.starts_with("#!ipxe\n"), "{s}");
         let kernel = s.lines().find(|l| l.starts_with("kernel ")).unwrap();
         assert!(kernel.starts_with(
-            "kernel http://10.0.0.9:8080/vmlinuz-x86_64 worker_id=aa:bb:cc:00:00:01 hw_addr=aa:bb:cc:00:00:01 grpc_authority=10.0.0.2:42113 tinkerbell_tls=true tinkerbell_insecure_tls=false syslog_host=10.0.0.2 vlan_id=12 console=tty0 console=ttyS1,115200 modules=loop,squashfs,sd-mod,usb-storage intel_iommu=on iommu=pt initrd=initrd sshd=1 console=ttyS0,9600 tinkerbell_tls=false && goto download_initrd || "
+            "kernel http://10.0.0.9:8080/vmlinuz-${osie-arch} worker_id=aa:bb:cc:00:00:01 hw_addr=aa:bb:cc:00:00:01 grpc_authority=10.0.0.2:42113 tinkerbell_tls=true tinkerbell_insecure_tls=false syslog_host=10.0.0.2 vlan_id=12 console=tty0 console=ttyS1,115200 modules=loop,squashfs,sd-mod,usb-storage intel_iommu=on iommu=pt initrd=initrd sshd=1 console=ttyS0,9600 tinkerbell_tls=false && goto download_initrd || "
         ), "{kernel}");
         assert!(
-            s.contains("initrd --name initrd http://10.0.0.9:8080/initramfs-x86_64 && goto boot")
+            s.contains("initrd --name initrd http://10.0.0.9:8080/initramfs-${osie-arch} && goto boot")
         );
         assert!(s.contains("set retries:int32 10"));
+    }
+
+    #[test]
+    fn files_named_by_architecture_are_loaded_by_the_firmwares_architecture() {
+        for (url, want) in [
+            ("http://h/vmlinuz-x86_64", Some("http://h/vmlinuz-${osie-arch}")),
+            ("http://h/o/v1/initramfs-aarch64", Some("http://h/o/v1/initramfs-${osie-arch}")),
+            ("http://h/vmlinuz-x86_64?v=2", Some("http://h/vmlinuz-${osie-arch}?v=2")),
+            ("http://h/vmlinuz", None),
+            ("http://h/vmlinuz-x86_64/other", None),
+            ("http://h/-x86_64", None),
+            ("http://h/vmlinuz-arm64", None),
+        ] {
+            assert_eq!(per_arch(url).as_deref(), want, "{url}");
+        }
+        let m = machine(json!({
+            "networkInterfaces": {"aa:bb:cc:00:00:01": {"dhcp": {"ip": "10.0.0.1"}}},
+            "osie": {"osieRef": {"name": "hook"}}
+        }));
+        let c = IpxeConfig::new("10.0.0.2:42113");
+        let s = script(&m, 0, |_| hook(), &c).unwrap();
+        let set = s
+            .lines()
+            .position(|l| l == "iseq ${buildarch} arm64 && set osie-arch aarch64 || set osie-arch x86_64")
+            .expect("the script sets osie-arch from the firmware's architecture");
+        let kernel = s.lines().position(|l| l.starts_with("kernel ")).unwrap();
+        assert!(set < kernel, "{s}");
+        // An OSIE whose files carry no architecture is loaded as written, without the test.
+        let plain = || {
+            Some(Arc::new(OsieSpec {
+                kernel_url: Some("http://10.0.0.9:8080/vmlinuz".into()),
+                initrd_url: Some("http://10.0.0.9:8080/initramfs".into()),
+            }))
+        };
+        let s = script(&m, 0, |_| plain(), &c).unwrap();
+        assert!(!s.contains("buildarch") && s.contains("kernel http://10.0.0.9:8080/vmlinuz "), "{s}");
     }
 
     #[test]

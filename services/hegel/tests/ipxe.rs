@@ -77,14 +77,14 @@ async fn scripts_for_osie_inline_url_and_disabled_netboot() {
         .expect("a kernel line");
     assert_eq!(
         kernel,
-        "kernel http://127.0.0.1:8080/vmlinuz-x86_64 worker_id=02:00:00:00:00:02 hw_addr=02:00:00:00:00:02 \
+        "kernel http://127.0.0.1:8080/vmlinuz-${osie-arch} worker_id=02:00:00:00:00:02 hw_addr=02:00:00:00:00:02 \
 grpc_authority=127.0.0.1:42113 tinkerbell_tls=true tinkerbell_insecure_tls=false syslog_host=127.0.0.1 \
 vlan_id=7 console=tty0 console=ttyS1,115200 modules=loop,squashfs,sd-mod,usb-storage intel_iommu=on iommu=pt \
 initrd=initrd sshd=1 tinkerbell_tls=false quiet \
 && goto download_initrd || iseq ${idx} ${retries} && goto kernel-error || inc idx && echo retry in ${retry_delay} seconds ; sleep ${retry_delay} ; goto retry_kernel"
     );
     assert!(script.contains(
-        "\ninitrd --name initrd http://127.0.0.1:8080/initramfs-x86_64 && goto boot || "
+        "\ninitrd --name initrd http://127.0.0.1:8080/initramfs-${osie-arch} && goto boot || "
     ));
     assert!(script.contains("\nboot || iseq ${idx} ${retries} && goto boot-error"));
     // Any MAC spelling.
