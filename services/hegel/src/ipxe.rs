@@ -398,18 +398,27 @@ mod tests {
         assert!(kernel.starts_with(
             "kernel http://10.0.0.9:8080/vmlinuz-${osie-arch} worker_id=aa:bb:cc:00:00:01 hw_addr=aa:bb:cc:00:00:01 grpc_authority=10.0.0.2:42113 tinkerbell_tls=true tinkerbell_insecure_tls=false syslog_host=10.0.0.2 vlan_id=12 console=tty0 console=ttyS1,115200 modules=loop,squashfs,sd-mod,usb-storage intel_iommu=on iommu=pt initrd=initrd sshd=1 console=ttyS0,9600 tinkerbell_tls=false && goto download_initrd || "
         ), "{kernel}");
-        assert!(
-            s.contains("initrd --name initrd http://10.0.0.9:8080/initramfs-${osie-arch} && goto boot")
-        );
+        assert!(s.contains(
+            "initrd --name initrd http://10.0.0.9:8080/initramfs-${osie-arch} && goto boot"
+        ));
         assert!(s.contains("set retries:int32 10"));
     }
 
     #[test]
     fn files_named_by_architecture_are_loaded_by_the_firmwares_architecture() {
         for (url, want) in [
-            ("http://h/vmlinuz-x86_64", Some("http://h/vmlinuz-${osie-arch}")),
-            ("http://h/o/v1/initramfs-aarch64", Some("http://h/o/v1/initramfs-${osie-arch}")),
-            ("http://h/vmlinuz-x86_64?v=2", Some("http://h/vmlinuz-${osie-arch}?v=2")),
+            (
+                "http://h/vmlinuz-x86_64",
+                Some("http://h/vmlinuz-${osie-arch}"),
+            ),
+            (
+                "http://h/o/v1/initramfs-aarch64",
+                Some("http://h/o/v1/initramfs-${osie-arch}"),
+            ),
+            (
+                "http://h/vmlinuz-x86_64?v=2",
+                Some("http://h/vmlinuz-${osie-arch}?v=2"),
+            ),
             ("http://h/vmlinuz", None),
             ("http://h/vmlinuz-x86_64/other", None),
             ("http://h/-x86_64", None),
@@ -425,7 +434,9 @@ mod tests {
         let s = script(&m, 0, |_| hook(), &c).unwrap();
         let set = s
             .lines()
-            .position(|l| l == "iseq ${buildarch} arm64 && set osie-arch aarch64 || set osie-arch x86_64")
+            .position(|l| {
+                l == "iseq ${buildarch} arm64 && set osie-arch aarch64 || set osie-arch x86_64"
+            })
             .expect("the script sets osie-arch from the firmware's architecture");
         let kernel = s.lines().position(|l| l.starts_with("kernel ")).unwrap();
         assert!(set < kernel, "{s}");
@@ -437,7 +448,10 @@ mod tests {
             }))
         };
         let s = script(&m, 0, |_| plain(), &c).unwrap();
-        assert!(!s.contains("buildarch") && s.contains("kernel http://10.0.0.9:8080/vmlinuz "), "{s}");
+        assert!(
+            !s.contains("buildarch") && s.contains("kernel http://10.0.0.9:8080/vmlinuz "),
+            "{s}"
+        );
     }
 
     #[test]
