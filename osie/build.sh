@@ -9,10 +9,18 @@
 # (disk.img.gz): an MBR partition table with one bootable FAT partition holding syslinux, the
 # same kernel, a small initramfs (osie/target-init) and marker.txt.
 #
-#   bash osie/build.sh [--out DIR] [--agent PATH] [--ca-cert PEM] [--iso] [--kernel-only]
+#   bash osie/build.sh [--arch x86_64|aarch64] [--out DIR] [--agent PATH] [--ca-cert PEM] [--iso] [--kernel-only]
 #
+# --arch         the OSIE's architecture (default x86_64). aarch64: Debian's arm64 kernel,
+#                busybox and Docker engine, unpacked (never installed, nothing runs) from their
+#                arm64 packages into DIR/cache/arm64-root by `mmdebstrap --variant=extract`, the
+#                libraries of each program found by its ELF headers there; tink-agent
+#                cross-built (cargo --target aarch64-unknown-linux-gnu, Debian's
+#                gcc-aarch64-linux-gnu: scripts/install-deps-arm64.sh). Only vmlinuz and
+#                initramfs: the demo disk image (syslinux) is x86's.
 # --out          where vmlinuz, initramfs and disk.img.gz go (default target/osie)
-# --agent        the tink-agent binary (default target/debug/tink-agent; built if missing)
+# --agent        the tink-agent binary (default target/debug/tink-agent, or for aarch64
+#                target/aarch64-unknown-linux-gnu/debug/tink-agent; built if missing)
 # --ca-cert      the CA that signed the servers' certificates: the OSIE's only trusted root
 #                (/etc/ssl/certs/ca-certificates.crt), for grpc_authority with tinkerbell_tls=true
 # --iso          also osie.iso: the same kernel and initramfs as a BIOS + UEFI bootable ISO with
@@ -23,41 +31,80 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=target/osie
-agent=target/debug/tink-agent
+arch=x86_64
+agent=""
 ca=""
 iso=false
 kernel_only=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
+    --arch) arch=$2; shift 2 ;;
     --agent) agent=$2; shift 2 ;;
     --ca-cert) ca=$2; shift 2 ;;
     --iso) iso=true; shift ;;
     --kernel-only) kernel_only=true; shift ;;
-    *) echo "usage: $0 [--out DIR] [--agent PATH] [--ca-cert PEM] [--iso] [--kernel-only]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--arch x86_64|aarch64] [--out DIR] [--agent PATH] [--ca-cert PEM] [--iso] [--kernel-only]" >&2; exit 2 ;;
   esac
 done
 say() { echo "osie/build.sh: $*" >&2; }
-if $kernel_only; then
+case "$arch" in
+  x86_64) cross=false; rust_target="" ;;
+  aarch64) cross=true; rust_target=aarch64-unknown-linux-gnu ;;
+  *) say "--arch: $arch is not x86_64 or aarch64"; exit 2 ;;
+esac
+[ "$arch" = "$(uname -m)" ] || [ "$arch" = aarch64 ] || { say "--arch $arch: only an x86_64 host builds an x86_64 OSIE"; exit 2; }
+if $cross; then
+  $iso && { say "--iso: the ISO (GRUB for BIOS and x86-64 UEFI) is x86_64's"; exit 2; }
+  tools="busybox mmdebstrap cpio depmod modprobe modinfo zstd readelf aarch64-linux-gnu-gcc aarch64-linux-gnu-strip"
+  [ -n "$agent" ] || agent=target/$rust_target/debug/tink-agent
+elif $kernel_only; then
   tools="depmod"
 else
   tools="busybox dockerd containerd containerd-shim-runc-v2 runc kexec cpio depmod modprobe modinfo zstd sfdisk mformat mcopy syslinux"
   $iso && tools="$tools grub-mkrescue xorriso"
 fi
+[ -n "$agent" ] || agent=target/debug/tink-agent
 for tool in $tools; do
-  command -v "$tool" >/dev/null || { say "missing $tool: run scripts/install-deps.sh"; exit 1; }
+  command -v "$tool" >/dev/null || { say "missing $tool: run scripts/install-deps.sh$($cross && echo " and scripts/install-deps-arm64.sh")"; exit 1; }
 done
 if ! $kernel_only; then
-  file -L "$(command -v busybox)" | grep -q 'statically linked' || { say "busybox is not static (install busybox-static)"; exit 1; }
+  $cross || file -L "$(command -v busybox)" | grep -q 'statically linked' || { say "busybox is not static (install busybox-static)"; exit 1; }
   if [ ! -x "$agent" ]; then
-    say "building tink-agent"
-    cargo build -p tink-agent
+    say "building tink-agent${rust_target:+ for $rust_target}"
+    cargo build -p tink-agent ${rust_target:+--target "$rust_target"}
+  fi
+  if $cross; then
+    file -L "$agent" | grep -q 'ARM aarch64' || { say "$agent is not an aarch64 program"; exit 1; }
   fi
 fi
 mkdir -p "$out/cache"
 out=$(cd "$out" && pwd)
 
-# The kernel: the package linux-image-amd64 depends on, unpacked (never installed).
+# arm64: Debian's arm64 packages the OSIE takes its kernel and programs from, unpacked with
+# their dependencies into one folder (no maintainer script runs: nothing of arm64 executes here).
+arm64_pkgs="linux-image-arm64 busybox-static docker.io containerd runc tini kexec-tools"
+sysroot=""
+if $cross; then
+  sysroot="$out/cache/arm64-root"
+  if [ ! -f "$sysroot/.complete" ] || [ "$(cat "$sysroot/.complete")" != "$arm64_pkgs" ]; then
+    suite=$(sed -n "s/^VERSION_CODENAME=//p" /etc/os-release)
+    say "unpacking Debian $suite arm64: $arm64_pkgs"
+    rm -rf "$sysroot"
+    mmdebstrap --quiet --arch=arm64 --variant=extract --include="${arm64_pkgs// /,}" "$suite" "$sysroot" >"$out/cache/arm64-mmdebstrap.log" 2>&1 \
+      || { tail -n 20 "$out/cache/arm64-mmdebstrap.log" >&2; say "mmdebstrap of the arm64 packages failed"; exit 1; }
+    echo "$arm64_pkgs" > "$sysroot/.complete"
+  fi
+fi
+
+# The kernel: the package linux-image-amd64 depends on, unpacked (never installed); arm64's is
+# in the unpacked arm64 packages.
+if $cross; then
+  kver=$(find "$sysroot/boot" -maxdepth 1 -name 'vmlinuz-*' -printf '%f\n' | sed 's/^vmlinuz-//' | sort -V | tail -n 1)
+  [ -n "$kver" ] || { say "no kernel in $sysroot/boot"; exit 1; }
+  kroot=$sysroot
+  [ -f "$kroot/lib/modules/$kver/.depmod-done" ] || { depmod -b "$kroot" "$kver" && touch "$kroot/lib/modules/$kver/.depmod-done"; }
+else
 resolve_kernel() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'; }
 kpkg=$(resolve_kernel)
 if [ -z "$kpkg" ]; then
@@ -74,6 +121,7 @@ if [ ! -f "$kroot/boot/vmlinuz-$kver" ]; then
     || { say "apt-get download $kpkg failed"; exit 1; }
   dpkg-deb -x "$out/cache/$kpkg"_*.deb "$kroot"
   depmod -b "$kroot" "$kver"
+fi
 fi
 cp "$kroot/boot/vmlinuz-$kver" "$out/vmlinuz"
 if $kernel_only; then
@@ -95,7 +143,8 @@ modules_for() {
 pack_base() {
   local dir=$1
   mkdir -p "$dir"/{bin,sbin,usr/bin,usr/sbin,etc,proc,sys,dev,run,tmp,root,var/log,var/lib,lib/modules}
-  cp "$(command -v busybox)" "$dir/bin/busybox"
+  if $cross; then cp "$sysroot/bin/busybox" "$dir/bin/busybox"; else cp "$(command -v busybox)" "$dir/bin/busybox"; fi
+  # the applets of Debian's busybox-static (the host's list: the same package, another arch)
   for a in $(busybox --list); do
     [ -e "$dir/bin/$a" ] || ln -s busybox "$dir/bin/$a"
   done
@@ -142,8 +191,9 @@ osie_drivers=(
   # file systems the actions mount (installed roots: ext4, xfs; EFI partitions: vfat) and the
   # checksum ext4 and xfs ask the crypto API for
   fs/ext4/ext4.ko fs/xfs/xfs.ko fs/fat/vfat.ko fs/nls/nls_{cp437,iso8859-1,ascii,utf8}.ko
-  crypto/crc32c_generic.ko arch/x86/crypto/crc32c-intel.ko
+  crypto/crc32c_generic.ko
 )
+[ "$arch" = x86_64 ] && osie_drivers+=(arch/x86/crypto/crc32c-intel.ko)
 # Loaded by osie/init whatever the hardware (no device asks for them).
 osie_always="ext4 vfat nls_cp437 nls_iso8859_1 nls_ascii nls_utf8 crc32c_generic"
 
@@ -163,8 +213,15 @@ pack_osie_drivers() {
   ) | sort -u > "$work/selected"
   cut -d: -f1 "$kmod/modules.dep" > "$work/all"
   if grep -vxF -f "$work/all" "$work/selected" > "$work/unknown"; then
-    say "osie_drivers names modules kernel $kver lacks: $(tr '\n' ' ' < "$work/unknown")"
-    exit 1
+    if $cross; then
+      # named for x86 servers' hardware (Intel isci, ...), not built for arm64
+      say "not in arm64 kernel $kver (skipped): $(tr '\n' ' ' < "$work/unknown")"
+      grep -xF -f "$work/all" "$work/selected" > "$work/known" || true
+      mv "$work/known" "$work/selected"
+    else
+      say "osie_drivers names modules kernel $kver lacks: $(tr '\n' ' ' < "$work/unknown")"
+      exit 1
+    fi
   fi
   # modules.dep: "kernel/a.ko: kernel/dep1.ko kernel/dep2.ko" (every dependency, transitively).
   awk 'NR == FNR {want[$0] = 1; next}
@@ -221,6 +278,34 @@ fetch_firmware() {
   echo "$firmware_pkgs" > "$fwroot/.complete"
 }
 
+# copy_bin_cross DIR EXE DEST: an arm64 program of the sysroot (EXE relative to it, symlinks
+# followed) with the libraries it needs, found by the ELF headers (its interpreter and NEEDED
+# entries, transitively) in the sysroot's library folders; ldd cannot run it here.
+copy_bin_cross() {
+  local dir=$1 exe=$2 dest=$3 todo lib found d
+  mkdir -p "$dir/$(dirname "$dest")"
+  cp -L "$sysroot/$exe" "$dir/$dest"
+  todo=$(readelf -d "$sysroot/$exe" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  readelf -l "$sysroot/$exe" 2>/dev/null | grep -q 'program interpreter' && todo="$todo ld-linux-aarch64.so.1"
+  while [ -n "${todo// /}" ]; do
+    set -- $todo
+    lib=$1; shift; todo="$*"
+    found=""
+    for d in lib/aarch64-linux-gnu usr/lib/aarch64-linux-gnu lib usr/lib; do
+      [ -e "$sysroot/$d/$lib" ] && { found="$d/$lib"; break; }
+    done
+    [ -n "$found" ] || { say "$exe needs $lib, not in the arm64 packages"; exit 1; }
+    [ -e "$dir/$found" ] && continue
+    mkdir -p "$dir/$(dirname "$found")"
+    cp -L "$sysroot/$found" "$dir/$found"
+    todo="$todo $(readelf -d "$sysroot/$found" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
+  done
+  # the interpreter where the program asks for it (/lib/ld-linux-aarch64.so.1)
+  if [ -e "$dir/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1" ] && [ ! -e "$dir/lib/ld-linux-aarch64.so.1" ]; then
+    ln -s aarch64-linux-gnu/ld-linux-aarch64.so.1 "$dir/lib/ld-linux-aarch64.so.1"
+  fi
+}
+
 # copy_bin DIR EXE DEST: a dynamically linked program with the libraries it needs.
 copy_bin() {
   local dir=$1 exe=$2 dest=$3
@@ -240,6 +325,18 @@ pack_base "$root"
 pack_osie_drivers "$root"
 echo "$osie_always" > "$root/etc/modules.always"
 cp osie/init "$root/init"
+if $cross; then
+  # tink-agent links glibc dynamically: its libraries come from the arm64 packages too
+  mkdir -p "$root/usr/local/bin"
+  cp "$agent" "$sysroot/.tink-agent"
+  copy_bin_cross "$root" .tink-agent /usr/local/bin/tink-agent
+  rm -f "$sysroot/.tink-agent"
+  aarch64-linux-gnu-strip "$root/usr/local/bin/tink-agent" 2>/dev/null || true
+  for exe in usr/sbin/dockerd usr/bin/containerd usr/bin/containerd-shim-runc-v2 usr/bin/runc usr/bin/docker-init sbin/kexec; do
+    [ -e "$sysroot/$exe" ] || { say "no $exe in the arm64 packages"; exit 1; }
+    copy_bin_cross "$root" "$exe" "/usr/bin/$(basename "$exe")"
+  done
+else
 copy_bin "$root" "$agent" /usr/local/bin/tink-agent
 strip "$root/usr/local/bin/tink-agent" 2>/dev/null || true
 # kexec (kexec-tools): the agent's `kexec -e` after a kexec action loaded the installed kernel.
@@ -247,11 +344,17 @@ for exe in dockerd containerd containerd-shim-runc-v2 runc docker-init kexec; do
   p=$(command -v "$exe" || true)
   [ -n "$p" ] && copy_bin "$root" "$p" "/usr/bin/$exe"
 done
+fi
 mkdir -p "$root/etc/ssl/certs" "$root/etc/docker"
 if [ -n "$ca" ]; then
   cp "$ca" "$root/etc/ssl/certs/ca-certificates.crt"
 fi
 (cd "$root" && find . -print0 | cpio --null -o -H newc --quiet) | zstd -q -T0 -10 > "$out/initramfs"
+if $cross; then
+  echo "$kver" > "$out/kernel-version"
+  say "$out/vmlinuz ($(du -h "$out/vmlinuz" | cut -f1)), $out/initramfs ($(du -h "$out/initramfs" | cut -f1)), arm64 kernel $kver"
+  exit 0
+fi
 
 # The installed OS of the demo: a disk image with an MBR (syslinux's boot code), one bootable
 # FAT partition from 1 MiB holding syslinux, the kernel, its initramfs and marker.txt.

@@ -3,13 +3,15 @@
 # vmlinuz-ARCH, initramfs-ARCH, osie.json and SHA256SUMS (`tinkctl osie release`, which does the
 # release step and is tested on its own; osie/README.md, "Versioned releases").
 #
-#   bash osie/release.sh [--out DIR] [--version V] [--arch x86_64] [--no-build] [-- BUILD.SH ARGS]
+#   bash osie/release.sh [--out DIR] [--version V] [--arch x86_64|aarch64] [--no-build] [-- BUILD.SH ARGS]
 #
 # --out       where release folders go (default target/osie-releases)
 # --version   the release version (default: `git describe --always --dirty` and the kernel
 #             version, e.g. c55ca67-linux-6.1.0-56)
-# --arch      the build's architecture (x86_64; aarch64 once build.sh builds an arm64 OSIE)
-# --no-build  release what target/osie already holds (build.sh's last output)
+# --arch      the build's architecture (x86_64, built into target/osie; aarch64, built into
+#             target/osie-arm64: osie/build.sh --arch aarch64). Both of one commit and kernel
+#             version go to the same release folder.
+# --no-build  release what that folder already holds (build.sh's last output)
 # after --     arguments for osie/build.sh (--agent, --ca-cert, ...; not --out)
 #
 # The build needs root (see osie/build.sh); the release step does not. An existing release with
@@ -27,18 +29,19 @@ while [ $# -gt 0 ]; do
     --arch) arch=$2; shift 2 ;;
     --no-build) build=false; shift ;;
     --) shift; break ;;
-    *) echo "usage: $0 [--out DIR] [--version V] [--arch x86_64] [--no-build] [-- BUILD.SH ARGS]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--out DIR] [--version V] [--arch x86_64|aarch64] [--no-build] [-- BUILD.SH ARGS]" >&2; exit 2 ;;
   esac
 done
 say() { echo "osie/release.sh: $*" >&2; }
-if [ "$arch" != x86_64 ] && $build; then
-  say "osie/build.sh builds x86_64 only: release an $arch build with --no-build (its output in target/osie)"
-  exit 2
-fi
+case "$arch" in
+  x86_64) from=target/osie ;;
+  aarch64) from=target/osie-arm64 ;;
+  *) say "--arch: $arch is not x86_64 or aarch64"; exit 2 ;;
+esac
 if $build; then
-  bash osie/build.sh --out target/osie "$@"
+  bash osie/build.sh --arch "$arch" --out "$from" "$@"
 fi
-args=(osie release --from target/osie --out "$out" --arch "$arch")
+args=(osie release --from "$from" --out "$out" --arch "$arch")
 [ -n "$version" ] && args+=(--version "$version")
 dir=$(cargo run -q -p tinkctl -- "${args[@]}")
 say "release $dir:"
