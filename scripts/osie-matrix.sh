@@ -16,18 +16,26 @@
 #
 # It prints one line per machine model and the modules the OSIE loaded there:
 #
-#   ROW nic=<model> disk=<model> fw=<bios|uefi> arch=x86_64 secs=<n> result=<PASS|FAIL>
+#   ROW nic=<model> disk=<model> fw=<bios|uefi> arch=<x86_64|aarch64> secs=<n> result=<PASS|FAIL>
 #       modules: ...
 #
 # and exits non-zero when a row fails. Machines run two at a time (TINK_MATRIX_JOBS), each with
 # its own tap on one bridge, its own Hardware and Workflow on one stack.
 #
-#   sudo bash scripts/osie-matrix.sh [--quick] [--reuse DIR]
+#   sudo bash scripts/osie-matrix.sh [--quick | --arm64] [--reuse DIR]
+#
+# The OSIE object names its files by architecture (vmlinuz-x86_64, initramfs-x86_64): Hegel's
+# script loads each machine's by the architecture its firmware reports.
 #
 # --quick: four machines (NICs e1000, rtl8139, vmxnet3, e1000e; disks nvme, ahci, megasas,
 #          virtio-scsi; one of them UEFI): the CI run. Without it, every NIC model (e1000,
 #          e1000e, rtl8139, vmxnet3, virtio-net-pci) and disk model (virtio-blk, nvme, ahci,
-#          megasas, lsi53c895a, virtio-scsi) at least once, BIOS and UEFI.
+#          megasas, lsi53c895a, virtio-scsi) at least once, BIOS and UEFI, and an arm64
+#          machine (qemu-system-aarch64, TCG, AAVMF UEFI firmware; virtio NIC and disk) booting
+#          the arm64 OSIE (osie/build.sh --arch aarch64, cached under target/osie-arm64) through
+#          iPXE's arm64 snp.efi (osie/ipxe-arm64.sh) with an arm64 action image. Needs
+#          scripts/install-deps-arm64.sh.
+# --arm64: the arm64 machine alone.
 # --reuse DIR: an earlier scripts/netboot-demo.sh output folder (target/netboot-demo in CI): its
 #          stack CA, action image registry and accelerator choice are taken from there, and its
 #          OSIE when that one loads drivers by modalias (made by this osie/build.sh); an older
@@ -43,12 +51,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 quick=false
+arm64_only=false
 reuse=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=true; shift ;;
+    --arm64) arm64_only=true; shift ;;
     --reuse) reuse=${2:-}; shift 2 || { echo "error: --reuse needs a folder" >&2; exit 2; } ;;
-    *) echo "usage: $0 [--quick] [--reuse DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--quick | --arm64] [--reuse DIR]" >&2; exit 2 ;;
   esac
 done
 if [ -n "$reuse" ]; then
@@ -94,14 +104,26 @@ else
     "virtio-net-pci virtio-scsi bios -"
     "virtio-net-pci virtio-blk uefi -"
     "e1000e nvme uefi -"
+    "virtio-net-pci virtio-blk uefi arm64"
   )
 fi
+$arm64_only && rows=("virtio-net-pci virtio-blk uefi arm64")
+arm64=false
+case " ${rows[*]} " in *" arm64 "*) arm64=true ;; esac
+aavmf_code=/usr/share/AAVMF/AAVMF_CODE.fd
+aavmf_vars=/usr/share/AAVMF/AAVMF_VARS.fd
 
 [ "$(id -u)" = 0 ] || { echo "error: run as root (network namespaces, tap devices, DHCP port 67)" >&2; exit 1; }
 for tool in qemu-system-x86_64 qemu-img docker-registry mtype zstd cpio; do
   command -v "$tool" >/dev/null || { echo "error: $tool missing: run scripts/install-deps.sh" >&2; exit 1; }
 done
 { [ -f "$ovmf_code" ] && [ -f "$ovmf_vars" ]; } || { echo "error: $ovmf_code or $ovmf_vars missing (Debian ovmf): run scripts/install-deps.sh" >&2; exit 1; }
+if $arm64; then
+  for tool in qemu-system-aarch64 aarch64-linux-gnu-gcc mmdebstrap; do
+    command -v "$tool" >/dev/null || { echo "error: $tool missing (the arm64 machine): run scripts/install-deps-arm64.sh" >&2; exit 1; }
+  done
+  [ -f "$aavmf_code" ] || { echo "error: $aavmf_code missing (Debian qemu-efi-aarch64): run scripts/install-deps-arm64.sh" >&2; exit 1; }
+fi
 
 pids=()
 ok=0
@@ -129,6 +151,7 @@ trap cleanup EXIT
 
 stage "build the binaries"
 cargo build -q -p tinkctl -p kube-lite -p tink-webhook -p tink-controller -p tink-server -p hegel -p tink-agent -p tink-netboot
+if $arm64; then cargo build -q -p tink-agent --target aarch64-unknown-linux-gnu; fi
 rm -rf "$out"
 mkdir -p "$out"
 
@@ -152,6 +175,21 @@ else
   bash osie/build.sh --out "$osie" --ca-cert "$out/stack/pki/ca.crt"
   cp "$osie/vmlinuz" "$osie/initramfs" "$osie/disk.img.gz" "$files/"
 fi
+# Tinkerbell's names by architecture, which Hegel's script picks by the machine's firmware.
+ln -f "$files/vmlinuz" "$files/vmlinuz-x86_64"
+ln -f "$files/initramfs" "$files/initramfs-x86_64"
+if $arm64; then
+  stage "arm64: OSIE (osie/build.sh --arch aarch64, the stack's CA) and iPXE (osie/ipxe-arm64.sh)"
+  # Cached between runs: Debian's arm64 packages and iPXE's build. The OSIE itself is per CA.
+  mkdir -p "$repo/target/osie-arm64/cache" "$out/osie-arm64"
+  ln -sfn "$repo/target/osie-arm64/cache" "$out/osie-arm64/cache"
+  bash osie/build.sh --arch aarch64 --out "$out/osie-arm64" --ca-cert "$out/stack/pki/ca.crt"
+  bash osie/ipxe-arm64.sh --out "$repo/target/ipxe-arm64"
+  cp "$out/osie-arm64/vmlinuz" "$files/vmlinuz-aarch64"
+  cp "$out/osie-arm64/initramfs" "$files/initramfs-aarch64"
+  cp "$repo/target/ipxe-arm64/snp.efi" "$files/snp.efi"
+  echo "   arm64 kernel $(cat "$out/osie-arm64/kernel-version"), initramfs $(du -h "$files/initramfs-aarch64" | cut -f1), snp.efi $(du -h "$files/snp.efi" | cut -f1)"
+fi
 want_marker=$(matrix_disk_marker "$files/disk.img.gz")
 echo "   initramfs $(du -h "$files/initramfs" | cut -f1), the disk image's marker: $want_marker"
 
@@ -172,6 +210,10 @@ else
   stage "action image into docker-registry"
   matrix_action_image "$out/registry"
 fi
+if $arm64; then
+  # The same actions on arm64's busybox, as tink/actions:demo-arm64.
+  matrix_action_image "$out/registry" arm64 "$out/osie-arm64/cache/arm64-root/bin/busybox"
+fi
 demo_registry "$out/registry" "$bridge_ip:$registry_port" tink/actions
 
 stage "Hardware, Template and a Workflow per machine"
@@ -185,23 +227,26 @@ apiVersion: tinkerbell.org/v1alpha2
 kind: OSIE
 metadata: {name: osie, namespace: osie-matrix}
 spec:
-  kernelUrl: $TINK_NETBOOT_URL/vmlinuz
-  initrdUrl: $TINK_NETBOOT_URL/initramfs
+  kernelUrl: $TINK_NETBOOT_URL/vmlinuz-x86_64
+  initrdUrl: $TINK_NETBOOT_URL/initramfs-x86_64
+EOF
+  for tag in demo $($arm64 && echo demo-arm64); do
+    cat <<EOF
 ---
 apiVersion: tinkerbell.org/v1alpha2
 kind: Template
-metadata: {name: write-disk, namespace: osie-matrix}
+metadata: {name: write-disk-$tag, namespace: osie-matrix}
 spec:
   actions:
     - name: stream-image
-      image: $bridge_ip:$registry_port/tink/actions:demo
+      image: $bridge_ip:$registry_port/tink/actions:$tag
       cmd: /usr/local/bin/image2disk
       timeout: 300s
       env:
         IMG_URL: "{{ .image_url }}"
         DEST_DISK: "{{ index .Hardware.Disks 0 }}"
     - name: write-config
-      image: $bridge_ip:$registry_port/tink/actions:demo
+      image: $bridge_ip:$registry_port/tink/actions:$tag
       cmd: /usr/local/bin/writefile
       timeout: 120s
       env:
@@ -209,16 +254,20 @@ spec:
         DEST_PATH: tinkerbell.cfg
         CONTENTS: "machine={{ .machine }}"
     - name: reboot
-      image: $bridge_ip:$registry_port/tink/actions:demo
+      image: $bridge_ip:$registry_port/tink/actions:$tag
       cmd: /usr/local/bin/power
       args: [reboot]
       timeout: 60s
 EOF
+  done
   for i in "${!rows[@]}"; do
     read -r nic disk fw extra <<<"${rows[$i]}"
     n=$((i + 1))
     params="\"insecure_registries=$bridge_ip:$registry_port\""
     [ "$extra" = unbound-e1000 ] && params="$params, \"module_blacklist=e1000\""
+    tag=demo
+    # arm64's virt board has a PL011 serial port; the last console= names /dev/console
+    [ "$extra" = arm64 ] && { params="$params, \"console=ttyAMA0,115200\""; tag=demo-arm64; }
     cat <<EOF
 ---
 apiVersion: tinkerbell.org/v1alpha2
@@ -243,7 +292,7 @@ kind: Workflow
 metadata: {name: write-disk-mx-$n, namespace: osie-matrix}
 spec:
   hardwareRef: {name: mx-$n}
-  templateRef: {name: write-disk}
+  templateRef: {name: write-disk-$tag}
   templateData:
     image_url: $TINK_NETBOOT_URL/disk.img.gz
     machine: "mx-$n $nic $disk $fw"
@@ -260,7 +309,7 @@ run_row() {
   # A subshell of its own (run with &): no exit on the first failed check, no cleanup trap.
   set +e
   trap - EXIT
-  local n=$1 nic disk fw extra dir mac wf state start end secs mods problems="" note=""
+  local n=$1 nic disk fw extra dir mac wf state start end secs mods problems="" note="" arch=x86_64 qemu=qemu-system-x86_64
   read -r nic disk fw extra <<<"${rows[$((n - 1))]}"
   dir="$out/row-$n"
   mkdir -p "$dir"
@@ -274,7 +323,21 @@ run_row() {
     $(matrix_nic_args "$nic" n0 "$mac" boot)
     $(matrix_disk_args "$disk" "$dir/disk.qcow2")
     -serial "file:$dir/serial.log" -monitor none -display none -pidfile "$dir/qemu.pid")
-  if [ "$fw" = uefi ]; then
+  if [ "$extra" = arm64 ]; then
+    # An arm64 server: QEMU's virt board, a Cortex-A57, UEFI (AAVMF, with its own virtio-net
+    # driver: no option ROM); its firmware asks DHCP as ARM64 UEFI (architecture 11) and gets
+    # snp.efi. TCG: KVM cannot run another architecture.
+    arch=aarch64
+    qemu=qemu-system-aarch64
+    cp "$aavmf_vars" "$dir/AAVMF_VARS.fd"
+    # shellcheck disable=SC2207
+    args=(-M virt -cpu cortex-a57 -accel tcg -m 2048 -smp 2 -nographic -no-reboot
+      -drive "if=pflash,format=raw,readonly=on,file=$aavmf_code" -drive "if=pflash,format=raw,file=$dir/AAVMF_VARS.fd"
+      -netdev "tap,id=n0,ifname=tap$n,script=no,downscript=no"
+      -device "virtio-net-pci,netdev=n0,mac=$mac,bootindex=1,romfile="
+      $(matrix_disk_args "$disk" "$dir/disk.qcow2")
+      -serial "file:$dir/serial.log" -monitor none -display none -pidfile "$dir/qemu.pid")
+  elif [ "$fw" = uefi ]; then
     cp "$ovmf_vars" "$dir/OVMF_VARS.fd"
     args+=(-drive "if=pflash,format=raw,readonly=on,file=$ovmf_code" -drive "if=pflash,format=raw,file=$dir/OVMF_VARS.fd")
     args=("${args[@]/%bootindex=1/bootindex=1$(matrix_uefi_rom "$nic")}")
@@ -283,13 +346,17 @@ run_row() {
     # shellcheck disable=SC2207
     args+=(-netdev "user,id=n1,restrict=on" $(matrix_nic_args e1000 n1 "52:54:00:98:01:$(printf '%02x' "$n")" noboot))
   fi
-  echo "qemu-system-x86_64 ${args[*]}" > "$dir/qemu.cmd"
+  echo "$qemu ${args[*]}" > "$dir/qemu.cmd"
   start=$(date +%s)
-  ip netns exec "$ns" timeout "$timeout_s" qemu-system-x86_64 "${args[@]}" </dev/null >"$dir/qemu.log" 2>&1 \
+  ip netns exec "$ns" timeout "$timeout_s" "$qemu" "${args[@]}" </dev/null >"$dir/qemu.log" 2>&1 \
     || problems="QEMU ended with status $? (timeout ${timeout_s}s?); "
   end=$(date +%s)
   rm -f "$dir/qemu.pid"
   secs=$((end - start))
+  # power-on to agent: QEMU's start to the servers' first stream from this machine's agent
+  local ts agent_secs=""
+  ts=$(grep -ah "agent stream opened agent_id=$mac" "$out"/stack/logs/server-*.log 2>/dev/null | awk '{print $1}' | sort | head -n 1)
+  [ -n "$ts" ] && agent_secs=$(python3 -c "import datetime as d,sys; print(round(d.datetime.fromisoformat(sys.argv[1].replace('Z','+00:00')).timestamp() - $start, 1))" "$ts")
   state=$(nsx kubectl get workflow "$wf" -n osie-matrix -o jsonpath='{.status.state}' 2>/dev/null || true)
   [ "$state" = Succeeded ] || problems="${problems}the workflow is ${state:-without state}; "
   if [ "$state" = Succeeded ]; then
@@ -326,11 +393,12 @@ run_row() {
   [ -z "$problems" ] || result=FAIL
   {
     echo "    modules: ${mods:-none}"
+    [ -z "$agent_secs" ] || echo "    agent connected ${agent_secs} s after power-on"
     console_text "$dir/serial.log" | sed -n 's/^tink-osie: \(drivers loaded by modalias in .*\)/    \1/p' | head -n 1
     [ -z "$note" ] || echo "$note"
     [ -z "$problems" ] || echo "    FAILED: $problems"
   } >> "$dir/detail"
-  echo "ROW nic=$nic disk=$disk fw=$fw arch=x86_64 secs=$secs result=$result" > "$dir/result"
+  echo "ROW nic=$nic disk=$disk fw=$fw arch=$arch secs=$secs result=$result" > "$dir/result"
 }
 
 stage "the machines, $jobs at a time ($accel)"

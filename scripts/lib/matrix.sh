@@ -98,20 +98,36 @@ matrix_check_modules() {
   return "$bad"
 }
 
-# matrix_action_image STORAGE: the demo's actions (osie/actions, a static busybox) as the image
-# tink/actions:demo in a registry storage folder (as scripts/netboot-demo.sh makes it).
+# matrix_action_image STORAGE [arm64 BUSYBOX]: the demo's actions (osie/actions, a static
+# busybox) as the image tink/actions:demo in a registry storage folder (as
+# scripts/netboot-demo.sh makes it); with arm64, on the given arm64 busybox as an arm64 image,
+# tink/actions:demo-arm64 (built FROM scratch for that platform: nothing of it runs here).
 matrix_action_image() {
-  local img_root a
+  local img_root a platform="" tag=demo local_tag=tink-osie-matrix/actions:latest busybox
+  busybox=$(command -v busybox)
+  if [ "${2:-}" = arm64 ]; then
+    platform=linux/arm64 tag=demo-arm64 local_tag=tink-osie-matrix/actions:arm64 busybox=$3
+  fi
   img_root=$(mktemp -d)
   mkdir -p "$img_root/bin" "$img_root/usr/local/bin" "$img_root/tmp" "$img_root/mnt"
-  cp "$(command -v busybox)" "$img_root/bin/busybox"
+  cp "$busybox" "$img_root/bin/busybox"
   for a in sh wget gunzip dd sync blockdev ls tr mount umount mkdir printf wc sleep echo cat; do
     ln -s busybox "$img_root/bin/$a"
   done
   cp "$repo"/osie/actions/* "$img_root/usr/local/bin/"
-  tar -C "$img_root" -c . | docker import --change 'ENV PATH=/usr/local/bin:/bin' - tink-osie-matrix/actions:latest >/dev/null
+  if [ -n "$platform" ]; then
+    # docker import ignores --platform on a daemon without experimental features (the image would
+    # say amd64); the classic builder's --platform sets it (FROM scratch: nothing runs).
+    printf 'FROM scratch\nCOPY . /\nENV PATH=/usr/local/bin:/bin\n' \
+      | DOCKER_BUILDKIT=0 docker build -q --platform "$platform" -f - -t "$local_tag" "$img_root" >/dev/null 2>"$out/action-image-$tag.log" \
+      || { cat "$out/action-image-$tag.log" >&2; return 1; }
+    [ "$(docker image inspect "$local_tag" --format '{{.Os}}/{{.Architecture}}')" = "$platform" ] \
+      || { echo "error: $local_tag is not a $platform image" >&2; return 1; }
+  else
+    tar -C "$img_root" -c . | docker import --change 'ENV PATH=/usr/local/bin:/bin' - "$local_tag" >/dev/null
+  fi
   rm -rf "$img_root"
-  demo_push "$1" tink-osie-matrix/actions:latest=tink/actions:demo
+  demo_push "$1" "$local_tag=tink/actions:$tag"
 }
 
 # matrix_osie_has_modalias INITRAMFS: whether an OSIE loads its drivers by modalias (a packed
