@@ -278,15 +278,15 @@ fetch_firmware() {
   echo "$firmware_pkgs" > "$fwroot/.complete"
 }
 
-# copy_bin_cross DIR EXE DEST: an arm64 program of the sysroot (EXE relative to it, symlinks
-# followed) with the libraries it needs, found by the ELF headers (its interpreter and NEEDED
-# entries, transitively) in the sysroot's library folders; ldd cannot run it here.
+# copy_bin_cross DIR EXE DEST: an arm64 program (a path; symlinks followed) with the libraries
+# it needs, found by the ELF headers (its interpreter and NEEDED entries, transitively) in the
+# sysroot's library folders; ldd cannot run it here.
 copy_bin_cross() {
   local dir=$1 exe=$2 dest=$3 todo lib found d
   mkdir -p "$dir/$(dirname "$dest")"
-  cp -L "$sysroot/$exe" "$dir/$dest"
-  todo=$(readelf -d "$sysroot/$exe" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
-  readelf -l "$sysroot/$exe" 2>/dev/null | grep -q 'program interpreter' && todo="$todo ld-linux-aarch64.so.1"
+  cp -L "$exe" "$dir/$dest"
+  todo=$(readelf -d "$exe" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  readelf -l "$exe" 2>/dev/null | grep -q 'program interpreter' && todo="$todo ld-linux-aarch64.so.1"
   while [ -n "${todo// /}" ]; do
     set -- $todo
     lib=$1; shift; todo="$*"
@@ -294,7 +294,7 @@ copy_bin_cross() {
     for d in lib/aarch64-linux-gnu usr/lib/aarch64-linux-gnu lib usr/lib; do
       [ -e "$sysroot/$d/$lib" ] && { found="$d/$lib"; break; }
     done
-    [ -n "$found" ] || { say "$exe needs $lib, not in the arm64 packages"; exit 1; }
+    [ -n "$found" ] || { say "$(basename "$exe") needs $lib, not in the arm64 packages"; exit 1; }
     [ -e "$dir/$found" ] && continue
     mkdir -p "$dir/$(dirname "$found")"
     cp -L "$sysroot/$found" "$dir/$found"
@@ -327,14 +327,11 @@ echo "$osie_always" > "$root/etc/modules.always"
 cp osie/init "$root/init"
 if $cross; then
   # tink-agent links glibc dynamically: its libraries come from the arm64 packages too
-  mkdir -p "$root/usr/local/bin"
-  cp "$agent" "$sysroot/.tink-agent"
-  copy_bin_cross "$root" .tink-agent /usr/local/bin/tink-agent
-  rm -f "$sysroot/.tink-agent"
+  copy_bin_cross "$root" "$agent" /usr/local/bin/tink-agent
   aarch64-linux-gnu-strip "$root/usr/local/bin/tink-agent" 2>/dev/null || true
   for exe in usr/sbin/dockerd usr/bin/containerd usr/bin/containerd-shim-runc-v2 usr/bin/runc usr/bin/docker-init sbin/kexec; do
     [ -e "$sysroot/$exe" ] || { say "no $exe in the arm64 packages"; exit 1; }
-    copy_bin_cross "$root" "$exe" "/usr/bin/$(basename "$exe")"
+    copy_bin_cross "$root" "$sysroot/$exe" "/usr/bin/$(basename "$exe")"
   done
 else
 copy_bin "$root" "$agent" /usr/local/bin/tink-agent

@@ -162,7 +162,7 @@ const ARCH_SUFFIXES: [&str; 2] = ["-x86_64", "-aarch64"];
 /// The firmware's architecture rather than a Hardware field: v1alpha2's Hardware has no
 /// architecture (v1alpha1's `dhcp.arch` is kept only in the conversion annotation), and the
 /// program that loads the kernel is the one thing that cannot be wrong about what it runs on.
-pub fn per_arch(url: &str) -> Option<String> {
+fn per_arch(url: &str) -> Option<String> {
     let path_end = url.find(['?', '#']).unwrap_or(url.len());
     let (path, rest) = url.split_at(path_end);
     ARCH_SUFFIXES.iter().find_map(|suffix| {
