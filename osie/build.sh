@@ -48,6 +48,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 say() { echo "osie/build.sh: $*" >&2; }
+# shellcheck source=osie/apt-private.sh
+. osie/apt-private.sh
 case "$arch" in
   x86_64) cross=false; rust_target="" ;;
   aarch64) cross=true; rust_target=aarch64-unknown-linux-gnu ;;
@@ -261,14 +263,10 @@ fetch_firmware() {
   fwroot="$out/cache/firmware-root"
   [ -f "$fwroot/.complete" ] && [ "$(cat "$fwroot/.complete")" = "$firmware_pkgs" ] && return 0
   suite=$(sed -n "s/^VERSION_CODENAME=//p" /etc/os-release)
-  [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] \
-    || { say "no /usr/share/keyrings/debian-archive-keyring.gpg (Debian's debian-archive-keyring) to check the firmware packages with"; exit 1; }
   rm -rf "$apt" "$fwroot"
-  mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/parts" "$fwroot"
-  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite non-free-firmware" \
-    > "$apt/sources.list"
-  local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=$apt/parts"
-    -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt" -o Debug::NoLocking=1)
+  mkdir -p "$fwroot"
+  apt_private "$apt" "$suite" non-free-firmware || exit 1
+  local opts=("${apt_opts[@]}")
   say "fetching $firmware_pkgs ($suite non-free-firmware)"
   apt-get "${opts[@]}" update -qq >/dev/null 2>&1 || { say "apt-get update of $suite non-free-firmware failed"; exit 1; }
   # shellcheck disable=SC2086 # a list of package names

@@ -60,14 +60,11 @@ if [ -n "$source_tree" ]; then
     exit 0
   fi
 else
-  [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] \
-    || { say "no /usr/share/keyrings/debian-archive-keyring.gpg (Debian's debian-archive-keyring) to check the package with"; exit 1; }
   apt="$out/cache/apt"
-  mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/parts"
-  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite main" \
-    > "$apt/sources.list"
-  opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=$apt/parts"
-    -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt" -o Debug::NoLocking=1)
+  # shellcheck source=osie/apt-private.sh
+  . osie/apt-private.sh
+  apt_private "$apt" "$suite" main || exit 1
+  opts=("${apt_opts[@]}")
   # the package index once a day at most (its own stamp: apt dates list files by the server's clock)
   if [ -z "$(find "$apt/updated" -mtime -1 2>/dev/null)" ]; then
     say "fetching the $suite main package index (private apt configuration in $apt)"
