@@ -48,12 +48,25 @@ enum Command {
         /// The servers' gRPC addresses (host:port), comma separated; agent i uses i mod count.
         #[arg(long, value_delimiter = ',', required = true)]
         servers: Vec<String>,
-        /// How many machines (agent ids `mac(0)` .. `mac(N-1)`).
+        /// How many machines (agent ids `mac(first)` .. `mac(first+N-1)`).
         #[arg(long, default_value_t = 1000)]
         agents: usize,
+        /// The first machine's index (several processes share a fleet: one process holds at
+        /// most its open files limit of connections).
+        #[arg(long, default_value_t = 0)]
+        first: usize,
         /// Connections being opened at once.
         #[arg(long, default_value_t = 256)]
         connect_concurrency: usize,
+        /// Source addresses (e.g. 127.0.1.1,127.0.1.2), comma separated; machine i connects
+        /// from address (i / servers) mod count. Each address has its own ephemeral ports.
+        /// Default: the kernel's choice.
+        #[arg(long, value_delimiter = ',')]
+        source_addresses: Vec<std::net::IpAddr>,
+        /// HTTP/2 keepalive ping interval in seconds, as the real agent sends them (its
+        /// default is 30 s); 0 sends none.
+        #[arg(long, default_value_t = 30)]
+        keepalive_seconds: u64,
     },
     /// Events published through the servers as fast as they are confirmed.
     Events {
@@ -92,8 +105,20 @@ async fn main() -> anyhow::Result<()> {
         Command::Agents {
             servers,
             agents,
+            first,
             connect_concurrency,
-        } => run_agents(servers, agents, connect_concurrency.max(1)).await,
+            source_addresses,
+            keepalive_seconds,
+        } => {
+            let fleet = Fleet {
+                servers,
+                agents,
+                first,
+                sources: source_addresses,
+                keepalive: (keepalive_seconds > 0).then(|| Duration::from_secs(keepalive_seconds)),
+            };
+            run_agents(fleet, connect_concurrency.max(1)).await
+        }
         Command::Events {
             servers,
             connections,
@@ -116,13 +141,45 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn connect(addr: &str) -> anyhow::Result<Channel> {
-    Endpoint::from_shared(format!("http://{addr}"))?
+/// Which machines this process simulates, and how they connect.
+struct Fleet {
+    servers: Vec<String>,
+    agents: usize,
+    first: usize,
+    sources: Vec<std::net::IpAddr>,
+    keepalive: Option<Duration>,
+}
+
+impl Fleet {
+    /// Machine `i`'s server and source address: servers round robin, and each server's
+    /// machines spread over the source addresses.
+    fn route(&self, i: usize) -> (String, Option<std::net::IpAddr>) {
+        let n = self.servers.len().max(1);
+        let source = (!self.sources.is_empty()).then(|| self.sources[(i / n) % self.sources.len()]);
+        (self.servers[i % n].clone(), source)
+    }
+}
+
+async fn connect(
+    addr: &str,
+    source: Option<std::net::IpAddr>,
+    keepalive: Option<Duration>,
+) -> anyhow::Result<Channel> {
+    let mut endpoint = Endpoint::from_shared(format!("http://{addr}"))?
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {addr}"))
+        .local_address(source);
+    if let Some(every) = keepalive {
+        // As the real agent (agent/src/client.rs): pings while the stream is open.
+        endpoint = endpoint
+            .http2_keep_alive_interval(every)
+            .keep_alive_timeout(Duration::from_secs(10))
+            .keep_alive_while_idle(true);
+    }
+    endpoint.connect().await.with_context(|| match source {
+        Some(s) => format!("connecting to {addr} from {s}"),
+        None => format!("connecting to {addr}"),
+    })
 }
 
 /// Lines for stdout, written by one task (bounded: a slow reader slows the agents down).
@@ -179,19 +236,17 @@ struct AgentCounters {
     reconnects: AtomicU64,
 }
 
-async fn run_agents(
-    servers: Vec<String>,
-    agents: usize,
-    connect_concurrency: usize,
-) -> anyhow::Result<()> {
+async fn run_agents(fleet: Fleet, connect_concurrency: usize) -> anyhow::Result<()> {
+    let agents = fleet.agents;
     let (tx, rx) = mpsc::channel::<String>(4096);
     let writer = write_stdout(rx);
     let counters = Arc::new(AgentCounters::default());
     let limit = Arc::new(tokio::sync::Semaphore::new(connect_concurrency));
     let (opened_tx, mut opened_rx) = mpsc::channel::<anyhow::Result<()>>(1024);
     let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..agents {
-        let addr = servers[i % servers.len()].clone();
+    for i in fleet.first..fleet.first + agents {
+        let (addr, source) = fleet.route(i);
+        let keepalive = fleet.keepalive;
         let (tx, counters, limit, opened) = (
             tx.clone(),
             counters.clone(),
@@ -202,7 +257,7 @@ async fn run_agents(
             let id = mac(i);
             let first = async {
                 let _permit = limit.acquire().await?;
-                let channel = connect(&addr).await?;
+                let channel = connect(&addr, source, keepalive).await?;
                 let mut client = WorkflowServiceClient::new(channel);
                 // A machine is admitted once the controller has published its Hardware's ids:
                 // retry a refusal for a while, as the real agent does.
@@ -401,7 +456,7 @@ async fn run_events(servers: Vec<String>, connections: usize, seconds: u64) -> a
     let mut clients = Vec::with_capacity(connections);
     for i in 0..connections {
         clients.push(WorkflowServiceClient::new(
-            connect(&servers[i % servers.len()]).await?,
+            connect(&servers[i % servers.len()], None, None).await?,
         ));
     }
     ready_then_go().await;

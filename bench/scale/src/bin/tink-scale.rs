@@ -44,6 +44,27 @@ struct Args {
     /// Simulated machines (one Hardware, one connection and one stream each).
     #[arg(long, default_value_t = 1000)]
     agents: usize,
+    /// Simulated machines per load generator process: a process holds at most its open files
+    /// limit of connections (the hard limit cannot be raised here), so a large fleet is spread
+    /// over several processes.
+    #[arg(long, default_value_t = 16_000)]
+    agents_per_process: usize,
+    /// Connections (stream opens, each creating the agent's consumer) in progress at once,
+    /// shared among the load generator processes.
+    #[arg(long, default_value_t = 256)]
+    connect_concurrency: usize,
+    /// Source addresses the machines connect from: 127.0.1.1 .. 127.0.1.N (each has its own
+    /// ephemeral ports, about 28,000); 0 leaves the choice to the kernel.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=250))]
+    source_addresses: u8,
+    /// The simulated machines' HTTP/2 keepalive ping interval (the real agent's default is
+    /// 30 s); 0 sends none.
+    #[arg(long, default_value_t = 30)]
+    agent_keepalive_seconds: u64,
+    /// Before the steps, measure the connected fleet at rest for this many seconds: CPU of
+    /// every process and the NATS messages (0 skips).
+    #[arg(long, default_value_t = 0)]
+    idle_seconds: u64,
     /// Steps `RATExCOUNT`, comma separated: COUNT workflows created at RATE per second.
     #[arg(long, value_delimiter = ',', default_value = "200x2000")]
     steps: Vec<String>,
@@ -343,6 +364,7 @@ struct Report {
     agents: usize,
     agents_connect_seconds: f64,
     server_rss_kib_per_agent: f64,
+    idle: Option<IdleReport>,
     steps: Vec<StepReport>,
     capacity_per_s: Option<f64>,
     overload: Option<StepReport>,
@@ -355,6 +377,8 @@ struct Stack {
     procs: Vec<Proc>,
     kube_addr: String,
     nats_url: String,
+    /// Every NATS node's monitoring address (host:port).
+    nats_monitors: Vec<String>,
     grpc: Vec<String>,
     bins: PathBuf,
     logs: PathBuf,
@@ -471,8 +495,10 @@ async fn start_stack(args: &Args, dir: &Path) -> anyhow::Result<(Stack, kube::Cl
         ));
         urls.push(format!("nats://127.0.0.1:{port}"));
     }
+    let mut nats_monitors = Vec::new();
     for (mut p, mon) in nats_procs {
         wait_ready(&mut p, &format!("127.0.0.1:{mon}"), "/healthz").await?;
+        nats_monitors.push(format!("127.0.0.1:{mon}"));
         procs.push(p);
     }
     let nats_url = urls.join(",");
@@ -587,6 +613,7 @@ async fn start_stack(args: &Args, dir: &Path) -> anyhow::Result<(Stack, kube::Cl
             procs,
             kube_addr,
             nats_url,
+            nats_monitors,
             grpc,
             bins,
             logs,
@@ -757,7 +784,7 @@ async fn run_step(
         api_writes_per_workflow_total: writes_total,
         stack_cpu_ms_per_workflow: round2(
             cpu.iter()
-                .filter(|(k, _)| *k != "agents" && *k != "tink-scale")
+                .filter(|(k, _)| !k.starts_with("agents") && *k != "tink-scale")
                 .map(|(_, v)| v)
                 .sum(),
         ),
@@ -910,14 +937,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // Malformed steps fail before anything starts.
     steps_of(&args)?;
-    let files = tink_scale_bench::raise_open_files();
-    let need = args.agents as u64 + 1000;
-    if files < need {
-        bail!(
-            "the open files limit is {files}; {} agents need about {need} (ulimit -n {need})",
-            args.agents
-        );
-    }
+    check_limits(&args, tink_scale_bench::raise_open_files())?;
     let temp;
     let dir = match &args.work_dir {
         Some(d) => {
@@ -997,27 +1017,49 @@ async fn run(
         .filter(|p| p.name.starts_with("server-"))
         .map(Proc::rss)
         .sum();
-    eprintln!("connecting {} agents", args.agents);
+    let per_process = args.agents_per_process.max(1);
+    let processes = args.agents.div_ceil(per_process).max(1);
+    eprintln!(
+        "connecting {} agents from {processes} processes",
+        args.agents
+    );
+    let sources: Vec<String> = (1..=args.source_addresses)
+        .map(|k| format!("127.0.1.{k}"))
+        .collect();
     let connect_began = Instant::now();
-    let mut agents = Command::new(stack.bins.join("tink-scale-agents"))
-        .arg("agents")
-        .arg("--servers")
-        .arg(stack.grpc.join(","))
-        .arg("--agents")
-        .arg(args.agents.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting tink-scale-agents")?;
-    let agents_pid = agents.id().context("no pid")?;
-    let agents_stdin: ChildStdin = agents.stdin.take().context("no stdin")?;
     let seen: Shared = Arc::default();
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
-    {
+    let mut agents_stdin: Vec<ChildStdin> = Vec::new();
+    let mut ready = tokio::task::JoinSet::new();
+    for k in 0..processes {
+        let first = k * per_process;
+        let count = per_process.min(args.agents - first);
+        let mut cmd = Command::new(stack.bins.join("tink-scale-agents"));
+        cmd.arg("agents")
+            .arg("--servers")
+            .arg(stack.grpc.join(","))
+            .arg("--agents")
+            .arg(count.to_string())
+            .arg("--first")
+            .arg(first.to_string())
+            .arg("--keepalive-seconds")
+            .arg(args.agent_keepalive_seconds.to_string())
+            .arg("--connect-concurrency")
+            .arg((args.connect_concurrency / processes).max(1).to_string());
+        if !sources.is_empty() {
+            cmd.arg("--source-addresses").arg(sources.join(","));
+        }
+        let mut agents = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting tink-scale-agents")?;
+        let pid = agents.id().context("no pid")?;
+        agents_stdin.push(agents.stdin.take().context("no stdin")?);
         let stdout = agents.stdout.take().context("no stdout")?;
         let seen = seen.clone();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
             let mut ready = Some(ready_tx);
             let mut lines = tokio::io::BufReader::new(stdout).lines();
@@ -1037,17 +1079,28 @@ async fn run(
                 }
             }
         });
+        ready.spawn(async move {
+            ready_rx
+                .await
+                .with_context(|| format!("agent simulator {k} stopped before its agents connected"))
+        });
+        stack.procs.push(Proc {
+            name: format!("agents-{k}"),
+            child: agents,
+            pid,
+        });
     }
+    let all_ready = async {
+        while let Some(r) = ready.join_next().await {
+            r??;
+        }
+        anyhow::Ok(())
+    };
     tokio::select! {
-        r = ready_rx => r.context("the agent simulator stopped before its agents connected")?,
-        _ = tokio::time::sleep(Duration::from_secs(600)) => bail!("agents did not connect in 10 minutes"),
+        r = all_ready => r?,
+        _ = tokio::time::sleep(Duration::from_secs(1800)) => bail!("agents did not connect in 30 minutes"),
     }
     let agents_connect_seconds = connect_began.elapsed().as_secs_f64();
-    stack.procs.push(Proc {
-        name: "agents".into(),
-        child: agents,
-        pid: agents_pid,
-    });
     // Presence entries reach the controller.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let server_rss_after: u64 = stack
@@ -1058,6 +1111,11 @@ async fn run(
         .sum();
     let per_agent =
         (server_rss_after.saturating_sub(server_rss_before)) as f64 / args.agents.max(1) as f64;
+    let idle = if args.idle_seconds > 0 {
+        Some(measure_idle(stack, args).await?)
+    } else {
+        None
+    };
 
     // Aborted when the steps are done. With a back-off: once kube-lite is stopped, a watcher
     // without one fails at once on every poll, never yields, and the runtime's shutdown waits
@@ -1157,6 +1215,7 @@ async fn run(
         agents: args.agents,
         agents_connect_seconds: (agents_connect_seconds * 10.0).round() / 10.0,
         server_rss_kib_per_agent: (per_agent * 10.0).round() / 10.0,
+        idle,
         steps: reports,
         capacity_per_s: capacity,
         overload,
@@ -1174,6 +1233,19 @@ async fn run(
         report.agents_connect_seconds,
         report.server_rss_kib_per_agent
     );
+    if let Some(i) = &report.idle {
+        println!(
+            "at rest ({:.0} s): services {:.3} cores = {:.3} per 10,000 agents; load generator {:.3} cores (apart); NATS {}/s in, {}/s out; load {}",
+            i.seconds,
+            i.services_cores,
+            i.services_cores_per_10k_agents,
+            i.load_generator_cores,
+            i.nats_msgs_in_per_s,
+            i.nats_msgs_out_per_s,
+            i.loadavg
+        );
+        println!("  cores by process: {:?}", i.cores);
+    }
     println!();
     let mut all: Vec<&StepReport> = report.steps.iter().collect();
     all.extend(report.overload.iter());
@@ -1232,6 +1304,184 @@ async fn run(
     Ok(())
 }
 
+/// Whether the fleet fits the open files limit (inherited by every process started here) and
+/// the ephemeral ports of its source addresses; the error names the limit.
+fn check_limits(args: &Args, files: u64) -> anyhow::Result<()> {
+    let servers = args.servers.max(1);
+    let per_server = args.agents.div_ceil(servers) as u64 + 500;
+    if files < per_server {
+        bail!(
+            "the open files limit is {files}: each of {servers} servers would hold {} connections; \
+             use more --servers (at most {} agents each) or raise the limit (ulimit -n)",
+            args.agents.div_ceil(servers),
+            files.saturating_sub(500)
+        );
+    }
+    let per_process = args.agents_per_process.min(args.agents) as u64 + 200;
+    if files < per_process {
+        bail!(
+            "the open files limit is {files}: lower --agents-per-process to at most {}",
+            files.saturating_sub(200)
+        );
+    }
+    // Each address (or, without them, each server's address) has about 28,000 ephemeral
+    // ports (32768-60999).
+    const PORTS: usize = 28_000;
+    let per_address = if args.source_addresses == 0 {
+        args.agents.div_ceil(servers)
+    } else {
+        args.agents.div_ceil(usize::from(args.source_addresses))
+    };
+    if per_address > PORTS {
+        bail!(
+            "{per_address} connections per source address exceed its ~{PORTS} ephemeral ports: \
+             use --source-addresses {}",
+            args.agents.div_ceil(PORTS)
+        );
+    }
+    Ok(())
+}
+
+/// The connected fleet at rest: CPU of every process and NATS's message rate.
+#[derive(Debug, Clone, Serialize)]
+struct IdleReport {
+    seconds: f64,
+    /// Cores (CPU seconds per second) by process.
+    cores: BTreeMap<String, f64>,
+    /// The services' sum (NATS, kube-lite, controller, servers), without the load generators.
+    services_cores: f64,
+    /// The same per 10,000 connected agents.
+    services_cores_per_10k_agents: f64,
+    /// The simulated agents' processes together (the load generator).
+    load_generator_cores: f64,
+    /// Messages into and out of nats-server (all nodes), per second.
+    nats_msgs_in_per_s: f64,
+    nats_msgs_out_per_s: f64,
+    loadavg: String,
+}
+
+/// in_msgs and out_msgs of every NATS node (its /varz).
+async fn nats_msgs(stack: &Stack) -> anyhow::Result<(f64, f64)> {
+    let (mut inn, mut out) = (0.0, 0.0);
+    for mon in &stack.nats_monitors {
+        let (status, body) = http_get(mon, "/varz").await?;
+        if status != 200 {
+            bail!("nats-server {mon}/varz answered {status}");
+        }
+        let v: serde_json::Value = serde_json::from_str(&body).context("parsing /varz")?;
+        inn += v["in_msgs"].as_f64().context("/varz: no in_msgs")?;
+        out += v["out_msgs"].as_f64().context("/varz: no out_msgs")?;
+    }
+    Ok((inn, out))
+}
+
+async fn measure_idle(stack: &Stack, args: &Args) -> anyhow::Result<IdleReport> {
+    eprintln!(
+        "at rest: {} agents connected, {} s",
+        args.agents, args.idle_seconds
+    );
+    let (cpu0, msgs0, t0) = (stack.cpu(), nats_msgs(stack).await?, Instant::now());
+    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+    let (cpu1, msgs1) = (stack.cpu(), nats_msgs(stack).await?);
+    let seconds = t0.elapsed().as_secs_f64();
+    let cores: BTreeMap<String, f64> = cpu1
+        .iter()
+        .map(|(k, v)| {
+            let before = cpu0.get(k).copied().unwrap_or(0.0);
+            (
+                k.clone(),
+                ((v - before) / seconds * 1000.0).round() / 1000.0,
+            )
+        })
+        .collect();
+    let load_generator: f64 = cores
+        .iter()
+        .filter(|(k, _)| k.starts_with("agents"))
+        .map(|(_, v)| v)
+        .sum();
+    let services: f64 = cores
+        .iter()
+        .filter(|(k, _)| !k.starts_with("agents") && *k != "tink-scale")
+        .map(|(_, v)| v)
+        .sum();
+    Ok(IdleReport {
+        seconds: (seconds * 10.0).round() / 10.0,
+        services_cores: (services * 1000.0).round() / 1000.0,
+        services_cores_per_10k_agents: (services * 10_000.0 / args.agents.max(1) as f64 * 1000.0)
+            .round()
+            / 1000.0,
+        load_generator_cores: (load_generator * 1000.0).round() / 1000.0,
+        cores,
+        nats_msgs_in_per_s: ((msgs1.0 - msgs0.0) / seconds * 10.0).round() / 10.0,
+        nats_msgs_out_per_s: ((msgs1.1 - msgs0.1) / seconds * 10.0).round() / 10.0,
+        loadavg: tink_scale_bench::loadavg(),
+    })
+}
+
 fn steps_of(args: &Args) -> anyhow::Result<Vec<(f64, usize)>> {
     args.steps.iter().map(|s| parse_step(s)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        Args::parse_from(["tink-scale"].iter().chain(extra))
+    }
+
+    #[test]
+    fn a_fleet_over_the_open_files_limit_is_refused_naming_it() {
+        // 100,000 agents on 4 servers are 25,000 connections each: over a 20,000 limit.
+        let a = args(&[
+            "--agents",
+            "100000",
+            "--servers",
+            "4",
+            "--source-addresses",
+            "8",
+        ]);
+        let e = check_limits(&a, 20_000).unwrap_err().to_string();
+        assert!(e.contains("open files limit is 20000"), "{e}");
+        assert!(e.contains("--servers"), "{e}");
+        // Six servers fit, spread over load generator processes of 16,000.
+        let a = args(&[
+            "--agents",
+            "100000",
+            "--servers",
+            "6",
+            "--source-addresses",
+            "8",
+        ]);
+        check_limits(&a, 20_000).unwrap();
+        // One load generator process for the whole fleet does not.
+        let a = args(&[
+            "--agents",
+            "100000",
+            "--servers",
+            "6",
+            "--source-addresses",
+            "8",
+            "--agents-per-process",
+            "100000",
+        ]);
+        let e = check_limits(&a, 20_000).unwrap_err().to_string();
+        assert!(e.contains("--agents-per-process"), "{e}");
+    }
+
+    #[test]
+    fn a_fleet_over_the_ephemeral_ports_asks_for_source_addresses() {
+        let a = args(&["--agents", "60000", "--servers", "1"]);
+        let e = check_limits(&a, 1_000_000).unwrap_err().to_string();
+        assert!(e.contains("--source-addresses 3"), "{e}");
+        let a = args(&[
+            "--agents",
+            "60000",
+            "--servers",
+            "1",
+            "--source-addresses",
+            "3",
+        ]);
+        check_limits(&a, 1_000_000).unwrap();
+    }
 }
