@@ -75,6 +75,10 @@ pub enum Record {
         state: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// The Succeeded condition's message (for a verdict such as AgentLost: what the
+        /// controller saw), quoted in a wrong end state.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dispatch: Option<String>,
         /// Each action's id and state (`Pending`, `Running`, `Succeeded`, `Failed`, `Canceled`).
@@ -289,7 +293,7 @@ pub fn check(records: &[Record]) -> Report {
     let mut report = Report::default();
     let mut executions: BTreeMap<&str, usize> = BTreeMap::new();
     // The last status of each Workflow, and each action state any status write showed.
-    let mut last: BTreeMap<&str, (&str, Option<&str>)> = BTreeMap::new();
+    let mut last: BTreeMap<&str, (&str, Option<&str>, Option<&str>)> = BTreeMap::new();
     let mut seen: BTreeSet<(&str, &str, &str)> = BTreeSet::new();
     let mut seen_rank: BTreeMap<(&str, &str), u8> = BTreeMap::new();
     let mut expects: Vec<(&str, &str, Option<&str>)> = Vec::new();
@@ -306,13 +310,14 @@ pub fn check(records: &[Record]) -> Report {
                 workflow,
                 state,
                 reason,
+                message,
                 actions,
                 ..
             } => {
                 if TERMINAL.contains(&state.as_str()) {
                     ended_at.entry(workflow).or_insert(*t);
                 }
-                last.insert(workflow, (state, reason.as_deref()));
+                last.insert(workflow, (state, reason.as_deref(), message.as_deref()));
                 for (id, s) in actions {
                     seen.insert((workflow, id, s));
                     let rank = seen_rank.entry((workflow, id)).or_default();
@@ -343,7 +348,7 @@ pub fn check(records: &[Record]) -> Report {
         .collect();
 
     report.workflows = last.len();
-    for (w, (state, reason)) in &last {
+    for (w, (state, reason, _)) in &last {
         *report
             .end_states
             .entry(format!("{state}/{}", reason.unwrap_or("")))
@@ -359,11 +364,12 @@ pub fn check(records: &[Record]) -> Report {
             None => report
                 .wrong_end_states
                 .push(format!("{w}: no status recorded (expected {state})")),
-            Some((got, got_reason)) => {
+            Some((got, got_reason, got_message)) => {
                 let reason_ok = reason.is_none() || reason == *got_reason;
                 if TERMINAL.contains(got) && (*got != state || !reason_ok) {
+                    let said = got_message.map(|m| format!(" ({m:?})")).unwrap_or_default();
                     report.wrong_end_states.push(format!(
-                        "{w}: ended {got}/{} but must end {state}/{}",
+                        "{w}: ended {got}/{} but must end {state}/{}{said}",
                         got_reason.unwrap_or(""),
                         reason.unwrap_or("(any reason)")
                     ));

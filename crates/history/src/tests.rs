@@ -7,6 +7,7 @@ fn status(t: f64, w: &str, state: &str, reason: Option<&str>, actions: &[(&str, 
         resource_version: format!("{}", (t * 10.0) as u64),
         state: state.into(),
         reason: reason.map(Into::into),
+        message: reason.map(|r| format!("because {r}")),
         dispatch: Some(format!("{w}/d1")),
         actions: actions
             .iter()
@@ -158,6 +159,11 @@ fn a_workflow_left_running_or_ending_wrong_is_counted() {
     });
     let report = check(&h);
     assert_eq!(report.wrong_end_states.len(), 2, "{report}");
+    // The verdict's message is quoted: what the controller saw.
+    assert!(
+        report.wrong_end_states[0].ends_with("(\"because AgentRestarted\")"),
+        "{report}"
+    );
     assert!(report.wrong_end_states[1].starts_with("wf4: no status recorded"));
 }
 

@@ -339,6 +339,7 @@ pub fn record_api(
                     resource_version: kube::ResourceExt::resource_version(&w).unwrap_or_default(),
                     state: format!("{:?}", status.state),
                     reason: reason(&w),
+                    message: succeeded_message(&w),
                     dispatch: status.dispatch_id.clone(),
                     actions: status
                         .actions
@@ -401,6 +402,17 @@ pub fn env_usize(key: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// The Succeeded condition's message (a verdict's explanation).
+pub fn succeeded_message(w: &Workflow) -> Option<String> {
+    w.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::Succeeded)?
+        .message
+        .clone()
 }
 
 pub fn reason(w: &Workflow) -> Option<String> {
