@@ -784,7 +784,7 @@ async fn run_step(
         api_writes_per_workflow_total: writes_total,
         stack_cpu_ms_per_workflow: round2(
             cpu.iter()
-                .filter(|(k, _)| !k.starts_with("agents") && *k != "tink-scale")
+                .filter(|(k, _)| is_service(k))
                 .map(|(_, v)| v)
                 .sum(),
         ),
@@ -793,6 +793,30 @@ async fn run_step(
         rss_kib: stack.rss(),
         loadavg: tink_scale_bench::loadavg(),
     })
+}
+
+/// Starts a `tink-scale-agents` command with its stdin and stdout piped to this process (stderr
+/// passed through), killed if dropped: the child, its pid, stdin and stdout.
+fn spawn_piped(
+    cmd: &mut Command,
+) -> anyhow::Result<(Child, u32, ChildStdin, tokio::process::ChildStdout)> {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting tink-scale-agents")?;
+    let pid = child.id().context("no pid")?;
+    let stdin = child.stdin.take().context("no stdin")?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    Ok((child, pid, stdin, stdout))
+}
+
+/// Whether a process (by its name in [`Stack::cpu`]) is one of the services, not a load
+/// generator (`agents-N`) or this harness.
+fn is_service(name: &str) -> bool {
+    !name.starts_with("agents") && name != "tink-scale"
 }
 
 /// Runs one event load generator (`events` or `publish`) and measures every process.
@@ -815,16 +839,8 @@ async fn load_run(
             .arg("--nats-connections")
             .arg(args.servers.to_string());
     }
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting tink-scale-agents")?;
-    let pid = child.id().context("no pid")?;
-    let mut stdin = child.stdin.take().context("no stdin")?;
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().context("no stdout")?).lines();
+    let (mut child, pid, mut stdin, stdout) = spawn_piped(&mut cmd)?;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
     match lines.next_line().await? {
         Some(l) if l.trim() == "ready" => {}
         other => bail!("{mode}: expected `ready`, got {other:?}"),
@@ -1048,16 +1064,8 @@ async fn run(
         if !sources.is_empty() {
             cmd.arg("--source-addresses").arg(sources.join(","));
         }
-        let mut agents = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting tink-scale-agents")?;
-        let pid = agents.id().context("no pid")?;
-        agents_stdin.push(agents.stdin.take().context("no stdin")?);
-        let stdout = agents.stdout.take().context("no stdout")?;
+        let (agents, pid, stdin, stdout) = spawn_piped(&mut cmd)?;
+        agents_stdin.push(stdin);
         let seen = seen.clone();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -1401,7 +1409,7 @@ async fn measure_idle(stack: &Stack, args: &Args) -> anyhow::Result<IdleReport> 
         .sum();
     let services: f64 = cores
         .iter()
-        .filter(|(k, _)| !k.starts_with("agents") && *k != "tink-scale")
+        .filter(|(k, _)| is_service(k))
         .map(|(_, v)| v)
         .sum();
     Ok(IdleReport {

@@ -404,23 +404,20 @@ pub fn env_usize(key: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// The Succeeded condition's message (a verdict's explanation).
-pub fn succeeded_message(w: &Workflow) -> Option<String> {
+/// The Workflow's Succeeded condition, once it has one.
+fn succeeded(w: &Workflow) -> Option<&tink_api::v1alpha2::Condition> {
     w.status
         .as_ref()?
         .conditions
         .iter()
-        .find(|c| c.type_ == ConditionType::Succeeded)?
-        .message
-        .clone()
+        .find(|c| c.type_ == ConditionType::Succeeded)
+}
+
+/// The Succeeded condition's message (a verdict's explanation).
+pub fn succeeded_message(w: &Workflow) -> Option<String> {
+    succeeded(w)?.message.clone()
 }
 
 pub fn reason(w: &Workflow) -> Option<String> {
-    w.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == ConditionType::Succeeded)?
-        .reason
-        .clone()
+    succeeded(w)?.reason.clone()
 }
