@@ -35,10 +35,10 @@ pub struct BusArgs {
     /// Seconds an undelivered command is kept.
     #[arg(long, env = "TINK_DISPATCH_MAX_AGE_SECONDS", default_value_t = 24 * 3600)]
     pub dispatch_max_age_seconds: u64,
-    /// Seconds after which the command consumer of an agent that stopped pulling is removed
-    /// (its commands stay in the stream; a new consumer delivers them).
-    #[arg(long, env = "TINK_CONSUMER_INACTIVE_SECONDS", default_value_t = 3600)]
-    pub consumer_inactive_seconds: u64,
+    /// Seconds between two reads of an idle agent's command queue by its server, besides the
+    /// reads every announced command causes (a backstop for a lost announcement).
+    #[arg(long, env = "TINK_DISPATCH_RECHECK_SECONDS", default_value_t = 300)]
+    pub dispatch_recheck_seconds: u64,
     /// NATS credentials file (JWT and NKey seed, as `nsc` writes it).
     #[arg(long, env = "NATS_CREDS")]
     pub nats_creds: Option<std::path::PathBuf>,
@@ -111,9 +111,7 @@ impl BusArgs {
             events_max_age: Duration::from_secs(self.events_max_age_seconds.max(60)),
             dispatch_max_bytes: self.dispatch_max_bytes.max(1 << 20),
             dispatch_max_age: Duration::from_secs(self.dispatch_max_age_seconds.max(60)),
-            consumer_inactive_threshold: Duration::from_secs(
-                self.consumer_inactive_seconds.max(60),
-            ),
+            dispatch_recheck: Duration::from_secs(self.dispatch_recheck_seconds.max(1)),
             duplicate_window: Duration::from_secs(self.duplicate_window_seconds.max(1)),
             logs_max_bytes: self.logs_max_bytes.max(1 << 20),
             logs_max_age: Duration::from_secs(self.logs_max_age_seconds.max(60)),

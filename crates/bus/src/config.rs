@@ -30,13 +30,11 @@ pub struct BusConfig {
     /// How often each server replica stores its heartbeat (one write per replica, whatever the
     /// number of agents it holds).
     pub presence_heartbeat: Duration,
-    /// How long a command delivered to a server may stay unacknowledged before JetStream
-    /// redelivers it (the server died between receiving and forwarding it).
-    pub command_ack_wait: Duration,
-    /// A per-agent consumer nobody pulled from for this long is deleted by JetStream (agents
-    /// gone for long). Nothing is lost: the commands stay in the stream and a new consumer
-    /// delivers them from the start.
-    pub consumer_inactive_threshold: Duration,
+    /// How often a server reads an idle agent's queue in the dispatch stream even though no
+    /// new command was announced (a backstop: announcements are core NATS messages, and one
+    /// lost without a reconnect or a heartbeat loss, e.g. to a route down between two NATS
+    /// nodes, delays that agent's command by at most this much).
+    pub dispatch_recheck: Duration,
     /// How long a server waits for the agent's receipt of a forwarded command (its
     /// `WorkflowReceived`, or any event of the workflow from an agent that sends none; for a
     /// stop, its `WorkflowCanceled`). Without it the command is handed back and the agent's
@@ -66,8 +64,7 @@ impl Default for BusConfig {
             duplicate_window: Duration::from_secs(120),
             presence_ttl: Duration::from_secs(30),
             presence_heartbeat: Duration::from_secs(10),
-            command_ack_wait: Duration::from_secs(10),
-            consumer_inactive_threshold: Duration::from_secs(3600),
+            dispatch_recheck: Duration::from_secs(300),
             receipt_timeout: Duration::from_secs(30),
             logs_max_bytes: 1 << 30,
             logs_max_age: Duration::from_secs(7 * 24 * 3600),

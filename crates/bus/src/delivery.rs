@@ -7,17 +7,18 @@
 //!   dispatch id>`, and the agent's first event about a dispatch is its delivery receipt (or,
 //!   for an agent that sends no receipts, its first event), so "an event exists on that subject"
 //!   means "an agent process received the command";
-//! - the dispatch stream is a work queue whose commands the server acknowledges only after the
-//!   receipt is stored, so a command still in the stream was not yet confirmed delivered;
-//! - the agent's consumer records the highest stream sequence it ever delivered, so a command
-//!   deleted while that sequence is below it can never reach the agent.
+//! - the server deletes a command from the dispatch stream only after its receipt is stored,
+//!   so a command still in the stream was not yet confirmed delivered;
+//! - a server forwards a start only after recording its target in the dispatch targets bucket
+//!   and then reading the command again from the stream: a start deleted before that read can
+//!   never be forwarded, and one read after the record was written is seen by whoever reads
+//!   the bucket after deleting it (both through the streams' leaders, never a direct get).
 
-use async_nats::jetstream::context::ConsumerInfoErrorKind;
-use async_nats::jetstream::stream::{LastRawMessageErrorKind, Stream};
+use async_nats::jetstream::message::StreamMessage;
+use async_nats::jetstream::stream::{DeleteMessageErrorKind, LastRawMessageErrorKind, Stream};
 
 use crate::error::BusError;
 use crate::publish::MSG_ID_HEADER;
-use crate::streams::agent_consumer_name;
 use crate::subjects::{dispatch_subject, events_subject};
 
 /// The most commands looked at on one agent's subject when searching for one (the work queue
@@ -112,6 +113,62 @@ pub async fn queued_command(
     Ok(None)
 }
 
+/// The oldest command in `agent_id`'s queue at stream sequence `from` or later, read from the
+/// stream's leader (a direct get may be answered by a follower that has not stored it yet).
+pub async fn next_command(
+    dispatch: &Stream,
+    agent_id: &str,
+    from: u64,
+) -> Result<Option<StreamMessage>, DeliveryError> {
+    let subject = dispatch_subject(agent_id)?;
+    match dispatch
+        .get_first_raw_message_by_subject(&subject, from.max(1))
+        .await
+    {
+        Ok(message) => Ok(Some(message)),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(e) => Err(DeliveryError::Lookup(e.to_string())),
+    }
+}
+
+/// Whether the command at stream sequence `sequence` is still in the dispatch stream (not
+/// deleted after its receipt, withdrawn, or aged out), read from the stream's leader.
+pub async fn command_queued(dispatch: &Stream, sequence: u64) -> Result<bool, DeliveryError> {
+    match dispatch.get_raw_message(sequence).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(false),
+        Err(e) => Err(DeliveryError::Lookup(e.to_string())),
+    }
+}
+
+/// Deletes the command at `sequence` from the dispatch stream; `false` when it was already gone.
+pub async fn delete_command(dispatch: &Stream, sequence: u64) -> Result<bool, DeliveryError> {
+    match dispatch.delete_message(sequence).await {
+        Ok(deleted) => Ok(deleted),
+        // "no message found" (10037) or "message delete failed" (10057, no such message).
+        Err(e) if matches!(e.kind(), DeleteMessageErrorKind::JetStream(ref j) if matches!(j.error_code().0, 10037 | 10057)) => {
+            Ok(false)
+        }
+        Err(e) => Err(DeliveryError::Lookup(e.to_string())),
+    }
+}
+
+/// Whether a server recorded a target for `dispatch_id` in the dispatch targets bucket (whose
+/// stream is `targets`): it was about to forward, or forwarded, the start. Read from the
+/// stream's leader.
+pub async fn dispatch_forwarded(
+    targets: &Stream,
+    dispatch_id: &str,
+) -> Result<bool, DeliveryError> {
+    let key = crate::token::workflow_token(dispatch_id)?;
+    let subject = format!("$KV.{}.{key}", crate::streams::DISPATCH_TARGETS_BUCKET);
+    match targets.get_last_raw_message_by_subject(&subject).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(false),
+        Err(e) => Err(DeliveryError::Lookup(e.to_string())),
+    }
+}
+
 /// The result of [`withdraw_command`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Withdrawal {
@@ -119,20 +176,21 @@ pub enum Withdrawal {
     Withdrawn,
     /// The command is not in the queue (delivered and confirmed, never published, or expired).
     NotQueued,
-    /// The command was deleted, but the agent's consumer had already handed it to a server:
-    /// the agent may have it.
+    /// The command was deleted, but a server had already taken it to forward: the agent may
+    /// have it.
     MaybeDelivered,
 }
 
 /// Withdraws the start of `dispatch_id` while it waits in `agent_id`'s queue: deletes it, then
-/// proves it is with no agent: nothing is in flight on the agent's consumer (a command handed
-/// back unconfirmed returns to the queue, one in flight is pending acknowledgement) and no
-/// event of the dispatch is stored (an agent that received it, even one that never sends
-/// receipts, has published something). Otherwise [`Withdrawal::MaybeDelivered`]: the caller
-/// must stop it like a delivered one.
+/// proves it is with no agent: no server recorded a target for it (a server records one before
+/// its last read of the command, and forwards only what that read still finds) and no event of
+/// the dispatch is stored (an agent that received it, even one that never sends receipts, has
+/// published something). Otherwise [`Withdrawal::MaybeDelivered`]: the caller must stop it like
+/// a delivered one. `targets` is the dispatch targets bucket's stream.
 pub async fn withdraw_command(
     dispatch: &Stream,
     events: &Stream,
+    targets: &Stream,
     agent_id: &str,
     dispatch_id: &str,
 ) -> Result<Withdrawal, DeliveryError> {
@@ -140,25 +198,11 @@ pub async fn withdraw_command(
     let Some(sequence) = queued_command(dispatch, agent_id, &msg_id).await? else {
         return Ok(Withdrawal::NotQueued);
     };
-    match dispatch.delete_message(sequence).await {
-        Ok(true) => {}
-        // Gone meanwhile: acknowledged after its receipt.
-        Ok(false) => return Ok(Withdrawal::NotQueued),
-        Err(e) => return Err(DeliveryError::Lookup(e.to_string())),
+    if !delete_command(dispatch, sequence).await? {
+        // Gone meanwhile: deleted after its receipt.
+        return Ok(Withdrawal::NotQueued);
     }
-    let name = agent_consumer_name(agent_id)?;
-    let in_flight = match dispatch.consumer_info(&name).await {
-        Ok(info) => info.delivered.stream_sequence >= sequence && info.num_ack_pending > 0,
-        // No consumer: the agent never connected since the command was queued (a consumer
-        // removed for inactivity has nothing in flight).
-        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => false,
-        // Unknown: the caller must assume the worst (the command may have been delivered).
-        Err(e) => {
-            return Err(DeliveryError::Lookup(format!(
-                "deleted the command but cannot read the agent's consumer: {e}"
-            )));
-        }
-    };
+    let in_flight = dispatch_forwarded(targets, dispatch_id).await?;
     if in_flight || dispatch_received(events, dispatch_id).await? {
         return Ok(Withdrawal::MaybeDelivered);
     }

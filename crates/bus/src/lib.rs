@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | dispatch subject | `tink.dispatch.<agent token>` | a `GetWorkflowsResponse` (StartWorkflow / StopWorkflow), protobuf |
 //! | events subject | `tink.events.<workflow token>` | an `Event`, protobuf |
-//! | dispatch stream | [`DISPATCH_STREAM`] | work queue: a command is removed once the agent's consumer acknowledged it |
+//! | dispatch stream | [`DISPATCH_STREAM`] | one subject per agent, no consumers: the server holding the agent's stream reads the oldest command and deletes it once the agent's receipt is stored |
 //! | events stream | [`EVENTS_STREAM`] | limits retention, read durably by the controller |
 //! | presence bucket | [`PRESENCE_BUCKET`] | KV: agent token -> [`Presence`] (JSON), written when an agent's stream opens and deleted when it ends (no TTL); alive while the server replica it names beats |
 //! | replicas bucket | [`REPLICAS_BUCKET`] | KV: [`replica_key`] -> [`ReplicaHeartbeat`] (JSON), each server replica's heartbeat every [`BusConfig::presence_heartbeat`]; entries expire after [`BusConfig::presence_ttl`] |
@@ -64,8 +64,8 @@ pub use codec::{
 pub use config::BusConfig;
 pub use connect::{PING_INTERVAL, ServiceConnection, StreamSetup, wait_for_streams};
 pub use delivery::{
-    DeliveryError, Withdrawal, dispatch_received, dispatch_received_by, queued_command,
-    withdraw_command,
+    DeliveryError, Withdrawal, command_queued, delete_command, dispatch_forwarded,
+    dispatch_received, dispatch_received_by, next_command, queued_command, withdraw_command,
 };
 pub use dispatch_target::DispatchTarget;
 pub use error::{BusError, CodecError, InvalidMessage};
@@ -94,11 +94,10 @@ pub use streams::{
     CONTROLLER_EVENTS_CONSUMER, CONTROLLER_INVENTORY_CONSUMER, DISPATCH_STREAM,
     DISPATCH_TARGETS_BUCKET, DISPATCH_TARGETS_STREAM, EVENTS_STREAM, INVENTORY_STREAM, LOGS_STREAM,
     PRESENCE_BUCKET, PRESENCE_STREAM, REPLICAS_BUCKET, REPLICAS_STREAM,
-    admitted_agents_stream_config, agent_consumer_config, agent_consumer_name, agent_pull_subject,
-    agent_secrets_stream_config, agent_secrets_used_stream_config, dispatch_stream_config,
-    dispatch_targets_stream_config, events_consumer_config, events_stream_config,
-    inventory_consumer_config, inventory_stream_config, logs_stream_config, presence_stream_config,
-    replicas_stream_config,
+    admitted_agents_stream_config, agent_secrets_stream_config, agent_secrets_used_stream_config,
+    dispatch_stream_config, dispatch_targets_stream_config, events_consumer_config,
+    events_stream_config, inventory_consumer_config, inventory_stream_config, logs_stream_config,
+    presence_stream_config, replicas_stream_config,
 };
 pub use subjects::{
     DISPATCH_ALL, DISPATCH_PREFIX, EVENTS_ALL, EVENTS_PREFIX, INVENTORY_ALL, INVENTORY_PREFIX,

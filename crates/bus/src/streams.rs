@@ -8,8 +8,7 @@ use async_nats::jetstream::{consumer, stream};
 
 use crate::config::BusConfig;
 use crate::logs::LOGS_ALL;
-use crate::subjects::{DISPATCH_ALL, EVENTS_ALL, INVENTORY_ALL, dispatch_subject};
-use crate::token::{TokenError, agent_token};
+use crate::subjects::{DISPATCH_ALL, EVENTS_ALL, INVENTORY_ALL};
 
 /// The stream holding commands for agents (`tink.dispatch.*`).
 pub const DISPATCH_STREAM: &str = "TINK_DISPATCH";
@@ -118,8 +117,11 @@ pub fn inventory_consumer_config(ack_wait: Duration) -> consumer::pull::Config {
     }
 }
 
-/// The dispatch stream: a work queue, so a command is removed once acknowledged, and at most
-/// one consumer (the agent's) may filter on an agent's subject.
+/// The dispatch stream: one subject per agent, read without consumers. The server holding an
+/// agent's stream reads the oldest command on the agent's subject (`STREAM.MSG.GET`, from the
+/// leader) and deletes it once the agent's receipt is stored; see [`crate::next_command`].
+/// (Retention stays a work queue, as streams made before had it: NATS cannot change it, and
+/// without consumers it keeps every command until deleted, aged out or over the limits.)
 pub fn dispatch_stream_config(config: &BusConfig) -> stream::Config {
     stream::Config {
         name: DISPATCH_STREAM.to_string(),
@@ -276,45 +278,6 @@ pub fn admitted_agents_stream_config(config: &BusConfig) -> stream::Config {
         "tinkerbell admitted agents: agent token -> the Hardware naming it",
         config,
     )
-}
-
-/// The durable consumer name of an agent: `agent_<token>`.
-pub fn agent_consumer_name(agent_id: &str) -> Result<String, TokenError> {
-    Ok(format!("agent_{}", agent_token(agent_id)?))
-}
-
-/// The JetStream API subject to send pull requests for an agent's consumer to (what
-/// `consumer.messages()` does internally; the server multiplexes its agents' pulls over one
-/// inbox subscription instead of one subscription and task per agent).
-pub fn agent_pull_subject(agent_id: &str) -> Result<String, TokenError> {
-    Ok(format!(
-        "$JS.API.CONSUMER.MSG.NEXT.{DISPATCH_STREAM}.{}",
-        agent_consumer_name(agent_id)?
-    ))
-}
-
-/// The durable pull consumer delivering an agent's commands: explicit acks, one command in
-/// flight at a time (so Start and Stop keep their order, also across redeliveries), unlimited
-/// redeliveries (a command is only gone once forwarded or too old), removed by JetStream after
-/// [`BusConfig::consumer_inactive_threshold`] without pulls.
-pub fn agent_consumer_config(
-    agent_id: &str,
-    config: &BusConfig,
-) -> Result<consumer::pull::Config, TokenError> {
-    let name = agent_consumer_name(agent_id)?;
-    Ok(consumer::pull::Config {
-        durable_name: Some(name.clone()),
-        name: Some(name),
-        description: Some(format!("commands for agent {agent_id}")),
-        filter_subject: dispatch_subject(agent_id)?,
-        deliver_policy: consumer::DeliverPolicy::All,
-        ack_policy: consumer::AckPolicy::Explicit,
-        ack_wait: config.command_ack_wait,
-        max_deliver: -1,
-        max_ack_pending: 1,
-        inactive_threshold: config.consumer_inactive_threshold,
-        ..Default::default()
-    })
 }
 
 /// The durable consumer name the controller reads events with.

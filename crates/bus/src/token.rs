@@ -10,9 +10,9 @@
 //! [`decode_token`] inverts it. Empty ids and ids over the length limits are refused, so a
 //! token never exceeds 3 x the limit.
 
-/// The longest agent id accepted, in bytes. Keeps the per-agent consumer name
-/// (`agent_` + token, at most 6 + 3 x 80 = 246 bytes) below the 255-byte file name limit of
-/// the JetStream file store.
+/// The longest agent id accepted, in bytes. Keeps a name made of a token (`agent_` + token, at
+/// most 6 + 3 x 80 = 246 bytes, as the per-agent consumers of earlier versions were named)
+/// below the 255-byte file name limit of the JetStream file store.
 pub use tink_api::MAX_AGENT_ID_LEN;
 
 /// The longest workflow id accepted, in bytes. The controller sends dispatch ids

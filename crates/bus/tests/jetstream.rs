@@ -132,7 +132,7 @@ async fn events_are_stored_once_with_trace_and_dedup_headers() {
 }
 
 #[tokio::test]
-async fn an_agents_consumer_receives_its_commands_in_order_only() {
+async fn an_agents_queue_yields_its_commands_in_order_only() {
     let nats = NatsServer::start().await.expect("nats");
     let js = connect(&nats).await;
     let config = BusConfig::default();
@@ -150,34 +150,120 @@ async fn an_agents_consumer_receives_its_commands_in_order_only() {
         .await
         .expect("published");
 
-    let consumer_config = tink_bus::agent_consumer_config(agent, &config).expect("config");
-    let consumer = bus
-        .dispatch
-        .create_consumer(consumer_config.clone())
-        .await
-        .expect("consumer");
-    assert_eq!(
-        consumer.cached_info().config.inactive_threshold,
-        config.consumer_inactive_threshold,
-        "the server keeps the inactivity clean-up"
-    );
-    // Creating it again (another replica, a reconnect) is fine.
-    bus.dispatch
-        .create_consumer(consumer_config)
-        .await
-        .expect("idempotent");
-
-    let mut messages = consumer.messages().await.expect("messages");
+    // Read, delete, read the next: the agent's commands in order, never another agent's.
+    let mut from = 1;
     for expected in ["ns/one", "ns/two"] {
-        let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+        let message = tink_bus::next_command(&bus.dispatch, agent, from)
             .await
-            .expect("delivered in time")
-            .expect("a message")
-            .expect("no error");
+            .expect("read")
+            .expect("a command");
         let command = tink_bus::decode_command(&message.payload).expect("decodes");
         assert_eq!(tink_bus::command_workflow_id(&command), Some(expected));
-        message.ack().await.expect("acked");
+        // Reading does not take it: it is there until deleted.
+        assert!(
+            tink_bus::command_queued(&bus.dispatch, message.sequence)
+                .await
+                .expect("read")
+        );
+        assert!(
+            tink_bus::delete_command(&bus.dispatch, message.sequence)
+                .await
+                .expect("deleted")
+        );
+        assert!(
+            !tink_bus::command_queued(&bus.dispatch, message.sequence)
+                .await
+                .expect("read")
+        );
+        // Deleting it twice (two replicas saw the receipt) is no error.
+        assert!(
+            !tink_bus::delete_command(&bus.dispatch, message.sequence)
+                .await
+                .expect("already gone")
+        );
+        from = message.sequence + 1;
     }
+    assert!(
+        tink_bus::next_command(&bus.dispatch, agent, 1)
+            .await
+            .expect("read")
+            .is_none(),
+        "the queue is empty"
+    );
+    let other = tink_bus::next_command(&bus.dispatch, "another", 1)
+        .await
+        .expect("read")
+        .expect("the other agent's command is still there");
+    assert_eq!(
+        tink_bus::command_workflow_id(&tink_bus::decode_command(&other.payload).expect("decodes")),
+        Some("ns/other")
+    );
+}
+
+#[tokio::test]
+async fn a_start_is_withdrawn_only_while_no_server_took_it() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = connect(&nats).await;
+    let bus = tink_bus::ensure_streams(&js, &BusConfig::default())
+        .await
+        .expect("streams");
+    let cx = opentelemetry::Context::new();
+    let agent = "aa:bb:cc:dd:ee:02";
+    for dispatch in ["ns/a-1", "ns/b-1"] {
+        tink_bus::publish_command(
+            &js,
+            agent,
+            &stop(dispatch),
+            &format!("{dispatch}/start"),
+            &cx,
+        )
+        .await
+        .expect("published");
+    }
+    let targets = &bus.dispatch_targets.stream;
+    // Nobody took ns/a-1: withdrawn, and gone from the queue.
+    assert_eq!(
+        tink_bus::withdraw_command(&bus.dispatch, &bus.events, targets, agent, "ns/a-1")
+            .await
+            .expect("withdrawn"),
+        tink_bus::Withdrawal::Withdrawn
+    );
+    assert_eq!(
+        tink_bus::queued_command(&bus.dispatch, agent, "ns/a-1/start")
+            .await
+            .expect("read"),
+        None
+    );
+    // A server recorded a target for ns/b-1 (it is about to forward it): the agent may have it.
+    let target = tink_bus::DispatchTarget {
+        agent_id: agent.to_string(),
+        authenticated: true,
+    };
+    bus.dispatch_targets
+        .put(
+            tink_bus::workflow_token("ns/b-1").expect("token"),
+            target.to_bytes().into(),
+        )
+        .await
+        .expect("recorded");
+    assert!(
+        tink_bus::dispatch_forwarded(targets, "ns/b-1")
+            .await
+            .expect("read")
+    );
+    assert_eq!(
+        tink_bus::withdraw_command(&bus.dispatch, &bus.events, targets, agent, "ns/b-1")
+            .await
+            .expect("withdrawal"),
+        tink_bus::Withdrawal::MaybeDelivered
+    );
+    // Nothing queued any more: nothing to withdraw.
+    assert_eq!(
+        tink_bus::withdraw_command(&bus.dispatch, &bus.events, targets, agent, "ns/b-1")
+            .await
+            .expect("withdrawal"),
+        tink_bus::Withdrawal::NotQueued
+    );
 }
 
 #[tokio::test]

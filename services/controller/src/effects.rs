@@ -74,6 +74,7 @@ impl Effects {
             match tink_bus::withdraw_command(
                 &self.bus.dispatch,
                 &self.bus.events,
+                &self.bus.dispatch_targets.stream,
                 agent_id,
                 dispatch_id,
             )
@@ -110,9 +111,14 @@ impl Effects {
         let (Some(agent_id), Some(dispatch_id)) = (&status.agent_id, &status.dispatch_id) else {
             return Ok(false);
         };
-        let outcome =
-            tink_bus::withdraw_command(&self.bus.dispatch, &self.bus.events, agent_id, dispatch_id)
-                .await?;
+        let outcome = tink_bus::withdraw_command(
+            &self.bus.dispatch,
+            &self.bus.events,
+            &self.bus.dispatch_targets.stream,
+            agent_id,
+            dispatch_id,
+        )
+        .await?;
         debug!(dispatch = %dispatch_id, ?outcome, "withdrawal of a start command");
         Ok(outcome == tink_bus::Withdrawal::Withdrawn)
     }

@@ -1,7 +1,7 @@
 //! Execution hardening against the real parts (kube-lite, NATS, tink-server, simulated agents
 //! over gRPC): a controller outage longer than every de-duplication window never re-runs a
-//! dispatch, an undelivered start is withdrawn on deletion, a restarted agent and a lost agent
-//! are states with a reason.
+//! dispatch, a start never forwarded is withdrawn on deletion and one forwarded unconfirmed is
+//! stopped, a restarted agent and a lost agent are states with a reason.
 
 mod common;
 
@@ -116,13 +116,37 @@ async fn a_start_lost_before_its_publish_is_published_after_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_a_workflow_whose_agent_is_offline_withdraws_its_start() {
+async fn deleting_a_workflow_whose_start_was_never_forwarded_withdraws_it() {
     let stack = Stack::start().await;
     let c = stack.leader("c0").await;
     stack.create_hardware("m1", MAC).await;
     stack.create_template("ubuntu", three_actions()).await;
-    // The agent connects once (so it counts as present), then goes away.
-    let agent = stack.agent_instance(MAC, "i-1").await;
+    // An earlier command the agent never confirms holds its queue (one command in flight at a
+    // time), so wf1's start waits behind it, never forwarded; then the agent goes away.
+    let controller_js = stack.jetstream_as("tink-controller").await;
+    let earlier = tink_bus::proto::GetWorkflowsResponse {
+        cmd: Some(tink_bus::proto::get_workflows_response::Cmd::StopWorkflow(
+            tink_bus::proto::get_workflows_response::StopWorkflow {
+                workflow_id: "other/earlier-1".into(),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    };
+    tink_bus::publish_command(
+        &controller_js,
+        MAC,
+        &earlier,
+        "other/earlier-1/stop",
+        &opentelemetry::Context::new(),
+    )
+    .await
+    .expect("published");
+    let mut agent = stack.agent_instance(MAC, "i-1").await;
+    match agent.try_command(Duration::from_secs(10)).await {
+        Some(Command::Stop { workflow_id, .. }) => assert_eq!(workflow_id, "other/earlier-1"),
+        other => panic!("expected the earlier command, got {other:?}"),
+    }
     stack
         .create_workflow("wf1", "m1", "ubuntu", json!({}))
         .await;
@@ -131,8 +155,6 @@ async fn deleting_a_workflow_whose_agent_is_offline_withdraws_its_start() {
             state_of(w) == WorkflowState::Scheduled
         })
         .await;
-    // Read nothing: the start may sit in the transport; drop the stream (unconfirmed, so
-    // it goes back to the queue).
     drop(agent);
     tokio::time::sleep(Duration::from_millis(500)).await;
     stack.delete_workflow("wf1").await;
@@ -143,10 +165,53 @@ async fn deleting_a_workflow_whose_agent_is_offline_withdraws_its_start() {
         "{:?}",
         event.note
     );
-    // The agent comes back: nothing for it, neither the start nor a stop.
+    // The agent comes back: the unconfirmed earlier command again, then nothing: neither
+    // wf1's start nor a stop.
     let mut agent = stack.agent_instance(MAC, "i-1").await;
+    match agent.try_command(Duration::from_secs(10)).await {
+        Some(Command::Stop { workflow_id, .. }) => assert_eq!(workflow_id, "other/earlier-1"),
+        other => panic!("expected the earlier command again, got {other:?}"),
+    }
+    agent.canceled("other/earlier-1", None).await;
     let cmd = agent.try_command(Duration::from_secs(3)).await;
     assert!(cmd.is_none(), "a command reached the agent: {cmd:?}");
+    c.stop().await;
+    stack.stop().await;
+}
+
+/// A start forwarded into an agent's stream but never confirmed may have reached the agent
+/// (the connection died after the bytes left): deleting its Workflow stops it like a delivered
+/// one instead of withdrawing it, and the agent, back, gets the stop and never the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_workflow_whose_start_was_forwarded_unconfirmed_stops_it() {
+    let stack = Stack::start().await;
+    let c = stack.leader("c0").await;
+    stack.create_hardware("m1", MAC).await;
+    stack.create_template("ubuntu", three_actions()).await;
+    let mut agent = stack.agent_instance(MAC, "i-1").await;
+    stack
+        .create_workflow("wf1", "m1", "ubuntu", json!({}))
+        .await;
+    // The start reaches the agent, which goes away before confirming it.
+    let (id, _) = agent.next_start().await;
+    drop(agent);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stack.delete_workflow("wf1").await;
+    let mut agent = stack.agent_instance(MAC, "i-1").await;
+    match agent.try_command(Duration::from_secs(10)).await {
+        Some(Command::Stop { workflow_id, .. }) => assert_eq!(workflow_id, id),
+        other => panic!("expected the stop of {id}, got {other:?}"),
+    }
+    agent.canceled(&id, None).await;
+    stack.wait_gone("wf1").await;
+    let event = stack.wait_event("wf1", "Canceled").await;
+    assert!(
+        !event.note.as_deref().unwrap_or("").contains("withdrawn"),
+        "{:?}",
+        event.note
+    );
+    let cmd = agent.try_command(Duration::from_secs(3)).await;
+    assert!(cmd.is_none(), "another command reached the agent: {cmd:?}");
     c.stop().await;
     stack.stop().await;
 }

@@ -1,7 +1,7 @@
 //! The tinkerbell server: a stateless gRPC gateway between agents and NATS JetStream.
 //!
 //! Agents hold a `GetWorkflows` stream to any replica and call `PublishEvent`; the server keeps
-//! no state of its own: commands come from the agent's durable JetStream consumer, events go to
+//! no state of its own: commands come from the agent's queue in the dispatch stream, events go to
 //! the workflow's events subject, presence goes to a KV bucket: one entry per agent, written
 //! when its stream opens and deleted when it ends, kept alive by one heartbeat per replica
 //! (module `replica`; all named in `tink-bus`).
@@ -217,14 +217,15 @@ pub enum ServerError {
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[source] tonic::transport::Error),
-    /// The takeover or pull inbox subscription could not be made.
+    /// A notice subscription (takeovers, inventory requests, command announcements) could not
+    /// be made.
     #[error("cannot subscribe: {0}")]
     Subscribe(#[source] async_nats::SubscribeError),
     /// The log store's thread could not be started.
     #[error("cannot start the log store thread: {0}")]
     Thread(#[from] std::io::Error),
     /// A background task (the agent secrets or admitted agents watch, the NATS connection
-    /// watcher, the takeover listener, the pull router, the idle limits sweep) stopped while
+    /// watcher, the takeover and command announcement listeners, the idle limits sweep) stopped while
     /// the replica was serving: the replica turned not ready and stopped.
     #[error("a background task stopped: {0}")]
     Task(String),
@@ -421,7 +422,7 @@ pub async fn serve(
                             return Ok(());
                         }
                         info!("NATS connected; ready");
-                        // Pull requests waiting on the old connection may be lost.
+                        // Announcements may have been lost meanwhile.
                         shared.reconnects.send_modify(|n| *n += 1);
                         set_serving(true).await;
                     }
@@ -485,27 +486,27 @@ pub async fn serve(
         );
     }
 
-    // One subscription per replica for the pull requests of all its agents.
-    let mut pulled = client
-        .subscribe(format!("{}.*", shared.inbox))
-        .await
-        .map_err(ServerError::Subscribe)?;
-    // The router runs until the presence cleanup is done (streams being drained still get
-    // their pulled commands), so it stops on a token of its own.
-    let routing = CancellationToken::new();
+    // One subscription per replica for the commands published to all agents: each wakes its
+    // agent's session here, which reads the queue (core NATS; a lost one is covered by the
+    // reads after a reconnect, a heartbeat regained and the periodic recheck).
     {
-        let (shared, routing) = (shared.clone(), routing.clone());
-        tasks.spawn_critical("pull router", async move {
-            loop {
-                let message = tokio::select! {
-                    _ = routing.cancelled() => break,
-                    message = pulled.next() => message,
-                };
-                let Some(message) = message else { break };
-                shared.route(message).await;
-            }
-            Ok(())
-        });
+        let shared = shared.clone();
+        let announced = per_agent_notices(
+            &client,
+            tink_bus::DISPATCH_ALL,
+            tink_bus::DISPATCH_PREFIX,
+            shutdown.clone(),
+        )
+        .await?;
+        tasks.spawn_critical(
+            "command announcement listener",
+            announced
+                .for_each(move |(token, _)| {
+                    shared.on_command_announced(&token);
+                    std::future::ready(())
+                })
+                .map(Ok),
+        );
     }
 
     let mut builder = tonic::transport::Server::builder()
@@ -571,7 +572,6 @@ pub async fn serve(
             "presence cleanup did not finish in time; the entries left count offline once this replica's heartbeat expires, and the controller deletes them"
         );
     }
-    routing.cancel();
     let stopped = tasks.stop(TASKS_DRAIN).await;
     // After the heartbeat task stopped: nothing writes it again.
     replica::delete_heartbeat(&shared).await;

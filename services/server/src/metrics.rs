@@ -19,7 +19,7 @@ pub struct KindLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabel {
     /// What failed: `invalid_agent_id`, `invalid_event`, `publish_event`, `malformed_command`,
-    /// `ack`, `presence`, `consumer`.
+    /// `dispatch_read`, `command_delete`, `presence`, ...
     pub op: String,
 }
 

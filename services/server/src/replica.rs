@@ -166,7 +166,15 @@ pub(crate) async fn heartbeat(shared: Arc<Shared>, shutdown: CancellationToken) 
         match shared.store_heartbeat().await {
             Ok(()) => {
                 if failures > 0 {
-                    info!(failures, "replica heartbeat stored again");
+                    info!(
+                        failures,
+                        "replica heartbeat stored again; reading every agent's command queue"
+                    );
+                    // NATS was out of reach, maybe without a reconnect (a partition between
+                    // NATS nodes): command announcements may have been lost.
+                    shared
+                        .commands_recheck
+                        .send_modify(|n| *n = n.wrapping_add(1));
                 }
                 failures = 0;
             }

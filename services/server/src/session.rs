@@ -1,5 +1,5 @@
-//! One agent's `GetWorkflows` stream: presence, command delivery from the agent's durable
-//! JetStream consumer, and the "newest stream wins" rule.
+//! One agent's `GetWorkflows` stream: presence, command delivery from the agent's queue in the
+//! dispatch stream, and the "newest stream wins" rule.
 //!
 //! Presence: the session writes the agent's entry once, when the stream opens, and deletes it
 //! (only its own revision) when the stream ends; nothing is written while the agent is idle.
@@ -18,30 +18,37 @@
 //! - this replica unable to store its heartbeat for the presence TTL: the replica ends every
 //!   stream with `Unavailable` ([`Shared::end_all_nats_lost`]).
 //!
-//! Delivery: the agent's consumer (see [`tink_bus::agent_consumer_config`]) allows one
-//! unacknowledged command at a time. A command pulled from it is forwarded and acknowledged
-//! only once the agent's receipt is stored: its `WorkflowReceived` event (or, from an agent
-//! that sends none, its first event about the workflow; for a stop, its `WorkflowCanceled`),
-//! watched on the dispatch's events subject, subscribed before the command is forwarded. If
-//! no receipt comes within [`tink_bus::BusConfig::receipt_timeout`] (a silently dead
-//! connection), the command is handed back and the stream ended, so the agent gets it again
-//! on its next stream. If the stream ends first (the agent left, the replica shuts down or is
-//! superseded), the command is negatively acknowledged and JetStream delivers it on the
-//! agent's next stream, on any replica; if the replica dies, JetStream redelivers it after the
-//! ack wait. A start whose dispatch an agent already received (an event of it is stored) is
-//! acknowledged without forwarding it again: a restarted agent must never run it twice.
+//! Delivery: an agent's commands wait on its subject of the dispatch stream, and no JetStream
+//! consumer exists for them (an idle agent costs NATS nothing: a consumer per agent cost about
+//! 68 KiB in nats-server and made creating one O(agents), BENCHMARKS.md). The session reads
+//! the oldest command itself ([`tink_bus::next_command`], from the stream's leader) and forwards
+//! one at a time: a command is deleted only once the agent's receipt is stored: its
+//! `WorkflowReceived` event (or, from an agent that sends none, its first event about the
+//! workflow; for a stop, its `WorkflowCanceled`), watched on the dispatch's events subject,
+//! subscribed before the command is forwarded. Then the next one is read. Nothing is handed
+//! back: if no receipt comes within [`tink_bus::BusConfig::receipt_timeout`] (a silently dead
+//! connection), or the stream ends first, or the replica dies, the command simply stays, and
+//! the agent's next stream, on any replica, reads it again. A start whose dispatch an agent
+//! already received (an event of it is stored) is deleted without forwarding it again: a
+//! restarted agent must never run it twice. A start is forwarded only after its target is
+//! recorded and a second read finds it still queued, so the controller's withdrawal (delete,
+//! then look for a target) knows whether it may have gone out ([`tink_bus::withdraw_command`]).
+//!
+//! When to read: when the stream opens; when a command is announced (each replica subscribes
+//! once to the dispatch subjects, core NATS, and wakes the agent's session, whatever the
+//! payload); after a receipt; after a NATS reconnect, the presence watch's return or the
+//! replica's heartbeat stored again after failures (announcements may have been lost
+//! meanwhile); and every [`tink_bus::BusConfig::dispatch_recheck`] (jittered) as a backstop for
+//! an announcement lost without any of these (a route down between two NATS nodes).
 //!
 //! Cost per agent is kept small (the server holds thousands of idle streams): the work runs
-//! inside the response stream itself (no task per agent), and pull requests of all agents share
-//! one inbox subscription per replica (`<inbox>.<agent token>`), routed to the session by
-//! token, instead of async-nats's subscription and background task per consumer.
+//! inside the response stream itself (no task per agent), and the rare paths are boxed.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use async_nats::StatusCode;
 use async_nats::jetstream::kv;
 use futures::{Stream, StreamExt as _};
 use tink_api::AgentId;
@@ -60,19 +67,10 @@ use crate::metrics::Metrics;
 /// The response stream type of `GetWorkflows`.
 pub type CommandStream = Pin<Box<dyn Stream<Item = Result<GetWorkflowsResponse, Status>> + Send>>;
 
-/// How long a pull request waits on the NATS server before it expires (and is renewed).
-const PULL_EXPIRES: Duration = Duration::from_secs(30);
-/// A pull whose expiry notice never came (NATS restarted meanwhile) is renewed after this.
-const PULL_GRACE: Duration = Duration::from_secs(5);
-/// Pause before retrying after a failed pull or consumer creation.
+/// Pause before reading the queue again after a failed read (doubled on each failure).
 const RETRY: Duration = Duration::from_secs(1);
-/// Messages buffered between the router and one session (one is in flight at a time).
-const SESSION_QUEUE: usize = 4;
-
-/// JetStream acknowledgement payloads.
-const ACK: &[u8] = b"+ACK";
-const NAK: &[u8] = b"-NAK";
-const TERM: &[u8] = b"+TERM";
+/// The longest pause between failed reads (NATS unreachable for long).
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// State shared by all sessions of a replica.
 #[derive(Debug)]
@@ -84,10 +82,11 @@ pub(crate) struct Shared {
     pub shutdown: CancellationToken,
     /// Cleanup work (presence removal, naks) spawned when sessions end; awaited at shutdown.
     pub cleanup: TaskTracker,
-    /// Prefix of this replica's pull reply subjects, `<inbox>.<agent token>`.
-    pub inbox: String,
-    /// Bumped on every NATS reconnect: pending pull requests may be lost, renew them.
+    /// Bumped on every NATS reconnect: announcements may have been lost, read the queues.
     pub reconnects: watch::Sender<u64>,
+    /// Bumped when the replica's heartbeat is stored again after failures (NATS was out of
+    /// reach without a reconnect, e.g. a partition between NATS nodes): read the queues.
+    pub commands_recheck: watch::Sender<u64>,
     /// The open session of each agent token on this replica.
     sessions: Mutex<HashMap<String, Arc<Control>>>,
     /// Admit agents without a certificate or token (compatibility).
@@ -140,8 +139,8 @@ struct Control {
     ending: OnceLock<Ending>,
     /// The revision of the session's presence entry in the bucket (0 until it is stored).
     revision: std::sync::atomic::AtomicU64,
-    /// Pulled messages for the session.
-    mailbox: Mailbox,
+    /// Woken when a command for the agent is announced.
+    announced: Notify,
     /// The latest inventory request for the agent, not yet forwarded (a newer one replaces it).
     inventory_request: watch::Sender<Option<String>>,
 }
@@ -158,62 +157,6 @@ impl Control {
 
     fn revision(&self) -> u64 {
         self.revision.load(std::sync::atomic::Ordering::Acquire)
-    }
-}
-
-/// Messages routed to one session: at most [`SESSION_QUEUE`], and a wake-up. Lighter than an
-/// mpsc channel, whose first block holds 32 slots (every idle session has one).
-#[derive(Debug, Default)]
-struct Mailbox {
-    state: Mutex<MailboxState>,
-    ready: Notify,
-}
-
-#[derive(Debug, Default)]
-struct MailboxState {
-    messages: VecDeque<Box<async_nats::Message>>,
-    /// The session is gone: nothing more is taken.
-    closed: bool,
-}
-
-impl Mailbox {
-    fn state(&self) -> std::sync::MutexGuard<'_, MailboxState> {
-        // Single pushes and pops: a poisoned lock leaves a consistent queue.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Queues a message for the session; gives it back when the queue is full or the session
-    /// gone.
-    fn offer(&self, message: Box<async_nats::Message>) -> Result<(), Box<async_nats::Message>> {
-        {
-            let mut state = self.state();
-            if state.closed || state.messages.len() >= SESSION_QUEUE {
-                return Err(message);
-            }
-            state.messages.push_back(message);
-        }
-        // Stores a permit when the session is not waiting: no wake-up is lost.
-        self.ready.notify_one();
-        Ok(())
-    }
-
-    /// The next message, waiting for one.
-    async fn next(&self) -> Box<async_nats::Message> {
-        loop {
-            if let Some(message) = self.state().messages.pop_front() {
-                return message;
-            }
-            self.ready.notified().await;
-        }
-    }
-
-    /// Takes nothing more; returns what is still queued.
-    fn close(&self) -> VecDeque<Box<async_nats::Message>> {
-        let mut state = self.state();
-        state.closed = true;
-        std::mem::take(&mut state.messages)
     }
 }
 
@@ -265,7 +208,6 @@ impl Shared {
         limits: Limits,
     ) -> Self {
         let allow_unauthenticated = limits.allow_unauthenticated;
-        let inbox = client.new_inbox();
         let replica_instance = Mutex::new(uuid::Uuid::new_v4().simple().to_string());
         let targets = crate::targets::DispatchTargets::new(bus.dispatch_targets.clone());
         Shared {
@@ -276,8 +218,8 @@ impl Shared {
             metrics,
             shutdown,
             cleanup: TaskTracker::new(),
-            inbox,
             reconnects: watch::Sender::new(0),
+            commands_recheck: watch::Sender::new(0),
             sessions: Mutex::new(HashMap::new()),
             allow_unauthenticated,
             stream_opens: limiter(limits.stream_opens_per_peer),
@@ -454,62 +396,14 @@ impl Shared {
         }
     }
 
-    /// A message on this replica's pull inbox: hand it to the agent's session. A command for
-    /// an agent no longer here is negatively acknowledged, so JetStream delivers it to the
-    /// agent's current stream at once.
-    ///
-    /// Commands keep their own subject on delivery; their agent is read from the consumer name
-    /// in the ack subject. Pull statuses (expired, consumer gone) come on the inbox subject
-    /// `<inbox>.<agent token>`.
-    pub(crate) async fn route(&self, message: async_nats::Message) {
-        let reply = jetstream_reply(&message);
-        let token = match &reply {
-            Some(reply) => agent_token_of_ack(reply.as_str()),
-            None => message
-                .subject
-                .as_str()
-                .strip_prefix(self.inbox.as_str())
-                .and_then(|rest| rest.strip_prefix('.')),
-        };
-        let Some(token) = token else {
-            return;
-        };
-        let control = self.sessions().get(token).cloned();
-        let message = Box::new(message);
-        let undelivered = match control {
-            Some(control) => control.mailbox.offer(message).err(),
-            None => Some(message),
-        };
-        if undelivered.is_some()
-            && let Some(reply) = reply
-        {
-            let _ = self.client.publish(reply, NAK.into()).await;
+    /// A command announced for the agent with `token` (a publish on its dispatch subject):
+    /// wakes its session when it is on this replica, which reads the queue (the payload is not
+    /// trusted: only what the stream holds is forwarded).
+    pub(crate) fn on_command_announced(&self, token: &str) {
+        if let Some(control) = self.sessions().get(token) {
+            control.announced.notify_one();
         }
     }
-}
-
-/// The agent token in a JetStream ack subject of the dispatch stream:
-/// `$JS.ACK.<stream>.agent_<token>.<counts...>` or, with a domain and account hash,
-/// `$JS.ACK.<domain>.<account>.<stream>.agent_<token>.<counts...>`.
-fn agent_token_of_ack(reply: &str) -> Option<&str> {
-    let tokens: Vec<&str> = reply.split('.').collect();
-    let (stream, consumer) = match tokens.len() {
-        9 => (tokens[2], tokens[3]),
-        n if n >= 12 => (tokens[4], tokens[5]),
-        _ => return None,
-    };
-    if stream != tink_bus::DISPATCH_STREAM {
-        return None;
-    }
-    consumer.strip_prefix("agent_")
-}
-
-/// The ack subject of a JetStream message (status messages have none).
-fn jetstream_reply(message: &async_nats::Message) -> Option<async_nats::Subject> {
-    message
-        .reply
-        .clone()
-        .filter(|r| r.as_str().starts_with("$JS.ACK."))
 }
 
 /// Payload of a takeover notice: `<session id> <server replica>`.
@@ -530,8 +424,6 @@ pub(crate) async fn open(
         shared.metrics.error("invalid_agent_id");
         Status::invalid_argument(format!("agent_id: {e}"))
     })?;
-    let pull_subject = tink_bus::agent_pull_subject(&agent_id)
-        .map_err(|e| Status::invalid_argument(format!("agent_id: {e}")))?;
     let takeover = tink_bus::takeover_subject(&agent_id)
         .map_err(|e| Status::invalid_argument(format!("agent_id: {e}")))?;
     if shared.shutdown.is_cancelled() {
@@ -587,7 +479,7 @@ pub(crate) async fn open(
         superseded: CancellationToken::new(),
         ending: OnceLock::new(),
         revision: std::sync::atomic::AtomicU64::new(0),
-        mailbox: Mailbox::default(),
+        announced: Notify::new(),
         inventory_request: watch::Sender::new(None),
     });
     if let Some(previous) = shared.sessions().insert(token.clone(), control.clone()) {
@@ -601,8 +493,6 @@ pub(crate) async fn open(
     let now = jiff::Timestamp::now();
     let inventory_requests = (!instance.is_empty()).then(|| control.inventory_request.subscribe());
     let mut session = Session {
-        reply_subject: format!("{}.{token}", shared.inbox),
-        pull_subject,
         presence: Presence {
             agent_id: agent_id.clone(),
             server: shared.replica_id.clone(),
@@ -616,6 +506,7 @@ pub(crate) async fn open(
         },
         inventory_requests,
         reconnects: shared.reconnects.subscribe(),
+        recheck: shared.commands_recheck.subscribe(),
         resync: shared.presence_resync.subscribe(),
         shared: shared.clone(),
         agent_id,
@@ -623,8 +514,9 @@ pub(crate) async fn open(
         token,
         control,
         revision: None,
-        pull: Pull::Needed,
-        consumer_ready: false,
+        read: Read::Needed,
+        from: 1,
+        failures: 0,
         in_flight: None,
         finished: false,
     };
@@ -636,10 +528,6 @@ pub(crate) async fn open(
     session.put_presence().await.map_err(|e| {
         shared.metrics.error("presence");
         Status::unavailable(format!("cannot record the agent's presence: {e}"))
-    })?;
-    session.ensure_consumer().await.map_err(|e| {
-        shared.metrics.error("consumer");
-        Status::unavailable(format!("cannot open the agent's command consumer: {e}"))
     })?;
     info!(agent_id = %session.agent_id, session = %session_id, "agent stream opened");
 
@@ -660,15 +548,22 @@ pub(crate) async fn open(
 /// How long a session sleeps when no timer of its own is due (it wakes on messages anyway).
 const IDLE_WAKE: Duration = Duration::from_secs(3600);
 
-/// The state of this session's pull request.
+/// When this session reads the agent's queue next.
 #[derive(Debug, Clone, Copy)]
-enum Pull {
-    /// None outstanding: send one.
+enum Read {
+    /// Now (when no command is in flight).
     Needed,
-    /// One is waiting on the NATS server; renew it if nothing was heard by then.
-    Waiting { renew_at: Instant },
-    /// Sending failed or the consumer is missing: try again at this time.
+    /// The queue was empty: on an announcement, or at this time (the backstop).
+    Idle { recheck_at: Instant },
+    /// A read failed: at this time.
     RetryAt(Instant),
+}
+
+/// `period` scaled by a random factor in [0.75, 1.25): sessions opened together do not read
+/// together.
+fn jittered(period: Duration) -> Duration {
+    let random = f64::from(uuid::Uuid::new_v4().as_u128() as u16) / 65_536.0;
+    period.mul_f64(0.75 + random / 2.0)
 }
 
 struct Session {
@@ -680,14 +575,17 @@ struct Session {
     token: String,
     control: Arc<Control>,
     reconnects: watch::Receiver<u64>,
+    /// [`Shared::commands_recheck`]: read the queue again.
+    recheck: watch::Receiver<u64>,
     /// [`Shared::presence_resync`]: read the entry again.
     resync: watch::Receiver<u64>,
-    pull_subject: String,
-    reply_subject: String,
     presence: Presence,
     revision: Option<u64>,
-    pull: Pull,
-    consumer_ready: bool,
+    read: Read,
+    /// The stream sequence the next read starts from (past the last command deleted here).
+    from: u64,
+    /// Failed reads in a row.
+    failures: u32,
     /// The command forwarded and waiting for the agent's receipt.
     in_flight: Option<InFlight>,
     /// Inventory requests for the agent; `None` for an agent without an instance id (built
@@ -698,8 +596,8 @@ struct Session {
 
 /// A forwarded command waiting for its receipt.
 struct InFlight {
-    /// Its JetStream ack subject.
-    reply: async_nats::Subject,
+    /// Its sequence in the dispatch stream (deleted once the receipt is stored).
+    sequence: u64,
     /// The dispatch it is about.
     dispatch_id: String,
     /// Whether it is a `StopWorkflow`.
@@ -736,7 +634,7 @@ enum Wake {
     Reconnected,
     Resync,
     Timer,
-    Message(Box<async_nats::Message>),
+    Announced,
     Receipt(Option<async_nats::Message>),
     InventoryRequest,
 }
@@ -766,15 +664,18 @@ impl Session {
             return None;
         }
         loop {
-            // The rare paths (pull, consumer creation, forwarding, presence reads) run boxed:
-            // inline, their futures would make every idle session's state several KiB
-            // (BENCHMARKS.md, issue 33).
-            if self.in_flight.is_none() && matches!(self.pull, Pull::Needed) {
-                Box::pin(self.drive_pull()).await;
+            // The rare paths (queue reads, forwarding, presence reads) run boxed: inline, their
+            // futures would make every idle session's state several KiB (BENCHMARKS.md, issue
+            // 33).
+            if self.in_flight.is_none() && matches!(self.read, Read::Needed) {
+                if let Some(command) = Box::pin(self.read_queue()).await {
+                    return Some(Ok(command));
+                }
+                continue;
             }
-            let mut wake_at = match self.pull {
-                Pull::Needed => Instant::now() + IDLE_WAKE,
-                Pull::Waiting { renew_at } | Pull::RetryAt(renew_at) => renew_at,
+            let mut wake_at = match self.read {
+                Read::Needed => Instant::now() + IDLE_WAKE,
+                Read::Idle { recheck_at: at } | Read::RetryAt(at) => at,
             };
             if let Some(f) = &self.in_flight {
                 wake_at = wake_at.min(f.deadline);
@@ -786,10 +687,14 @@ impl Session {
                 _ = self.control.superseded.cancelled() => Wake::Superseded,
                 receipt = next_receipt(in_flight) => Wake::Receipt(receipt),
                 () = next_inventory_request(&mut self.inventory_requests) => Wake::InventoryRequest,
-                message = self.control.mailbox.next() => Wake::Message(message),
+                () = self.control.announced.notified() => Wake::Announced,
                 changed = self.reconnects.changed() => match changed {
                     Ok(()) => Wake::Reconnected,
                     // The replica is going away; shutdown follows.
+                    Err(_) => Wake::Shutdown,
+                },
+                changed = self.recheck.changed() => match changed {
+                    Ok(()) => Wake::Reconnected,
                     Err(_) => Wake::Shutdown,
                 },
                 changed = self.resync.changed() => match changed {
@@ -804,45 +709,17 @@ impl Session {
                         "server shutting down; reconnect to another replica",
                     ));
                 }
-                Wake::Superseded => {
-                    let status = match self.control.ending.get() {
-                        Some(Ending::NatsLost(message)) => {
-                            self.shared.metrics.streams_nats_lost.inc();
-                            warn!(agent_id = %self.agent_id, ttl = ?self.shared.bus.config.presence_ttl, "NATS unreachable for the presence TTL; ending the agent's stream so it reconnects to another replica");
-                            Status::unavailable(message.clone())
-                        }
-                        Some(Ending::Removed) => {
-                            self.shared.metrics.error("presence_removed");
-                            info!(agent_id = %self.agent_id, session = %self.presence.session, "the agent's presence entry was deleted (a reset); ending its stream");
-                            Status::unavailable(
-                                "the agent's session was reset (its presence entry was deleted); reconnect",
-                            )
-                        }
-                        Some(Ending::Superseded(reason)) => {
-                            self.shared.metrics.streams_superseded.inc();
-                            info!(agent_id = %self.agent_id, %reason, "agent stream superseded");
-                            Status::aborted(format!("stream superseded: {reason}"))
-                        }
-                        None => {
-                            self.shared.metrics.streams_superseded.inc();
-                            Status::aborted(
-                                "stream superseded: a newer stream for this agent opened",
-                            )
-                        }
-                    };
-                    return self.finish(status);
-                }
+                Wake::Superseded => return self.superseded(),
                 Wake::Resync => {
                     if let Err(status) = Box::pin(self.verify_presence()).await {
                         return self.finish(status);
                     }
+                    // Announcements may have been lost while the watch was down too.
+                    self.read_again();
                 }
-                Wake::Reconnected => {
-                    // Waiting pull requests may be gone with the old connection; the consumer
-                    // may be gone with the server's store.
-                    self.consumer_ready = false;
-                    self.pull = Pull::Needed;
-                }
+                // Announcements may have been lost; a command in flight is read past once its
+                // receipt comes (or read again by the agent's next stream).
+                Wake::Reconnected | Wake::Announced => self.read_again(),
                 Wake::Receipt(Some(message)) => Box::pin(self.on_receipt(&message)).await,
                 Wake::Receipt(None) => {
                     // The subscription ended with the NATS client: the deadline decides.
@@ -855,15 +732,10 @@ impl Session {
                     {
                         return Box::pin(self.unconfirmed()).await;
                     }
-                    if let Pull::Waiting { renew_at } | Pull::RetryAt(renew_at) = self.pull
-                        && now >= renew_at
+                    if let Read::Idle { recheck_at: at } | Read::RetryAt(at) = self.read
+                        && now >= at
                     {
-                        self.pull = Pull::Needed;
-                    }
-                }
-                Wake::Message(message) => {
-                    if let Some(command) = Box::pin(self.accept(*message)).await {
-                        return Some(Ok(command));
+                        self.read = Read::Needed;
                     }
                 }
                 Wake::InventoryRequest => {
@@ -886,8 +758,44 @@ impl Session {
         }
     }
 
-    /// An event on the in-flight command's dispatch subject: acknowledge the command when it is
-    /// the receipt.
+    /// Reads the queue at the next chance: now when idle; after the receipt when a command is
+    /// in flight (its receipt leads to a read anyway); a failed read keeps its pause.
+    fn read_again(&mut self) {
+        if matches!(self.read, Read::Idle { .. }) {
+            self.read = Read::Needed;
+        }
+    }
+
+    /// The status a stream ended from outside ends with.
+    fn superseded(&mut self) -> Option<Result<GetWorkflowsResponse, Status>> {
+        let status = match self.control.ending.get() {
+            Some(Ending::NatsLost(message)) => {
+                self.shared.metrics.streams_nats_lost.inc();
+                warn!(agent_id = %self.agent_id, ttl = ?self.shared.bus.config.presence_ttl, "NATS unreachable for the presence TTL; ending the agent's stream so it reconnects to another replica");
+                Status::unavailable(message.clone())
+            }
+            Some(Ending::Removed) => {
+                self.shared.metrics.error("presence_removed");
+                info!(agent_id = %self.agent_id, session = %self.presence.session, "the agent's presence entry was deleted (a reset); ending its stream");
+                Status::unavailable(
+                    "the agent's session was reset (its presence entry was deleted); reconnect",
+                )
+            }
+            Some(Ending::Superseded(reason)) => {
+                self.shared.metrics.streams_superseded.inc();
+                info!(agent_id = %self.agent_id, %reason, "agent stream superseded");
+                Status::aborted(format!("stream superseded: {reason}"))
+            }
+            None => {
+                self.shared.metrics.streams_superseded.inc();
+                Status::aborted("stream superseded: a newer stream for this agent opened")
+            }
+        };
+        self.finish(status)
+    }
+
+    /// An event on the in-flight command's dispatch subject: when it is the receipt, delete the
+    /// command and read the next one.
     async fn on_receipt(&mut self, message: &async_nats::Message) {
         let Some(f) = &self.in_flight else { return };
         let Ok(event) = tink_bus::decode_event(&message.payload) else {
@@ -899,22 +807,30 @@ impl Session {
         let Some(f) = self.in_flight.take() else {
             return;
         };
-        if let Err(e) = self.shared.client.publish(f.reply, ACK.into()).await {
-            self.shared.metrics.error("ack");
-            warn!(agent_id = %self.agent_id, error = %e, "cannot acknowledge a delivered command; it may be delivered again (the agent refuses a dispatch it has)");
-        }
         self.shared.metrics.commands_forwarded.inc();
         debug!(agent_id = %self.agent_id, dispatch = %f.dispatch_id, stop = f.stop, "command receipt stored");
-        self.pull = Pull::Needed;
+        self.done_with(f.sequence).await;
     }
 
-    /// No receipt in time: hand the command back and end the stream, so the agent reconnects
-    /// and gets it again (a connection that died silently is the usual cause).
+    /// Deletes a command that needs no more delivery (its receipt is stored, or it is refused)
+    /// and reads the next one. A failed deletion leaves it for a later stream, which finds it
+    /// delivered (a start's events are stored) or forwards it again (a stop, which an agent
+    /// answers again harmlessly).
+    async fn done_with(&mut self, sequence: u64) {
+        if let Err(e) = tink_bus::delete_command(&self.shared.bus.dispatch, sequence).await {
+            self.shared.metrics.error("command_delete");
+            warn!(agent_id = %self.agent_id, sequence, error = %e, "cannot delete a delivered command; a later stream of the agent meets it again (the agent refuses a dispatch it has)");
+        }
+        self.from = self.from.max(sequence + 1);
+        self.read = Read::Needed;
+    }
+
+    /// No receipt in time: end the stream, so the agent reconnects and gets the command again
+    /// (it stays queued; a connection that died silently is the usual cause).
     async fn unconfirmed(&mut self) -> Option<Result<GetWorkflowsResponse, Status>> {
         if let Some(f) = self.in_flight.take() {
             self.shared.metrics.error("receipt_timeout");
-            warn!(agent_id = %self.agent_id, dispatch = %f.dispatch_id, stop = f.stop, "the agent did not confirm a command in time; handing it back");
-            let _ = self.shared.client.publish(f.reply, NAK.into()).await;
+            warn!(agent_id = %self.agent_id, dispatch = %f.dispatch_id, stop = f.stop, "the agent did not confirm a command in time; ending its stream, the command stays queued");
             return self.finish(Status::unavailable(format!(
                 "the agent did not confirm command for {} within {:?}; reconnect to receive it again",
                 f.dispatch_id, self.shared.bus.config.receipt_timeout
@@ -928,205 +844,179 @@ impl Session {
         Some(Err(status))
     }
 
-    /// Sends a pull request when one is needed (creating the consumer first if it may be
-    /// missing).
-    async fn drive_pull(&mut self) {
-        if !matches!(self.pull, Pull::Needed) {
-            return;
-        }
-        if !self.consumer_ready
-            && let Err(e) = self.ensure_consumer().await
+    /// A read failed: try again after a pause that doubles up to [`RETRY_MAX`].
+    fn retry_later(&mut self) {
+        self.failures = self.failures.saturating_add(1);
+        let pause = RETRY
+            .saturating_mul(1 << self.failures.min(6).saturating_sub(1))
+            .min(RETRY_MAX);
+        self.read = Read::RetryAt(Instant::now() + jittered(pause));
+    }
+
+    /// Reads the oldest queued command and returns it to forward; `None` when there is nothing
+    /// to forward now (the queue is empty, the read failed, or the command needed no delivery:
+    /// then `self.read` says when to read again).
+    async fn read_queue(&mut self) -> Option<GetWorkflowsResponse> {
+        let message = match tink_bus::next_command(
+            &self.shared.bus.dispatch,
+            &self.agent_id,
+            self.from,
+        )
+        .await
         {
-            self.shared.metrics.error("consumer");
-            warn!(agent_id = %self.agent_id, error = %e, "cannot create the command consumer; retrying");
-            self.pull = Pull::RetryAt(Instant::now() + RETRY);
-            return;
-        }
-        let expires = u64::try_from(PULL_EXPIRES.as_nanos()).unwrap_or(u64::MAX);
-        let request = format!("{{\"batch\":1,\"expires\":{expires}}}");
-        match self
-            .shared
-            .client
-            .publish_with_reply(
-                self.pull_subject.clone(),
-                self.reply_subject.clone(),
-                request.into(),
-            )
-            .await
-        {
-            Ok(()) => {
-                self.pull = Pull::Waiting {
-                    renew_at: Instant::now() + PULL_EXPIRES + PULL_GRACE,
-                };
-            }
+            Ok(message) => message,
             Err(e) => {
-                self.shared.metrics.error("consumer");
-                warn!(agent_id = %self.agent_id, error = %e, "cannot send a pull request; retrying");
-                self.pull = Pull::RetryAt(Instant::now() + RETRY);
+                self.shared.metrics.error("dispatch_read");
+                warn!(agent_id = %self.agent_id, error = %e, "cannot read the agent's command queue; retrying");
+                self.retry_later();
+                return None;
             }
-        }
-    }
-
-    async fn ensure_consumer(&mut self) -> Result<(), String> {
-        let config = tink_bus::agent_consumer_config(&self.agent_id, &self.shared.bus.config)
-            .map_err(|e| e.to_string())?;
-        self.shared
-            .bus
-            .dispatch
-            .create_consumer(config)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.consumer_ready = true;
-        Ok(())
-    }
-
-    /// Handles a message from the pull inbox: a command to forward, or a status about the
-    /// pull request. A malformed command is terminated (never redelivered) and counted; the
-    /// stream goes on.
-    async fn accept(&mut self, message: async_nats::Message) -> Option<GetWorkflowsResponse> {
-        let Some(reply) = jetstream_reply(&message) else {
-            match message.status {
-                Some(StatusCode::IDLE_HEARTBEAT) => {}
-                // The pull expired (or found nothing): renew it.
-                Some(StatusCode::TIMEOUT | StatusCode::NOT_FOUND) => self.pull = Pull::Needed,
-                status => {
-                    // 503 no responders: the consumer is gone; 409: it was deleted or
-                    // changed. Recreate it before the next pull.
-                    debug!(agent_id = %self.agent_id, ?status, description = ?message.description, "pull request ended");
-                    self.consumer_ready = false;
-                    self.pull = Pull::RetryAt(Instant::now() + RETRY);
-                }
-            }
+        };
+        self.failures = 0;
+        let Some(message) = message else {
+            self.read = Read::Idle {
+                recheck_at: Instant::now() + jittered(self.shared.bus.config.dispatch_recheck),
+            };
             return None;
         };
-        self.pull = Pull::Needed;
-        let parent = message
-            .headers
-            .as_ref()
-            .map(tink_telemetry::propagation::extract_nats)
-            .unwrap_or_default();
+        self.accept(message).await
+    }
+
+    /// Handles a command read from the queue: forwards it, or deletes it when it needs no
+    /// delivery. A malformed command is deleted and counted; the stream goes on.
+    async fn accept(
+        &mut self,
+        message: async_nats::jetstream::message::StreamMessage,
+    ) -> Option<GetWorkflowsResponse> {
+        let sequence = message.sequence;
+        let parent = tink_telemetry::propagation::extract_nats(&message.headers);
         let span = tracing::info_span!("forward_command", agent_id = %self.agent_id, workflow_id = tracing::field::Empty);
         tink_telemetry::propagation::set_parent(&span, parent);
         async {
-            match tink_bus::decode_command(&message.payload) {
-                Ok(mut command) => {
-                    if let Some(workflow_id) = tink_bus::command_workflow_id(&command) {
-                        tracing::Span::current().record("workflow_id", workflow_id);
-                    }
-                    if let Some(headers) = &message.headers {
-                        for key in ["traceparent", "tracestate"] {
-                            if let Some(value) = headers.get(key) {
-                                command
-                                    .trace_context
-                                    .insert(key.to_string(), value.as_str().to_string());
-                            }
-                        }
-                    }
-                    let stop = matches!(
-                        command.cmd,
-                        Some(tink_bus::proto::get_workflows_response::Cmd::StopWorkflow(_))
-                    );
-                    let dispatch_id = tink_bus::command_workflow_id(&command)
-                        .unwrap_or_default()
-                        .to_string();
-                    if !stop {
-                        match tink_bus::dispatch_received_by(
-                            &self.shared.bus.events,
-                            &dispatch_id,
-                            &self.agent_id,
-                        )
-                        .await
-                        {
-                            Ok(true) => {
-                                // An agent process received this dispatch before (a restarted
-                                // agent would run it again): it is delivered.
-                                info!(agent_id = %self.agent_id, dispatch = %dispatch_id, "not forwarding a start an agent already received");
-                                self.shared.metrics.error("already_received");
-                                let _ = self.shared.client.publish(reply, ACK.into()).await;
-                                return None;
-                            }
-                            Ok(false) => {}
-                            Err(e) => {
-                                warn!(agent_id = %self.agent_id, error = %e, "cannot check whether a start was received; handing it back");
-                                self.shared.metrics.error("delivery_lookup");
-                                let _ = self.shared.client.publish(reply, NAK.into()).await;
-                                self.pull = Pull::RetryAt(Instant::now() + RETRY);
-                                return None;
-                            }
-                        }
-                    }
-                    if !stop {
-                        // Recorded before the agent can answer: its events are checked against it
-                        // on whichever replica they arrive.
-                        let target = tink_bus::DispatchTarget {
-                            agent_id: self.agent_id.clone(),
-                            authenticated: self.authenticated,
-                        };
-                        match self.shared.targets.record(&dispatch_id, target).await {
-                            Ok(()) => {}
-                            Err(crate::targets::RecordError::OtherAgent(other)) => {
-                                warn!(agent_id = %self.agent_id, dispatch = %dispatch_id, %other, "a command for a dispatch that went to another agent; it is dropped");
-                                self.shared.metrics.error("dispatch_target");
-                                let _ = self.shared.client.publish(reply, TERM.into()).await;
-                                return None;
-                            }
-                            Err(e) => {
-                                warn!(agent_id = %self.agent_id, error = %e, "cannot record the dispatch target; handing the command back");
-                                self.shared.metrics.error("dispatch_target");
-                                let _ = self.shared.client.publish(reply, NAK.into()).await;
-                                self.pull = Pull::RetryAt(Instant::now() + RETRY);
-                                return None;
-                            }
-                        }
-                    }
-                    let receipts = match tink_bus::events_subject(&dispatch_id) {
-                        Ok(subject) => self.shared.client.subscribe(subject).await,
-                        Err(e) => {
-                            warn!(error = %e, "a command with an unusable workflow id");
-                            return None;
-                        }
-                    };
-                    let receipts = match receipts {
-                        Ok(sub) => sub,
-                        Err(e) => {
-                            warn!(agent_id = %self.agent_id, error = %e, "cannot watch for the command's receipt; handing it back");
-                            self.shared.metrics.error("subscribe");
-                            let _ = self.shared.client.publish(reply, NAK.into()).await;
-                            self.pull = Pull::RetryAt(Instant::now() + RETRY);
-                            return None;
-                        }
-                    };
-                    // The subscription is registered on the NATS server before the agent can
-                    // possibly answer.
-                    if let Err(e) = self.shared.client.flush().await {
-                        debug!(error = %e, "flush before forwarding");
-                    }
-                    debug!("forwarding command");
-                    self.in_flight = Some(InFlight {
-                        reply,
-                        dispatch_id,
-                        stop,
-                        receipts,
-                        deadline: Instant::now() + self.shared.bus.config.receipt_timeout,
-                    });
-                    // No new pull until this one is acknowledged (one in flight).
-                    self.pull = Pull::Waiting {
-                        renew_at: Instant::now() + PULL_EXPIRES,
-                    };
-                    Some(command)
-                }
+            let mut command = match tink_bus::decode_command(&message.payload) {
+                Ok(command) => command,
                 Err(e) => {
                     self.shared.metrics.error("malformed_command");
                     warn!(subject = %message.subject, error = %e, "refusing a malformed command; it is dropped");
-                    if let Err(e) = self.shared.client.publish(reply, TERM.into()).await {
-                        warn!(error = %e, "cannot terminate a malformed command");
-                    }
-                    None
+                    self.done_with(sequence).await;
+                    return None;
+                }
+            };
+            if let Some(workflow_id) = tink_bus::command_workflow_id(&command) {
+                tracing::Span::current().record("workflow_id", workflow_id);
+            }
+            for key in ["traceparent", "tracestate"] {
+                if let Some(value) = message.headers.get(key) {
+                    command
+                        .trace_context
+                        .insert(key.to_string(), value.as_str().to_string());
                 }
             }
+            let stop = matches!(
+                command.cmd,
+                Some(tink_bus::proto::get_workflows_response::Cmd::StopWorkflow(_))
+            );
+            let dispatch_id = tink_bus::command_workflow_id(&command)
+                .unwrap_or_default()
+                .to_string();
+            if !stop && !self.may_forward_start(&dispatch_id, sequence).await {
+                return None;
+            }
+            let receipts = match tink_bus::events_subject(&dispatch_id) {
+                Ok(subject) => self.shared.client.subscribe(subject).await,
+                Err(e) => {
+                    warn!(error = %e, "a command with an unusable workflow id; it is dropped");
+                    self.shared.metrics.error("malformed_command");
+                    self.done_with(sequence).await;
+                    return None;
+                }
+            };
+            let receipts = match receipts {
+                Ok(sub) => sub,
+                Err(e) => {
+                    warn!(agent_id = %self.agent_id, error = %e, "cannot watch for the command's receipt; retrying");
+                    self.shared.metrics.error("subscribe");
+                    self.retry_later();
+                    return None;
+                }
+            };
+            // The subscription is registered on the NATS server before the agent can possibly
+            // answer.
+            if let Err(e) = self.shared.client.flush().await {
+                debug!(error = %e, "flush before forwarding");
+            }
+            debug!("forwarding command");
+            self.in_flight = Some(InFlight {
+                sequence,
+                dispatch_id,
+                stop,
+                receipts,
+                deadline: Instant::now() + self.shared.bus.config.receipt_timeout,
+            });
+            Some(command)
         }
         .instrument(span)
         .await
+    }
+
+    /// Whether the start of `dispatch_id` (at `sequence`) may go to this agent now: no agent
+    /// process received it before (a restarted agent would run it again: it is deleted as
+    /// delivered), its target is recorded as this agent (one that names another agent drops
+    /// it), and it is still queued after that record (the controller may have withdrawn it; see
+    /// [`tink_bus::withdraw_command`]). On a failed look-up the queue is read again later.
+    async fn may_forward_start(&mut self, dispatch_id: &str, sequence: u64) -> bool {
+        let bus = &self.shared.bus;
+        match tink_bus::dispatch_received_by(&bus.events, dispatch_id, &self.agent_id).await {
+            Ok(true) => {
+                info!(agent_id = %self.agent_id, dispatch = %dispatch_id, "not forwarding a start an agent already received");
+                self.shared.metrics.error("already_received");
+                self.done_with(sequence).await;
+                return false;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                warn!(agent_id = %self.agent_id, error = %e, "cannot check whether a start was received; retrying");
+                self.shared.metrics.error("delivery_lookup");
+                self.retry_later();
+                return false;
+            }
+        }
+        // Recorded before the agent can answer: its events are checked against it on whichever
+        // replica they arrive.
+        let target = tink_bus::DispatchTarget {
+            agent_id: self.agent_id.clone(),
+            authenticated: self.authenticated,
+        };
+        match self.shared.targets.record(dispatch_id, target).await {
+            Ok(()) => {}
+            Err(crate::targets::RecordError::OtherAgent(other)) => {
+                warn!(agent_id = %self.agent_id, dispatch = %dispatch_id, %other, "a command for a dispatch that went to another agent; it is dropped");
+                self.shared.metrics.error("dispatch_target");
+                self.done_with(sequence).await;
+                return false;
+            }
+            Err(e) => {
+                warn!(agent_id = %self.agent_id, error = %e, "cannot record the dispatch target; retrying");
+                self.shared.metrics.error("dispatch_target");
+                self.retry_later();
+                return false;
+            }
+        }
+        match tink_bus::command_queued(&bus.dispatch, sequence).await {
+            Ok(true) => true,
+            Ok(false) => {
+                info!(agent_id = %self.agent_id, dispatch = %dispatch_id, "a start withdrawn (or delivered elsewhere) before it was forwarded");
+                self.from = self.from.max(sequence + 1);
+                self.read = Read::Needed;
+                false
+            }
+            Err(e) => {
+                warn!(agent_id = %self.agent_id, error = %e, "cannot read a start again before forwarding it; retrying");
+                self.shared.metrics.error("delivery_lookup");
+                self.retry_later();
+                false
+            }
+        }
     }
 
     async fn put_presence(&mut self) -> Result<(), kv::PutError> {
@@ -1224,17 +1114,8 @@ impl Drop for Session {
             }
         }
         info!(agent_id = %self.agent_id, session = %self.presence.session, "agent stream closed");
-        let in_flight = self.in_flight.take().map(|f| f.reply);
-        // Pulled but not looked at: handed back too.
-        let queued: Vec<_> = self
-            .control
-            .mailbox
-            .close()
-            .iter()
-            .filter_map(|m| jetstream_reply(m))
-            .collect();
+        // A command in flight stays queued: the agent's next stream reads it again.
         let revision = self.revision;
-        let client = self.shared.client.clone();
         let store = self.shared.bus.presence.clone();
         let token = self.token.clone();
         let ttl = self.shared.bus.config.presence_ttl;
@@ -1243,14 +1124,6 @@ impl Drop for Session {
             return;
         };
         let task = async move {
-            if let Some(reply) = in_flight {
-                // Not taken by the transport: deliver it on the agent's next stream now rather
-                // than after the ack wait.
-                let _ = client.publish(reply, NAK.into()).await;
-            }
-            for reply in queued {
-                let _ = client.publish(reply, NAK.into()).await;
-            }
             if let Some(revision) = revision {
                 delete_entry(&store, &token, revision, ttl, &metrics).await;
             }
@@ -1313,21 +1186,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn agent_tokens_from_ack_subjects() {
-        assert_eq!(
-            agent_token_of_ack("$JS.ACK.TINK_DISPATCH.agent_aa_3abb.1.2.3.1795257501738419168.0"),
-            Some("aa_3abb")
-        );
-        assert_eq!(
-            agent_token_of_ack("$JS.ACK.hub.ACCHASH.TINK_DISPATCH.agent_x.1.2.3.17952575.0.token"),
-            Some("x")
-        );
-        assert_eq!(agent_token_of_ack("$JS.ACK.OTHER.agent_x.1.2.3.4.0"), None);
-        assert_eq!(
-            agent_token_of_ack("$JS.ACK.TINK_DISPATCH.other.1.2.3.4.0"),
-            None
-        );
-        assert_eq!(agent_token_of_ack("$JS.ACK.short"), None);
+    fn takeover_notices() {
         assert_eq!(parse_takeover(b"s1 server-a"), Some(("s1", "server-a")));
         assert_eq!(parse_takeover(b"nospace"), None);
     }

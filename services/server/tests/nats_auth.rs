@@ -375,36 +375,62 @@ async fn the_server_user_keeps_to_its_subjects() {
         .await
         .expect("the controller's consumer is still there");
 
-    // Allowed: everything the server does for an agent.
-    let consumer = bus
-        .dispatch
-        .create_consumer(tink_bus::agent_consumer_config(AGENT, &bus_config()).unwrap())
-        .await
-        .expect("the server creates the agent's consumer");
-    bus.dispatch
-        .consumer_info(tink_bus::agent_consumer_name(AGENT).unwrap())
-        .await
-        .expect("and reads it");
-    let mut batch = consumer
-        .fetch()
-        .max_messages(1)
-        .messages()
-        .await
-        .expect("pulls");
-    let command = within("the command", batch.next())
-        .await
-        .expect("a command")
-        .expect("no error");
-    let command_id = tink_bus::command_workflow_id(
-        &tink_bus::decode_command(&command.payload).expect("decodes"),
+    // Forbidden: a consumer on the dispatch stream (the server reads commands without one).
+    refused(
+        "CONSUMER.CREATE on the dispatch stream",
+        forbidden.create_consumer_on_stream(
+            async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("forged".to_string()),
+                filter_subject: tink_bus::dispatch_subject(AGENT).unwrap(),
+                ..Default::default()
+            },
+            tink_bus::DISPATCH_STREAM,
+        ),
     )
-    .map(str::to_string);
-    assert_eq!(command_id.as_deref(), Some("ns/wf"));
-    command.ack().await.expect("acks");
-    eventually("the acked command to leave the work queue", || async {
-        messages(&controller, tink_bus::DISPATCH_STREAM).await == 0
-    })
     .await;
+
+    // Allowed: everything the server does for an agent. It hears each command published (the
+    // wake-up of the agent's stream), reads the agent's queue from the stream and deletes a
+    // command once delivered.
+    let mut announced = server_client
+        .subscribe(tink_bus::DISPATCH_ALL)
+        .await
+        .expect("subscribes to the command announcements");
+    // A request on the same connection: NATS has the subscription once it answers (a flush
+    // only writes it out).
+    messages(&server, tink_bus::DISPATCH_STREAM).await;
+    dispatch(&controller, AGENT, "ns/wf2").await;
+    let announcement = within("the announcement", announced.next())
+        .await
+        .expect("an announcement");
+    assert_eq!(
+        announcement.subject.as_str(),
+        tink_bus::dispatch_subject(AGENT).unwrap()
+    );
+    let mut from = 1;
+    for expected in ["ns/wf", "ns/wf2"] {
+        let command = tink_bus::next_command(&bus.dispatch, AGENT, from)
+            .await
+            .expect("the server reads the agent's queue")
+            .expect("a command");
+        let command_id = tink_bus::command_workflow_id(
+            &tink_bus::decode_command(&command.payload).expect("decodes"),
+        )
+        .map(str::to_string);
+        assert_eq!(command_id.as_deref(), Some(expected));
+        assert!(
+            tink_bus::command_queued(&bus.dispatch, command.sequence)
+                .await
+                .expect("reads it again by sequence")
+        );
+        assert!(
+            tink_bus::delete_command(&bus.dispatch, command.sequence)
+                .await
+                .expect("the server deletes a delivered command")
+        );
+        from = command.sequence + 1;
+    }
+    assert_eq!(messages(&controller, tink_bus::DISPATCH_STREAM).await, 0);
     // Events: published, watched for (the receipt subscription) and looked up.
     let mut receipts = server_client
         .subscribe(tink_bus::events_subject("ns/wf").unwrap())

@@ -166,7 +166,15 @@ async fn a_dead_replicas_heartbeat_expires_and_its_entries_stay_for_the_controll
 async fn idle_agents_write_nothing_to_presence_after_connecting() {
     let nats = NatsServer::start().await.expect("nats");
     let js = jetstream(&nats.url()).await;
-    let replica = Replica::start(&nats.url(), "server-a").await;
+    // No periodic read of the queues within this test: a command can only arrive through its
+    // announcement.
+    let mut config = tink_server::ServerConfig::new(nats.url(), "server-a");
+    config.bus = tink_bus::BusConfig {
+        dispatch_recheck: Duration::from_secs(3600),
+        ..bus_config()
+    };
+    config.allow_unauthenticated_agents = true;
+    let replica = Replica::start_config(config).await;
     let mut client = replica.client().await;
     let agents = [
         "aa:00:00:00:00:01",
@@ -204,6 +212,22 @@ async fn idle_agents_write_nothing_to_presence_after_connecting() {
             "{agent} is still present"
         );
     }
+    // An idle agent holds nothing in JetStream for its commands: no consumer exists.
+    let mut dispatch_stream = js
+        .get_stream(tink_bus::DISPATCH_STREAM)
+        .await
+        .expect("dispatch stream");
+    let info = dispatch_stream.info().await.expect("info");
+    assert_eq!(info.state.consumer_count, 0, "a consumer per agent exists");
+    // A command published to an idle agent reaches it through its announcement, and stays
+    // queued until its receipt is stored (none is sent here).
+    dispatch(&js, agents[1], "ns/after-rest").await;
+    assert_eq!(next_workflow(&mut streams[1]).await, "ns/after-rest");
+    let info = dispatch_stream.info().await.expect("info");
+    assert_eq!(
+        info.state.messages, 1,
+        "a command without receipt was deleted"
+    );
     drop(streams);
     eventually("presence to be removed on disconnect", || async {
         presence(&js, agents[0]).await.is_none()

@@ -49,7 +49,7 @@ struct Args {
     /// over several processes.
     #[arg(long, default_value_t = 16_000)]
     agents_per_process: usize,
-    /// Connections (stream opens, each creating the agent's consumer) in progress at once,
+    /// Connections (stream opens, each writing presence and reading the agent's queue) in progress at once,
     /// shared among the load generator processes.
     #[arg(long, default_value_t = 256)]
     connect_concurrency: usize,

@@ -42,7 +42,7 @@ pub fn bus_config() -> tink_bus::BusConfig {
     tink_bus::BusConfig {
         presence_ttl: Duration::from_secs(3),
         presence_heartbeat: Duration::from_millis(500),
-        command_ack_wait: Duration::from_secs(2),
+        dispatch_recheck: Duration::from_secs(10),
         receipt_timeout: Duration::from_secs(2),
         // Short, so tests can outlast it (a controller outage longer than the window).
         duplicate_window: Duration::from_secs(3),
