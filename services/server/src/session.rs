@@ -36,7 +36,8 @@
 //!
 //! When to read: when the stream opens; when a command is announced (each replica subscribes
 //! once to the dispatch subjects, core NATS, and wakes the agent's session, whatever the
-//! payload); after a receipt; after a NATS reconnect, the presence watch's return or the
+//! payload; NATS may hand the publish to subscribers before the stream stored it, so an empty
+//! read after an announcement is made again a few times within a second); after a receipt; after a NATS reconnect, the presence watch's return or the
 //! replica's heartbeat stored again after failures (announcements may have been lost
 //! meanwhile); and every [`tink_bus::BusConfig::dispatch_recheck`] (jittered) as a backstop for
 //! an announcement lost without any of these (a route down between two NATS nodes).
@@ -71,6 +72,11 @@ pub type CommandStream = Pin<Box<dyn Stream<Item = Result<GetWorkflowsResponse, 
 const RETRY: Duration = Duration::from_secs(1);
 /// The longest pause between failed reads (NATS unreachable for long).
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// An announcement can arrive before the stream has stored its command (NATS hands the publish
+/// to subscribers and to the stream at once): a read after one that finds the queue empty is
+/// made again this many times, after 50, 100, 200 and 400 ms.
+const ANNOUNCED_REREADS: u8 = 4;
+const ANNOUNCED_REREAD: Duration = Duration::from_millis(50);
 
 /// State shared by all sessions of a replica.
 #[derive(Debug)]
@@ -517,6 +523,7 @@ pub(crate) async fn open(
         read: Read::Needed,
         from: 1,
         failures: 0,
+        rereads: 0,
         in_flight: None,
         finished: false,
     };
@@ -586,6 +593,8 @@ struct Session {
     from: u64,
     /// Failed reads in a row.
     failures: u32,
+    /// Reads still to make after an announcement while the queue looks empty.
+    rereads: u8,
     /// The command forwarded and waiting for the agent's receipt.
     in_flight: Option<InFlight>,
     /// Inventory requests for the agent; `None` for an agent without an instance id (built
@@ -719,7 +728,11 @@ impl Session {
                 }
                 // Announcements may have been lost; a command in flight is read past once its
                 // receipt comes (or read again by the agent's next stream).
-                Wake::Reconnected | Wake::Announced => self.read_again(),
+                Wake::Reconnected => self.read_again(),
+                Wake::Announced => {
+                    self.rereads = ANNOUNCED_REREADS;
+                    self.read_again();
+                }
                 Wake::Receipt(Some(message)) => Box::pin(self.on_receipt(&message)).await,
                 Wake::Receipt(None) => {
                     // The subscription ended with the NATS client: the deadline decides.
@@ -874,6 +887,13 @@ impl Session {
         };
         self.failures = 0;
         let Some(message) = message else {
+            if self.rereads > 0 {
+                // Announced but not stored yet: look again shortly.
+                let doubling = u32::from(ANNOUNCED_REREADS - self.rereads);
+                self.rereads -= 1;
+                self.read = Read::RetryAt(Instant::now() + ANNOUNCED_REREAD * (1 << doubling));
+                return None;
+            }
             self.read = Read::Idle {
                 recheck_at: Instant::now() + jittered(self.shared.bus.config.dispatch_recheck),
             };
