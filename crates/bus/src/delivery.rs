@@ -14,8 +14,11 @@
 //!   never be forwarded, and one read after the record was written is seen by whoever reads
 //!   the bucket after deleting it (both through the streams' leaders, never a direct get).
 
+use async_nats::jetstream::kv;
 use async_nats::jetstream::message::StreamMessage;
-use async_nats::jetstream::stream::{DeleteMessageErrorKind, LastRawMessageErrorKind, Stream};
+use async_nats::jetstream::stream::{
+    DeleteMessageErrorKind, LastRawMessageError, LastRawMessageErrorKind, Stream,
+};
 
 use crate::error::BusError;
 use crate::publish::MSG_ID_HEADER;
@@ -43,15 +46,22 @@ impl From<crate::token::TokenError> for DeliveryError {
     }
 }
 
+/// A message read by subject or sequence: `None` when there is none.
+fn found(
+    read: Result<StreamMessage, LastRawMessageError>,
+) -> Result<Option<StreamMessage>, DeliveryError> {
+    match read {
+        Ok(message) => Ok(Some(message)),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(e) => Err(DeliveryError::Lookup(e.to_string())),
+    }
+}
+
 /// Whether any event of `dispatch_id` is stored in the events stream: an agent process
 /// received the dispatch (and may have run it).
 pub async fn dispatch_received(events: &Stream, dispatch_id: &str) -> Result<bool, DeliveryError> {
     let subject = events_subject(dispatch_id)?;
-    match events.get_first_raw_message_by_subject(&subject, 1).await {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(false),
-        Err(e) => Err(DeliveryError::Lookup(e.to_string())),
-    }
+    Ok(found(events.get_first_raw_message_by_subject(&subject, 1).await)?.is_some())
 }
 
 /// Whether an event of `dispatch_id` published by `agent_id` is stored: that agent received the
@@ -66,13 +76,13 @@ pub async fn dispatch_received_by(
     let subject = events_subject(dispatch_id)?;
     let mut from = 1;
     for _ in 0..MAX_SCAN {
-        let message = match events
-            .get_first_raw_message_by_subject(&subject, from)
-            .await
-        {
-            Ok(m) => m,
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(false),
-            Err(e) => return Err(DeliveryError::Lookup(e.to_string())),
+        let Some(message) = found(
+            events
+                .get_first_raw_message_by_subject(&subject, from)
+                .await,
+        )?
+        else {
+            return Ok(false);
         };
         if crate::codec::decode_event(&message.payload).is_ok_and(|e| e.agent_id == agent_id) {
             return Ok(true);
@@ -93,13 +103,13 @@ pub async fn queued_command(
     let subject = dispatch_subject(agent_id)?;
     let mut from = 1;
     for _ in 0..MAX_SCAN {
-        let message = match dispatch
-            .get_first_raw_message_by_subject(&subject, from)
-            .await
-        {
-            Ok(m) => m,
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
-            Err(e) => return Err(DeliveryError::Lookup(e.to_string())),
+        let Some(message) = found(
+            dispatch
+                .get_first_raw_message_by_subject(&subject, from)
+                .await,
+        )?
+        else {
+            return Ok(None);
         };
         let id = message
             .headers
@@ -121,24 +131,17 @@ pub async fn next_command(
     from: u64,
 ) -> Result<Option<StreamMessage>, DeliveryError> {
     let subject = dispatch_subject(agent_id)?;
-    match dispatch
-        .get_first_raw_message_by_subject(&subject, from.max(1))
-        .await
-    {
-        Ok(message) => Ok(Some(message)),
-        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
-        Err(e) => Err(DeliveryError::Lookup(e.to_string())),
-    }
+    found(
+        dispatch
+            .get_first_raw_message_by_subject(&subject, from.max(1))
+            .await,
+    )
 }
 
 /// Whether the command at stream sequence `sequence` is still in the dispatch stream (not
 /// deleted after its receipt, withdrawn, or aged out), read from the stream's leader.
 pub async fn command_queued(dispatch: &Stream, sequence: u64) -> Result<bool, DeliveryError> {
-    match dispatch.get_raw_message(sequence).await {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(false),
-        Err(e) => Err(DeliveryError::Lookup(e.to_string())),
-    }
+    Ok(found(dispatch.get_raw_message(sequence).await)?.is_some())
 }
 
 /// Deletes the command at `sequence` from the dispatch stream; `false` when it was already gone.
@@ -153,20 +156,22 @@ pub async fn delete_command(dispatch: &Stream, sequence: u64) -> Result<bool, De
     }
 }
 
-/// Whether a server recorded a target for `dispatch_id` in the dispatch targets bucket (whose
-/// stream is `targets`): it was about to forward, or forwarded, the start. Read from the
-/// stream's leader.
+/// Whether a server recorded a target for `dispatch_id` in the dispatch targets bucket: it was
+/// about to forward, or forwarded, the start. Read from the bucket stream's leader (the KV
+/// get may be a direct get, answered by a follower a moment behind).
 pub async fn dispatch_forwarded(
-    targets: &Stream,
+    targets: &kv::Store,
     dispatch_id: &str,
 ) -> Result<bool, DeliveryError> {
     let key = crate::token::workflow_token(dispatch_id)?;
-    let subject = format!("$KV.{}.{key}", crate::streams::DISPATCH_TARGETS_BUCKET);
-    match targets.get_last_raw_message_by_subject(&subject).await {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(false),
-        Err(e) => Err(DeliveryError::Lookup(e.to_string())),
-    }
+    let subject = format!("{}{key}", targets.prefix);
+    Ok(found(
+        targets
+            .stream
+            .get_last_raw_message_by_subject(&subject)
+            .await,
+    )?
+    .is_some())
 }
 
 /// The result of [`withdraw_command`].
@@ -186,11 +191,11 @@ pub enum Withdrawal {
 /// its last read of the command, and forwards only what that read still finds) and no event of
 /// the dispatch is stored (an agent that received it, even one that never sends receipts, has
 /// published something). Otherwise [`Withdrawal::MaybeDelivered`]: the caller must stop it like
-/// a delivered one. `targets` is the dispatch targets bucket's stream.
+/// a delivered one. `targets` is the dispatch targets bucket.
 pub async fn withdraw_command(
     dispatch: &Stream,
     events: &Stream,
-    targets: &Stream,
+    targets: &kv::Store,
     agent_id: &str,
     dispatch_id: &str,
 ) -> Result<Withdrawal, DeliveryError> {

@@ -220,7 +220,7 @@ async fn a_start_is_withdrawn_only_while_no_server_took_it() {
         .await
         .expect("published");
     }
-    let targets = &bus.dispatch_targets.stream;
+    let targets = &bus.dispatch_targets;
     // Nobody took ns/a-1: withdrawn, and gone from the queue.
     assert_eq!(
         tink_bus::withdraw_command(&bus.dispatch, &bus.events, targets, agent, "ns/a-1")

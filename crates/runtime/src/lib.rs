@@ -9,12 +9,14 @@
 
 mod admin;
 mod health;
+mod jitter;
 mod service;
 mod shutdown;
 mod tasks;
 
 pub use admin::{AdminArgs, AdminServer, admin_router, serve_admin};
 pub use health::Health;
+pub use jitter::jittered;
 pub use service::{Service, ServiceError};
 pub use shutdown::{
     DEFAULT_SHUTDOWN_GRACE, shutdown_token, shutdown_token_with_grace, wait_for_signal,

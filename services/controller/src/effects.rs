@@ -74,7 +74,7 @@ impl Effects {
             match tink_bus::withdraw_command(
                 &self.bus.dispatch,
                 &self.bus.events,
-                &self.bus.dispatch_targets.stream,
+                &self.bus.dispatch_targets,
                 agent_id,
                 dispatch_id,
             )
@@ -114,7 +114,7 @@ impl Effects {
         let outcome = tink_bus::withdraw_command(
             &self.bus.dispatch,
             &self.bus.events,
-            &self.bus.dispatch_targets.stream,
+            &self.bus.dispatch_targets,
             agent_id,
             dispatch_id,
         )

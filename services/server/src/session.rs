@@ -55,6 +55,7 @@ use futures::{Stream, StreamExt as _};
 use tink_api::AgentId;
 use tink_bus::proto::{GetWorkflowsResponse, get_workflows_response};
 use tink_bus::{Bus, Presence};
+use tink_runtime::jittered;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -564,13 +565,6 @@ enum Read {
     Idle { recheck_at: Instant },
     /// A read failed: at this time.
     RetryAt(Instant),
-}
-
-/// `period` scaled by a random factor in [0.75, 1.25): sessions opened together do not read
-/// together.
-fn jittered(period: Duration) -> Duration {
-    let random = f64::from(uuid::Uuid::new_v4().as_u128() as u16) / 65_536.0;
-    period.mul_f64(0.75 + random / 2.0)
 }
 
 struct Session {

@@ -13,9 +13,9 @@ use serde_json::json;
 use tink_api::bmc::{ConditionStatus, Machine, MachineConditionType, MachineStatus, PowerState};
 use tracing::debug;
 
-use crate::config::jittered;
 use crate::context::Ctx;
 use crate::error::Error;
+use tink_runtime::jittered;
 
 /// The longest wait before looking again at a BMC that did not answer.
 const UNREACHABLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(15);
