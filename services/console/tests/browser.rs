@@ -421,6 +421,14 @@ async fn operators_watch_run_and_cancel_workflows_in_a_browser() {
     browser.goto(&format!("{console}/login")).await;
     browser.type_into("#token", "bob-token").await;
     browser.click("#login").await;
+    // The form's POST sets the session cookie; navigating before its answer arrives aborts it
+    // and leaves alice's session in place. bob lands on the machines page, which refuses him.
+    browser
+        .wait_for(
+            "bob's session",
+            "var e = document.getElementById('error'); return !!e && e.textContent.indexOf('user \"bob\"') >= 0;",
+        )
+        .await;
     browser
         .goto(&format!("{console}/workflows/a/demo-install"))
         .await;
