@@ -426,6 +426,14 @@ pub async fn serve(
                         shared.reconnects.send_modify(|n| *n += 1);
                         set_serving(true).await;
                     }
+                    Some(async_nats::Event::SlowConsumer(sid)) => {
+                        // A subscription's buffer overflowed and the client dropped messages:
+                        // announcements among them would leave commands waiting for the
+                        // backstop. Every session reads its queue through.
+                        warn!(sid, "a NATS subscription dropped messages (slow consumer); every session reads its command queue again");
+                        shared.metrics.error("slow_consumer");
+                        shared.commands_recheck.send_modify(|n| *n += 1);
+                    }
                     Some(_) => {}
                     None => break,
                 }

@@ -235,6 +235,71 @@ async fn idle_agents_write_nothing_to_presence_after_connecting() {
     .await;
 }
 
+/// With no periodic read, commands reach an agent through their announcements alone: a burst
+/// whose announcements arrive together (while the session is idle, or while a command waits
+/// for its receipt) is read through one by one, and after the queue was found empty the next
+/// announcement is still read. After a receipt the session reads on only for announcements
+/// no read has accounted for, so none of these may be left for the (1 h) recheck.
+#[tokio::test]
+async fn announced_commands_alone_reach_the_agent_in_bursts_and_after_rest() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let mut config = tink_server::ServerConfig::new(nats.url(), "server-a");
+    config.bus = tink_bus::BusConfig {
+        dispatch_recheck: Duration::from_secs(3600),
+        ..bus_config()
+    };
+    config.allow_unauthenticated_agents = true;
+    let replica = Replica::start_config(config).await;
+    let mut client = replica.client().await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    eventually("presence to be written", || async {
+        presence(&js, AGENT).await.is_some()
+    })
+    .await;
+    for round in 0..3 {
+        // A burst: published back to back, all announced before the first receipt.
+        let burst: Vec<String> = (0..4).map(|i| format!("ns/r{round}-b{i}")).collect();
+        for id in &burst {
+            dispatch(&js, AGENT, id).await;
+        }
+        for id in &burst {
+            assert_eq!(&receive(&mut client, &mut commands).await, id);
+        }
+        // One at a time after rest: each announced alone to an idle session.
+        for i in 0..3 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let id = format!("ns/r{round}-s{i}");
+            dispatch(&js, AGENT, &id).await;
+            assert_eq!(receive(&mut client, &mut commands).await, id);
+        }
+        // One published while the previous waits for its receipt.
+        dispatch(&js, AGENT, &format!("ns/r{round}-x0")).await;
+        let command = next_workflow(&mut commands).await;
+        assert_eq!(command, format!("ns/r{round}-x0"));
+        dispatch(&js, AGENT, &format!("ns/r{round}-x1")).await;
+        // The receipt for x0, then x1 follows.
+        client
+            .publish_event(receipt(&command, false))
+            .await
+            .expect("receipt stored");
+        assert_eq!(
+            receive(&mut client, &mut commands).await,
+            format!("ns/r{round}-x1")
+        );
+    }
+    eventually("every command deleted after its receipt", || async {
+        let mut stream = js
+            .get_stream(tink_bus::DISPATCH_STREAM)
+            .await
+            .expect("dispatch stream");
+        stream.info().await.expect("info").state.messages == 0
+    })
+    .await;
+    drop(commands);
+    replica.stop().await.expect("clean stop");
+}
+
 /// A takeover whose core-NATS notice never arrived (here: no notice at all, only the newer
 /// entry, as after a partition) still ends the older stream: the replica's presence watch sees
 /// the newer session's entry.
