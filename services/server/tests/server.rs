@@ -160,21 +160,25 @@ async fn a_dead_replicas_heartbeat_expires_and_its_entries_stay_for_the_controll
     assert_eq!(left.replica_instance, beat.instance);
 }
 
-/// Idle agents cost no presence write: after their entries are written on connect, only the
-/// replica's own heartbeat is stored, every period.
-#[tokio::test]
-async fn idle_agents_write_nothing_to_presence_after_connecting() {
-    let nats = NatsServer::start().await.expect("nats");
-    let js = jetstream(&nats.url()).await;
-    // No periodic read of the queues within this test: a command can only arrive through its
-    // announcement.
+/// A replica with no periodic read of the queues within a test (1 h): a command can only
+/// arrive through its announcement.
+async fn replica_without_recheck(nats: &NatsServer) -> Replica {
     let mut config = tink_server::ServerConfig::new(nats.url(), "server-a");
     config.bus = tink_bus::BusConfig {
         dispatch_recheck: Duration::from_secs(3600),
         ..bus_config()
     };
     config.allow_unauthenticated_agents = true;
-    let replica = Replica::start_config(config).await;
+    Replica::start_config(config).await
+}
+
+/// Idle agents cost no presence write: after their entries are written on connect, only the
+/// replica's own heartbeat is stored, every period.
+#[tokio::test]
+async fn idle_agents_write_nothing_to_presence_after_connecting() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = replica_without_recheck(&nats).await;
     let mut client = replica.client().await;
     let agents = [
         "aa:00:00:00:00:01",
@@ -244,13 +248,7 @@ async fn idle_agents_write_nothing_to_presence_after_connecting() {
 async fn announced_commands_alone_reach_the_agent_in_bursts_and_after_rest() {
     let nats = NatsServer::start().await.expect("nats");
     let js = jetstream(&nats.url()).await;
-    let mut config = tink_server::ServerConfig::new(nats.url(), "server-a");
-    config.bus = tink_bus::BusConfig {
-        dispatch_recheck: Duration::from_secs(3600),
-        ..bus_config()
-    };
-    config.allow_unauthenticated_agents = true;
-    let replica = Replica::start_config(config).await;
+    let replica = replica_without_recheck(&nats).await;
     let mut client = replica.client().await;
     let mut commands = connect_agent(&mut client, AGENT).await;
     eventually("presence to be written", || async {
