@@ -74,22 +74,32 @@ pub async fn dispatch_received_by(
     agent_id: &str,
 ) -> Result<bool, DeliveryError> {
     let subject = events_subject(dispatch_id)?;
+    Ok(first_matching(events, &subject, |message| {
+        crate::codec::decode_event(&message.payload).is_ok_and(|e| e.agent_id == agent_id)
+    })
+    .await?
+    .is_some())
+}
+
+/// The first message on `subject` (oldest first, read from the stream's leader) that `wanted`
+/// accepts; `None` when none does within [`MAX_SCAN`] messages.
+async fn first_matching(
+    stream: &Stream,
+    subject: &str,
+    wanted: impl Fn(&StreamMessage) -> bool,
+) -> Result<Option<StreamMessage>, DeliveryError> {
     let mut from = 1;
     for _ in 0..MAX_SCAN {
-        let Some(message) = found(
-            events
-                .get_first_raw_message_by_subject(&subject, from)
-                .await,
-        )?
+        let Some(message) = found(stream.get_first_raw_message_by_subject(subject, from).await)?
         else {
-            return Ok(false);
+            return Ok(None);
         };
-        if crate::codec::decode_event(&message.payload).is_ok_and(|e| e.agent_id == agent_id) {
-            return Ok(true);
+        if wanted(&message) {
+            return Ok(Some(message));
         }
         from = message.sequence + 1;
     }
-    Ok(false)
+    Ok(None)
 }
 
 /// The stream sequence of the command with de-duplication id `msg_id` while it still waits in
@@ -101,26 +111,14 @@ pub async fn queued_command(
     msg_id: &str,
 ) -> Result<Option<u64>, DeliveryError> {
     let subject = dispatch_subject(agent_id)?;
-    let mut from = 1;
-    for _ in 0..MAX_SCAN {
-        let Some(message) = found(
-            dispatch
-                .get_first_raw_message_by_subject(&subject, from)
-                .await,
-        )?
-        else {
-            return Ok(None);
-        };
-        let id = message
+    Ok(first_matching(dispatch, &subject, |message| {
+        message
             .headers
             .get(MSG_ID_HEADER)
-            .map(|v| v.as_str().to_string());
-        if id.as_deref() == Some(msg_id) {
-            return Ok(Some(message.sequence));
-        }
-        from = message.sequence + 1;
-    }
-    Ok(None)
+            .is_some_and(|v| v.as_str() == msg_id)
+    })
+    .await?
+    .map(|message| message.sequence))
 }
 
 /// The oldest command in `agent_id`'s queue at stream sequence `from` or later, read from the
