@@ -6,10 +6,11 @@ use tonic::codec::{BufferSettings, Codec};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
 /// Initial encode/decode buffer per call. tonic's default is 8 KiB per call, allocated when the
-/// call starts; a server holds one long-lived `GetWorkflows` stream per agent, whose commands
-/// are a few hundred bytes, so 8 KiB each would dominate its memory. Buffers still grow for
-/// larger messages.
-pub const BUFFER_SIZE: usize = 1024;
+/// call starts; a server holds one long-lived `GetWorkflows` stream per agent, mostly idle, so
+/// 8 KiB each would dominate its memory. 256 bytes hold the frame header and a small message;
+/// a command larger than that grows the buffer once (1 KiB before: 0.8 KiB more per idle agent,
+/// BENCHMARKS.md, issue 33).
+pub const BUFFER_SIZE: usize = 256;
 
 /// Above this many buffered bytes a stream yields to let the transport send.
 pub const YIELD_THRESHOLD: usize = 32 * 1024;
