@@ -550,18 +550,14 @@ pub(crate) async fn open(
     })?;
     info!(agent_id = %session.agent_id, session = %session_id, "agent stream opened");
 
-    let span = tracing::info_span!("agent_stream", agent_id = %session.agent_id);
+    // No span around the whole stream: it would live as long as the agent stays connected (days),
+    // cost every idle agent its registry entry, and reach a trace exporter only at the end. The
+    // session's log lines name the agent themselves; a forwarded command has its own span.
     let stream = Box::pin(futures::stream::unfold(session, |mut session| async move {
         let item = session.next_item().await?;
         Some((item, session))
     }));
-    Ok((
-        Box::pin(Instrumented {
-            inner: stream,
-            span,
-        }),
-        issued,
-    ))
+    Ok((stream, issued))
 }
 
 /// How long a session sleeps when no timer of its own is due (it wakes on messages anyway).
@@ -963,7 +959,7 @@ impl Session {
                 Ok(command) => command,
                 Err(e) => {
                     self.shared.metrics.error("malformed_command");
-                    warn!(subject = %message.subject, error = %e, "refusing a malformed command; it is dropped");
+                    warn!(agent_id = %self.agent_id, subject = %message.subject, error = %e, "refusing a malformed command; it is dropped");
                     self.done_with(sequence).await;
                     return None;
                 }
@@ -991,7 +987,7 @@ impl Session {
             let receipts = match tink_bus::events_subject(&dispatch_id) {
                 Ok(subject) => self.shared.client.subscribe(subject).await,
                 Err(e) => {
-                    warn!(error = %e, "a command with an unusable workflow id; it is dropped");
+                    warn!(agent_id = %self.agent_id, error = %e, "a command with an unusable workflow id; it is dropped");
                     self.shared.metrics.error("malformed_command");
                     self.done_with(sequence).await;
                     return None;
@@ -1009,9 +1005,9 @@ impl Session {
             // The subscription is registered on the NATS server before the agent can possibly
             // answer.
             if let Err(e) = self.shared.client.flush().await {
-                debug!(error = %e, "flush before forwarding");
+                debug!(agent_id = %self.agent_id, error = %e, "flush before forwarding");
             }
-            debug!("forwarding command");
+            debug!(agent_id = %self.agent_id, "forwarding command");
             self.in_flight = Some(InFlight {
                 sequence,
                 dispatch_id,
@@ -1225,25 +1221,6 @@ async fn delete_entry(
                 tokio::time::sleep(RETRY).await;
             }
         }
-    }
-}
-
-/// Polls a stream inside a span.
-struct Instrumented<S> {
-    inner: S,
-    span: tracing::Span,
-}
-
-impl<S: Stream + Unpin> Stream for Instrumented<S> {
-    type Item = S::Item;
-
-    fn poll_next(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        let _enter = this.span.enter();
-        this.inner.poll_next_unpin(cx)
     }
 }
 
