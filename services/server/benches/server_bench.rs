@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo bench -p tink-server --bench server-bench -- streams 10000   # idle agent streams: RSS per stream, idle KV writes/s and CPU
+//! cargo bench -p tink-server --bench server-bench -- streams 2000 25  # the same, the agents pinging every 25 ms (hours of 30 s pings in the window)
 //! cargo bench -p tink-server --bench server-bench -- events 1000 10 20000  # 1,000 agents, 10 s, 20,000/s offered
 //! cargo bench -p tink-server --bench server-bench -- logs 1000 10 2000 100 1000 3  # events p99 without and with 100 log lines/s per agent, a batch every 1 s, 3 rounds
 //! cargo bench -p tink-server --bench server-bench                    # streams and events, with those defaults
@@ -41,8 +42,8 @@ async fn main() -> anyhow::Result<()> {
             .map(|n| n.unwrap_or(default))
     };
     match args.first().map(String::as_str) {
-        Some("streams") => streams(number(1, 10_000)?, true).await,
-        Some("connections") => streams(number(1, 10_000)?, false).await,
+        Some("streams") => streams(number(1, 10_000)?, true, number(2, 0)?).await,
+        Some("connections") => streams(number(1, 10_000)?, false, number(2, 0)?).await,
         Some("events") => events(number(1, 1_000)?, number(2, 10)?, number(3, 20_000)?).await,
         Some("logs") => {
             logs(
@@ -56,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
             .await
         }
         None => {
-            streams(10_000, true).await?;
+            streams(10_000, true, 0).await?;
             events(1_000, 10, 20_000).await
         }
         Some(other) => bail!(
@@ -192,9 +193,19 @@ fn open_files_limit() -> anyhow::Result<u64> {
 }
 
 async fn channel(addr: SocketAddr) -> anyhow::Result<Channel> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))?
-        .connect()
-        .await?)
+    pinging_channel(addr, 0).await
+}
+
+/// A channel whose HTTP/2 keepalive pings every `ping_ms` (none when 0).
+async fn pinging_channel(addr: SocketAddr, ping_ms: usize) -> anyhow::Result<Channel> {
+    let mut endpoint = Endpoint::from_shared(format!("http://{addr}"))?;
+    if ping_ms > 0 {
+        endpoint = endpoint
+            .http2_keep_alive_interval(Duration::from_millis(ping_ms as u64))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_while_idle(true);
+    }
+    Ok(endpoint.connect().await?)
 }
 
 /// How long idle streams are watched for their presence writes and CPU (three default heartbeat
@@ -202,9 +213,12 @@ async fn channel(addr: SocketAddr) -> anyhow::Result<Channel> {
 const IDLE_WINDOW: Duration = Duration::from_secs(30);
 
 /// `count` agents each open one GetWorkflows stream and stay idle; reports the server's
-/// resident memory per stream. With `open_streams` false only the HTTP/2 connections are made
-/// (the transport's share of the cost).
-async fn streams(count: usize, open_streams: bool) -> anyhow::Result<()> {
+/// resident memory per stream, after the streams opened and again at the end of the idle window.
+/// With `open_streams` false only the HTTP/2 connections are made (the transport's share of the
+/// cost). With `ping_ms` the agents send an HTTP/2 ping that often: each ping moves the server's
+/// frame reader on through its buffer, so a short window at a fast rate shows what hours of the
+/// real agent's 30 s pings make of an idle connection's memory.
+async fn streams(count: usize, open_streams: bool, ping_ms: usize) -> anyhow::Result<()> {
     let need = count as u64 + 200;
     let limit = open_files_limit()?;
     if limit < need {
@@ -227,7 +241,7 @@ async fn streams(count: usize, open_streams: bool) -> anyhow::Result<()> {
         let addr = server.addr;
         let opened = opened.clone();
         pending.spawn(async move {
-            let mut client = WorkflowServiceClient::new(channel(addr).await?);
+            let mut client = WorkflowServiceClient::new(pinging_channel(addr, ping_ms).await?);
             let stream = if open_streams {
                 Some(
                     client
@@ -304,6 +318,8 @@ async fn streams(count: usize, open_streams: bool) -> anyhow::Result<()> {
         ));
     }
     let per_stream = (after.saturating_sub(before)) as f64 * 1024.0 / count as f64;
+    let at_end = server.rss_kib()?;
+    let per_stream_at_end = (at_end.saturating_sub(before)) as f64 * 1024.0 / count as f64;
 
     let what = if open_streams {
         "streams"
@@ -320,10 +336,26 @@ async fn streams(count: usize, open_streams: bool) -> anyhow::Result<()> {
     println!("server RSS before:         {before} KiB");
     println!("server RSS with streams:   {after} KiB");
     println!(
-        "RSS per {what}:{:>w$}{:.1} KiB (target <= 32 KiB per stream)",
+        "RSS per {what}:{:>w$}{:.1} KiB (target <= 24 KiB per agent)",
         "",
         per_stream / 1024.0,
         w = 17 - what.len()
+    );
+    let pings = if ping_ms > 0 {
+        let n = IDLE_WINDOW.as_millis() as f64 / ping_ms as f64;
+        format!(
+            "; about {n:.0} pings per agent, {:.1} h of pings every 30 s",
+            n * 30.0 / 3600.0
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "RSS per {what} at the end:{:>w$}{:.1} KiB (after the {:.0} s window{pings})",
+        "",
+        per_stream_at_end / 1024.0,
+        IDLE_WINDOW.as_secs_f64(),
+        w = 10usize.saturating_sub(what.len())
     );
     println!(
         "idle presence KV writes:   {presence_writes:.1}/s agent entries, {replica_writes:.1}/s replica heartbeats ({:.0} s window)",
