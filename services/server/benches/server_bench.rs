@@ -3,6 +3,7 @@
 //! ```text
 //! cargo bench -p tink-server --bench server-bench -- streams 10000   # idle agent streams: RSS per stream, idle KV writes/s and CPU
 //! cargo bench -p tink-server --bench server-bench -- streams 2000 25  # the same, the agents pinging every 25 ms (hours of 30 s pings in the window)
+//! cargo bench -p tink-server --bench server-bench -- tls-streams 10000 # the streams over TLS, as deploy/ serves them
 //! cargo bench -p tink-server --bench server-bench -- events 1000 10 20000  # 1,000 agents, 10 s, 20,000/s offered
 //! cargo bench -p tink-server --bench server-bench -- logs 1000 10 2000 100 1000 3  # events p99 without and with 100 log lines/s per agent, a batch every 1 s, 3 rounds
 //! cargo bench -p tink-server --bench server-bench                    # streams and events, with those defaults
@@ -42,8 +43,9 @@ async fn main() -> anyhow::Result<()> {
             .map(|n| n.unwrap_or(default))
     };
     match args.first().map(String::as_str) {
-        Some("streams") => streams(number(1, 10_000)?, true, number(2, 0)?).await,
-        Some("connections") => streams(number(1, 10_000)?, false, number(2, 0)?).await,
+        Some("streams") => streams(number(1, 10_000)?, true, number(2, 0)?, false).await,
+        Some("tls-streams") => streams(number(1, 10_000)?, true, number(2, 0)?, true).await,
+        Some("connections") => streams(number(1, 10_000)?, false, number(2, 0)?, false).await,
         Some("events") => events(number(1, 1_000)?, number(2, 10)?, number(3, 20_000)?).await,
         Some("logs") => {
             logs(
@@ -57,7 +59,7 @@ async fn main() -> anyhow::Result<()> {
             .await
         }
         None => {
-            streams(10_000, true, 0).await?;
+            streams(10_000, true, 0, false).await?;
             events(1_000, 10, 20_000).await
         }
         Some(other) => bail!(
@@ -70,10 +72,23 @@ async fn main() -> anyhow::Result<()> {
 struct ServerProcess {
     child: tokio::process::Child,
     addr: SocketAddr,
+    /// The CA that signed its serving certificate, when it serves TLS.
+    tls: Option<Arc<Tls>>,
+}
+
+/// A TLS server's certificate files (kept until the server stops) and its CA.
+struct Tls {
+    _dir: tempfile::TempDir,
+    ca_pem: String,
 }
 
 impl ServerProcess {
     async fn start(nats_url: &str) -> anyhow::Result<Self> {
+        Self::start_with(nats_url, false).await
+    }
+
+    /// Starts the server; with `tls`, serving TLS with a fresh CA's certificate for 127.0.0.1.
+    async fn start_with(nats_url: &str, tls: bool) -> anyhow::Result<Self> {
         // The controller's part: the streams exist before the server can be ready (it only
         // verifies them).
         let js = async_nats::jetstream::new(async_nats::connect(nats_url).await?);
@@ -84,16 +99,28 @@ impl ServerProcess {
         // TINK_BENCH_SERVER_BIN runs another build of the server (before/after comparisons).
         let binary = std::env::var_os("TINK_BENCH_SERVER_BIN")
             .unwrap_or_else(|| env!("CARGO_BIN_EXE_tink-server").into());
-        let child = tokio::process::Command::new(binary)
+        let mut command = tokio::process::Command::new(binary);
+        let tls = if tls {
+            let certs = tink_testkit::certs::dev_certificates(&[], &["127.0.0.1".parse()?])?;
+            let dir = tempfile::tempdir()?;
+            let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+            std::fs::write(&cert, &certs.cert_pem)?;
+            std::fs::write(&key, &certs.key_pem)?;
+            command.arg("--tls-cert").arg(&cert).arg("--tls-key").arg(&key);
+            Some(Arc::new(Tls {
+                _dir: dir,
+                ca_pem: certs.ca_pem,
+            }))
+        } else {
+            // Throughput and latency of the gateway itself: plaintext.
+            command.arg("--insecure");
+            None
+        };
+        let child = command
             .args(["--listen", &addr.to_string(), "--admin-addr", "127.0.0.1:0"])
             .args(["--nats-url", nats_url, "--replica-id", "bench"])
-            // Throughput and latency of the gateway itself: plaintext, and the bench agents
-            // present no session token (identity has tests of its own).
-            .args([
-                "--insecure",
-                "--allow-unauthenticated-agents",
-                "--admit-unknown-agents",
-            ])
+            // The bench agents present no session token (identity has tests of its own).
+            .args(["--allow-unauthenticated-agents", "--admit-unknown-agents"])
             // Thousands of simulated agents from one address: no per-peer or per-agent limits.
             .args([
                 "--stream-opens-per-peer",
@@ -114,7 +141,7 @@ impl ServerProcess {
             .context("starting tink-server")?;
         let ready = async {
             loop {
-                if let Ok(channel) = channel(addr).await {
+                if let Ok(channel) = pinging_channel(addr, 0, tls.as_deref()).await {
                     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
                     let request = tonic_health::pb::HealthCheckRequest::default();
                     if health.check(request).await.is_ok() {
@@ -127,7 +154,7 @@ impl ServerProcess {
         tokio::time::timeout(Duration::from_secs(30), ready)
             .await
             .context("tink-server did not start serving in time")?;
-        Ok(ServerProcess { child, addr })
+        Ok(ServerProcess { child, addr, tls })
     }
 
     fn rss_kib(&self) -> anyhow::Result<u64> {
@@ -193,12 +220,23 @@ fn open_files_limit() -> anyhow::Result<u64> {
 }
 
 async fn channel(addr: SocketAddr) -> anyhow::Result<Channel> {
-    pinging_channel(addr, 0).await
+    pinging_channel(addr, 0, None).await
 }
 
-/// A channel whose HTTP/2 keepalive pings every `ping_ms` (none when 0).
-async fn pinging_channel(addr: SocketAddr, ping_ms: usize) -> anyhow::Result<Channel> {
-    let mut endpoint = Endpoint::from_shared(format!("http://{addr}"))?;
+/// A channel whose HTTP/2 keepalive pings every `ping_ms` (none when 0); over TLS, trusting
+/// `tls`'s CA, when given.
+async fn pinging_channel(
+    addr: SocketAddr,
+    ping_ms: usize,
+    tls: Option<&Tls>,
+) -> anyhow::Result<Channel> {
+    let mut endpoint = match tls {
+        Some(tls) => Endpoint::from_shared(format!("https://{addr}"))?.tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(&tls.ca_pem)),
+        )?,
+        None => Endpoint::from_shared(format!("http://{addr}"))?,
+    };
     if ping_ms > 0 {
         endpoint = endpoint
             .http2_keep_alive_interval(Duration::from_millis(ping_ms as u64))
@@ -218,7 +256,12 @@ const IDLE_WINDOW: Duration = Duration::from_secs(30);
 /// cost). With `ping_ms` the agents send an HTTP/2 ping that often: each ping moves the server's
 /// frame reader on through its buffer, so a short window at a fast rate shows what hours of the
 /// real agent's 30 s pings make of an idle connection's memory.
-async fn streams(count: usize, open_streams: bool, ping_ms: usize) -> anyhow::Result<()> {
+async fn streams(
+    count: usize,
+    open_streams: bool,
+    ping_ms: usize,
+    tls: bool,
+) -> anyhow::Result<()> {
     let need = count as u64 + 200;
     let limit = open_files_limit()?;
     if limit < need {
@@ -227,7 +270,7 @@ async fn streams(count: usize, open_streams: bool, ping_ms: usize) -> anyhow::Re
         );
     }
     let nats = NatsServer::start().await?;
-    let server = ServerProcess::start(&nats.url()).await?;
+    let server = ServerProcess::start_with(&nats.url(), tls).await?;
     // Let the server settle, then take the baseline.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = server.rss_kib()?;
@@ -240,8 +283,10 @@ async fn streams(count: usize, open_streams: bool, ping_ms: usize) -> anyhow::Re
     for i in 0..count {
         let addr = server.addr;
         let opened = opened.clone();
+        let tls = server.tls.clone();
         pending.spawn(async move {
-            let mut client = WorkflowServiceClient::new(pinging_channel(addr, ping_ms).await?);
+            let channel = pinging_channel(addr, ping_ms, tls.as_deref()).await?;
+            let mut client = WorkflowServiceClient::new(channel);
             let stream = if open_streams {
                 Some(
                     client
@@ -326,7 +371,7 @@ async fn streams(count: usize, open_streams: bool, ping_ms: usize) -> anyhow::Re
     } else {
         "connections"
     };
-    println!("## server-bench {what}");
+    println!("## server-bench {what}{}", if tls { " over TLS" } else { "" });
     println!("idle agent {what}:{:>w$}{count}", "", w = 15 - what.len());
     println!(
         "time to open all:          {:.1} s ({:.0} streams/s)",
