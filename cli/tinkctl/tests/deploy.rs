@@ -296,6 +296,61 @@ fn the_external_nats_overlay_drops_the_statefulset_and_points_elsewhere() {
     assert_eq!(by_kind(&docs, "Deployment").len(), 6);
 }
 
+/// Memory a server replica needs per agent stream, with room: 38 KiB were measured over TLS
+/// after hours of pings (BENCHMARKS.md, issue 33), and its base under load.
+const SERVER_BYTES_PER_STREAM: u64 = 40 * 1024;
+const SERVER_BASE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// `512Mi`, `2Gi`: bytes.
+fn quantity_bytes(q: &str) -> u64 {
+    let (number, unit) = q.split_at(q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len()));
+    let n: u64 = number.parse().expect("a memory quantity");
+    n * match unit {
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "" => 1,
+        other => panic!("unexpected memory unit {other:?}"),
+    }
+}
+
+#[test]
+fn the_server_refuses_streams_before_its_memory_limit_would_kill_it() {
+    // A replica killed for memory drops every agent it holds, and they reconnect to the
+    // others, which then hold more: the bound must refuse streams first.
+    for dir in ["deploy/", "deploy/overlays/external-nats"] {
+        let docs = documents(&kustomize(dir));
+        let server = by_kind(&docs, "Deployment")
+            .into_iter()
+            .find(|d| name(d) == "tink-server")
+            .expect("tink-server");
+        let container = &server["spec"]["template"]["spec"]["containers"][0];
+        let limit = quantity_bytes(
+            container["resources"]["limits"]["memory"]
+                .as_str()
+                .expect("a memory limit"),
+        );
+        let streams: u64 = container["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .find(|e| e["name"] == "TINK_SERVER_MAX_AGENT_STREAMS")
+            .and_then(|e| e["value"].as_str())
+            .expect("TINK_SERVER_MAX_AGENT_STREAMS set (the binary's default, 50,000, needs about 2 GiB)")
+            .parse()
+            .expect("a number");
+        let needed = SERVER_BASE_BYTES + streams * SERVER_BYTES_PER_STREAM;
+        assert!(
+            needed <= limit,
+            "{dir}: {streams} streams need about {} MiB, the limit is {} MiB",
+            needed >> 20,
+            limit >> 20
+        );
+    }
+    assert_eq!(quantity_bytes("512Mi"), 512 << 20);
+    assert_eq!(quantity_bytes("2Gi"), 2 << 30);
+}
+
 fn validate(file: &std::path::Path) -> std::process::Output {
     Command::new("kubernetes-validate")
         .args(["--strict", "--quiet", "-k", TARGET_VERSION])
