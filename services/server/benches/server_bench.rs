@@ -106,7 +106,11 @@ impl ServerProcess {
             let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
             std::fs::write(&cert, &certs.cert_pem)?;
             std::fs::write(&key, &certs.key_pem)?;
-            command.arg("--tls-cert").arg(&cert).arg("--tls-key").arg(&key);
+            command
+                .arg("--tls-cert")
+                .arg(&cert)
+                .arg("--tls-key")
+                .arg(&key);
             Some(Arc::new(Tls {
                 _dir: dir,
                 ca_pem: certs.ca_pem,
@@ -371,7 +375,10 @@ async fn streams(
     } else {
         "connections"
     };
-    println!("## server-bench {what}{}", if tls { " over TLS" } else { "" });
+    println!(
+        "## server-bench {what}{}",
+        if tls { " over TLS" } else { "" }
+    );
     println!("idle agent {what}:{:>w$}{count}", "", w = 15 - what.len());
     println!(
         "time to open all:          {:.1} s ({:.0} streams/s)",
