@@ -46,11 +46,24 @@ guest_kernel_crash() {
   done
   return 1
 }
-# guest_crash_exit LOG...: in a run's EXIT trap after a failure: when a machine's kernel crashed,
-# names the crash and exits with guest_crash_status.
+# guest_kernel_lockup LOG...: prints the first soft lockup report in the machines' serial logs
+# and succeeds, or fails when there is none. Under TCG both CPUs of an OSIE once locked up for
+# over 45 s in cgroup_mkdir while runc started the first action (CI rehearsal, 2026-11-29): the
+# agent went quiet and the Workflow ended Failed. A lockup may also pass and the run succeed,
+# so it is only a cause once the run has failed (guest_crash_exit), never a reason to stop one.
+guest_kernel_lockup() {
+  local f
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    console_text "$f" | grep -a -m1 -E 'BUG: soft lockup' && return 0
+  done
+  return 1
+}
+# guest_crash_exit LOG...: in a run's EXIT trap after a failure: when a machine's kernel crashed
+# or locked up, names it and exits with guest_crash_status.
 guest_crash_exit() {
   local crash
-  if crash=$(guest_kernel_crash "$@"); then
+  if crash=$(guest_kernel_crash "$@" || guest_kernel_lockup "$@"); then
     echo "== the machine's kernel crashed (an emulated machine's fault, not the stack's): $crash"
     exit "$guest_crash_status"
   fi
