@@ -39,10 +39,16 @@ console_text() { tr -d '\r' < "$1" | sed -e 's/\x1b\[[0-9;?]*[a-zA-Z]//g' -e 's/
 # twice).
 guest_crash_status=75
 guest_kernel_crash() {
-  local f
+  serial_first 'Oops: |general protection fault|kernel BUG at|BUG: (unable to handle|kernel NULL)|Kernel panic - not syncing' "$@"
+}
+# serial_first REGEX LOG...: prints the first line matching REGEX in the serial logs and
+# succeeds, or fails when none matches.
+serial_first() {
+  local re=$1 f
+  shift
   for f in "$@"; do
     [ -f "$f" ] || continue
-    console_text "$f" | grep -a -m1 -E 'Oops: |general protection fault|kernel BUG at|BUG: (unable to handle|kernel NULL)|Kernel panic - not syncing' && return 0
+    console_text "$f" | grep -a -m1 -E "$re" && return 0
   done
   return 1
 }
@@ -52,12 +58,7 @@ guest_kernel_crash() {
 # agent went quiet and the Workflow ended Failed. A lockup may also pass and the run succeed,
 # so it is only a cause once the run has failed (guest_crash_exit), never a reason to stop one.
 guest_kernel_lockup() {
-  local f
-  for f in "$@"; do
-    [ -f "$f" ] || continue
-    console_text "$f" | grep -a -m1 -E 'BUG: soft lockup' && return 0
-  done
-  return 1
+  serial_first 'BUG: soft lockup' "$@"
 }
 # guest_crash_exit LOG...: in a run's EXIT trap after a failure: when a machine's kernel crashed
 # or locked up, names it and exits with guest_crash_status.
