@@ -959,7 +959,7 @@ impl Session {
                 Ok(command) => command,
                 Err(e) => {
                     self.shared.metrics.error("malformed_command");
-                    warn!(agent_id = %self.agent_id, subject = %message.subject, error = %e, "refusing a malformed command; it is dropped");
+                    warn!(subject = %message.subject, error = %e, "refusing a malformed command; it is dropped");
                     self.done_with(sequence).await;
                     return None;
                 }
@@ -987,7 +987,7 @@ impl Session {
             let receipts = match tink_bus::events_subject(&dispatch_id) {
                 Ok(subject) => self.shared.client.subscribe(subject).await,
                 Err(e) => {
-                    warn!(agent_id = %self.agent_id, error = %e, "a command with an unusable workflow id; it is dropped");
+                    warn!(error = %e, "a command with an unusable workflow id; it is dropped");
                     self.shared.metrics.error("malformed_command");
                     self.done_with(sequence).await;
                     return None;
@@ -1005,9 +1005,9 @@ impl Session {
             // The subscription is registered on the NATS server before the agent can possibly
             // answer.
             if let Err(e) = self.shared.client.flush().await {
-                debug!(agent_id = %self.agent_id, error = %e, "flush before forwarding");
+                debug!(error = %e, "flush before forwarding");
             }
-            debug!(agent_id = %self.agent_id, "forwarding command");
+            debug!("forwarding command");
             self.in_flight = Some(InFlight {
                 sequence,
                 dispatch_id,
