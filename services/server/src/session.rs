@@ -981,9 +981,6 @@ impl Session {
             let dispatch_id = tink_bus::command_workflow_id(&command)
                 .unwrap_or_default()
                 .to_string();
-            if !stop && !self.may_forward_start(&dispatch_id, sequence).await {
-                return None;
-            }
             let receipts = match tink_bus::events_subject(&dispatch_id) {
                 Ok(subject) => self.shared.client.subscribe(subject).await,
                 Err(e) => {
@@ -1003,9 +1000,22 @@ impl Session {
                 }
             };
             // The subscription is registered on the NATS server before the agent can possibly
-            // answer.
-            if let Err(e) = self.shared.client.flush().await {
-                debug!(error = %e, "flush before forwarding");
+            // answer; the flush that proves it runs beside a start's checks.
+            let client = self.shared.client.clone();
+            let flushed = async move {
+                if let Err(e) = client.flush().await {
+                    debug!(error = %e, "flush before forwarding");
+                }
+            };
+            if stop {
+                flushed.await;
+            } else {
+                let (forward, ()) =
+                    tokio::join!(self.may_forward_start(&dispatch_id, sequence), flushed);
+                // Not forwarded: the subscription ends here.
+                if !forward {
+                    return None;
+                }
             }
             debug!("forwarding command");
             self.in_flight = Some(InFlight {
@@ -1026,9 +1036,24 @@ impl Session {
     /// delivered), its target is recorded as this agent (one that names another agent drops
     /// it), and it is still queued after that record (the controller may have withdrawn it; see
     /// [`tink_bus::withdraw_command`]). On a failed look-up the queue is read again later.
+    ///
+    /// The delivery check and the claim of the target record go to NATS together: on a
+    /// replicated cluster each waits for a leader, and in turn they doubled a start's wait. A
+    /// claim only creates a record that does not exist; one that exists is changed (or the
+    /// start refused) only after the delivery check, as before.
     async fn may_forward_start(&mut self, dispatch_id: &str, sequence: u64) -> bool {
-        let bus = &self.shared.bus;
-        match tink_bus::dispatch_received_by(&bus.events, dispatch_id, &self.agent_id).await {
+        // Recorded before the agent can answer: its events are checked against it on whichever
+        // replica they arrive.
+        let target = tink_bus::DispatchTarget {
+            agent_id: self.agent_id.clone(),
+            authenticated: self.authenticated,
+        };
+        let shared = &self.shared;
+        let (received, claimed) = tokio::join!(
+            tink_bus::dispatch_received_by(&shared.bus.events, dispatch_id, &self.agent_id),
+            shared.targets.claim(dispatch_id, &target),
+        );
+        match received {
             Ok(true) => {
                 info!(agent_id = %self.agent_id, dispatch = %dispatch_id, "not forwarding a start an agent already received");
                 self.shared.metrics.error("already_received");
@@ -1043,13 +1068,14 @@ impl Session {
                 return false;
             }
         }
-        // Recorded before the agent can answer: its events are checked against it on whichever
-        // replica they arrive.
-        let target = tink_bus::DispatchTarget {
-            agent_id: self.agent_id.clone(),
-            authenticated: self.authenticated,
+        let recorded = match claimed {
+            Ok(crate::targets::Claim::Created) => Ok(()),
+            Ok(crate::targets::Claim::Exists(known)) => {
+                self.shared.targets.settle(dispatch_id, known, target).await
+            }
+            Err(e) => Err(e),
         };
-        match self.shared.targets.record(dispatch_id, target).await {
+        match recorded {
             Ok(()) => {}
             Err(crate::targets::RecordError::OtherAgent(other)) => {
                 warn!(agent_id = %self.agent_id, dispatch = %dispatch_id, %other, "a command for a dispatch that went to another agent; it is dropped");
@@ -1064,7 +1090,7 @@ impl Session {
                 return false;
             }
         }
-        match tink_bus::command_queued(&bus.dispatch, sequence).await {
+        match tink_bus::command_queued(&self.shared.bus.dispatch, sequence).await {
             Ok(true) => true,
             Ok(false) => {
                 info!(agent_id = %self.agent_id, dispatch = %dispatch_id, "a start withdrawn (or delivered elsewhere) before it was forwarded");

@@ -3,8 +3,9 @@
 //! The replica that forwards a StartWorkflow records, before forwarding it, the agent whose
 //! stream it goes to and whether that stream presented credentials. Events and log batches name
 //! their dispatch; [`crate::auth`] checks them against this record on whichever replica they
-//! arrive. A dispatch id names one attempt of one Workflow and goes to one agent, so a record
-//! never changes agent and is cached for good (bounded); only "went to a stream without
+//! arrive. The first record of a dispatch is a create-if-absent write, so of two replicas that
+//! race to forward it, one wins. A dispatch id names one attempt of one Workflow and goes to one
+//! agent, so a record never changes agent and is cached for good (bounded); only "went to a stream without
 //! credentials" can be added later, by a redelivery to such a stream, and is then written again.
 //! That a dispatch has no record yet is remembered for [`MISSING_TTL`] only (an event about a
 //! dispatch nobody forwarded, e.g. from a benchmark, costs one read per second, not one each),
@@ -72,35 +73,60 @@ impl DispatchTargets {
         cache.insert(dispatch_id.to_string(), entry);
     }
 
-    /// Records that `dispatch_id` is forwarded to `target`, before it is. A record already
-    /// naming another agent is kept (and the forward refused): a dispatch has one target.
-    pub(crate) async fn record(
+    /// Claims `dispatch_id` for `target` when no record exists yet: one conditional write
+    /// (create only if absent), so two replicas racing to forward one dispatch cannot both win.
+    /// Never changes a record that exists: that one is returned for [`Self::settle`].
+    pub(crate) async fn claim(
         &self,
         dispatch_id: &str,
+        target: &DispatchTarget,
+    ) -> Result<Claim, RecordError> {
+        if let Some(Some(known)) = self.cached(dispatch_id) {
+            return Ok(Claim::Exists(known));
+        }
+        let key =
+            tink_bus::workflow_token(dispatch_id).map_err(|e| RecordError::Store(e.to_string()))?;
+        match self.store.create(key, target.to_bytes().into()).await {
+            Ok(_) => {
+                self.remember(dispatch_id, Some(target.clone()));
+                Ok(Claim::Created)
+            }
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                match self.read(dispatch_id).await? {
+                    Some(known) => Ok(Claim::Exists(known)),
+                    // A follower answered the read before it stored the record.
+                    None => Err(RecordError::Store(format!(
+                        "the record of {dispatch_id} exists but could not be read yet"
+                    ))),
+                }
+            }
+            Err(e) => Err(RecordError::Store(e.to_string())),
+        }
+    }
+
+    /// Completes a claim that found `known` recorded: refused when it names another agent
+    /// (a dispatch has one target); written again only to add that the dispatch went to a
+    /// stream without credentials (once so, it stays so).
+    pub(crate) async fn settle(
+        &self,
+        dispatch_id: &str,
+        known: DispatchTarget,
         target: DispatchTarget,
     ) -> Result<(), RecordError> {
-        let known = match self.cached(dispatch_id) {
-            Some(Some(t)) => Some(t),
-            _ => self.read(dispatch_id).await?,
-        };
-        let merged = match known {
-            Some(known) if known.agent_id != target.agent_id => {
-                return Err(RecordError::OtherAgent(known.agent_id));
-            }
-            Some(known) if known.authenticated == target.authenticated || !known.authenticated => {
-                // Nothing new: once it went to a stream without credentials it stays so.
-                self.remember(dispatch_id, Some(known));
-                return Ok(());
-            }
-            _ => target,
-        };
+        if known.agent_id != target.agent_id {
+            return Err(RecordError::OtherAgent(known.agent_id));
+        }
+        if known.authenticated == target.authenticated || !known.authenticated {
+            self.remember(dispatch_id, Some(known));
+            return Ok(());
+        }
         let key =
             tink_bus::workflow_token(dispatch_id).map_err(|e| RecordError::Store(e.to_string()))?;
         self.store
-            .put(key, merged.to_bytes().into())
+            .put(key, target.to_bytes().into())
             .await
             .map_err(|e| RecordError::Store(e.to_string()))?;
-        self.remember(dispatch_id, Some(merged));
+        self.remember(dispatch_id, Some(target));
         Ok(())
     }
 
@@ -150,6 +176,15 @@ impl DispatchTargets {
             }
         }
     }
+}
+
+/// What [`DispatchTargets::claim`] found.
+#[derive(Debug)]
+pub(crate) enum Claim {
+    /// No record existed; the target given is now recorded.
+    Created,
+    /// A record exists (it may name another agent).
+    Exists(DispatchTarget),
 }
 
 /// Why a dispatch target was not recorded.

@@ -185,3 +185,74 @@ async fn a_receipt_from_another_agent_is_refused_and_does_not_confirm() {
     assert_eq!(receive(&mut client, &mut commands).await, "ns/two");
     assert_eq!(replica.metrics.error_count("not_dispatch_target"), 1);
 }
+
+/// A start queued for two agents (a controller's bug, or two controllers) reaches one of
+/// them, even when two replicas forward it at the same moment: the first target record of a
+/// dispatch is a create-if-absent write, so exactly one replica's claim wins and the other
+/// drops its copy. Each round's two copies are announced to both streams at once.
+#[tokio::test]
+async fn a_start_queued_for_two_agents_reaches_one_even_from_two_replicas_at_once() {
+    const OTHER: &str = "aa:bb:cc:dd:ee:01";
+    const ROUNDS: usize = 12;
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let a = Replica::start(&nats.url(), "server-a").await;
+    let b = Replica::start(&nats.url(), "server-b").await;
+    let mut client_a = a.client().await;
+    let mut client_b = b.client().await;
+    let mut commands_a = connect_agent(&mut client_a, AGENT).await;
+    let mut commands_b = connect_agent(&mut client_b, OTHER).await;
+    let dropped =
+        || a.metrics.error_count("dispatch_target") + b.metrics.error_count("dispatch_target");
+    let mut won = [0usize; 2];
+    for round in 0..ROUNDS {
+        let workflow_id = format!("ns/race-{round}");
+        let start = start_command(&workflow_id);
+        let (id_a, id_b) = (format!("{workflow_id}.a"), format!("{workflow_id}.b"));
+        let cx = opentelemetry::Context::new();
+        let (first, second) = tokio::join!(
+            tink_bus::publish_command(&js, AGENT, &start, &id_a, &cx),
+            tink_bus::publish_command(&js, OTHER, &start, &id_b, &cx),
+        );
+        first.expect("stored for one agent");
+        second.expect("stored for the other");
+        // Whichever stream gets it confirms it as its agent does.
+        let (winner, got) = within("the start on one stream", async {
+            tokio::select! {
+                m = commands_a.message() => (0, m),
+                m = commands_b.message() => (1, m),
+            }
+        })
+        .await;
+        let command = got.expect("stream ok").expect("a command");
+        assert_eq!(
+            tink_bus::command_workflow_id(&command),
+            Some(workflow_id.as_str()),
+            "round {round}: a start of an earlier round reached the other agent too"
+        );
+        won[winner] += 1;
+        let mut confirm = receipt(&workflow_id, false);
+        if winner == 1
+            && let Some(event) = confirm.event.as_mut()
+        {
+            event.agent_id = OTHER.into();
+        }
+        let client = if winner == 0 {
+            &mut client_a
+        } else {
+            &mut client_b
+        };
+        client.publish_event(confirm).await.expect("receipt stored");
+        // The loser's replica found the record naming the winner and dropped its copy.
+        eventually("the other copy dropped", || async {
+            dropped() == round as u64 + 1
+        })
+        .await;
+    }
+    // Nothing more on either stream: no copy got through late.
+    for commands in [&mut commands_a, &mut commands_b] {
+        let late = tokio::time::timeout(Duration::from_millis(500), commands.message()).await;
+        assert!(late.is_err(), "a late copy: {late:?}");
+    }
+    assert_eq!(won[0] + won[1], ROUNDS);
+}
