@@ -94,6 +94,11 @@ struct Args {
     /// /opt/nats-server-2.10/bin/nats-server`, installed by scripts/install-deps.sh).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=5))]
     nats_nodes: u8,
+    /// GOMAXPROCS for each nats-server (default: Go's own, every core). With three nodes on a
+    /// machine of two cores, each Go runtime otherwise runs two schedulers and they contend;
+    /// on hosts of their own they would not. Reported with the figures.
+    #[arg(long)]
+    nats_gomaxprocs: Option<u16>,
     /// The CRD manifests (default: the repository's deploy/crds).
     #[arg(long)]
     crds: Option<PathBuf>,
@@ -120,9 +125,24 @@ struct Proc {
     name: String,
     child: Child,
     pid: u32,
+    /// The file with its stdout and stderr (`None`: they go to tink-scale's own).
+    log: Option<PathBuf>,
 }
 
 impl Proc {
+    /// The last lines of its log, for an error that ends the run (the work directory with the
+    /// whole log is removed with it).
+    fn log_tail(&self) -> String {
+        const LINES: usize = 30;
+        let Some(log) = &self.log else {
+            return "its output is above".to_string();
+        };
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(LINES)..].join("\n");
+        format!("last lines of {}:\n{tail}", log.display())
+    }
+
     fn cpu(&self) -> f64 {
         cpu_seconds(self.pid).unwrap_or(f64::NAN)
     }
@@ -144,7 +164,8 @@ fn spawn(
     envs: &[(&str, String)],
     logs: &Path,
 ) -> anyhow::Result<Proc> {
-    let log = std::fs::File::create(logs.join(format!("{name}.log")))?;
+    let log_path = logs.join(format!("{name}.log"));
+    let log = std::fs::File::create(&log_path)?;
     let mut cmd = Command::new(exe);
     cmd.args(args)
         .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
@@ -161,6 +182,7 @@ fn spawn(
         name: name.to_string(),
         child,
         pid,
+        log: Some(log_path),
     })
 }
 
@@ -195,8 +217,9 @@ async fn wait_ready(p: &mut Proc, addr: &str, path: &str) -> anyhow::Result<()> 
     loop {
         if let Some(status) = p.child.try_wait()? {
             bail!(
-                "{} exited ({status}) before it was ready; see its log",
-                p.name
+                "{} exited ({status}) before it was ready; {}",
+                p.name,
+                p.log_tail()
             );
         }
         if let Ok((200, _)) = http_get(addr, path).await {
@@ -204,8 +227,9 @@ async fn wait_ready(p: &mut Proc, addr: &str, path: &str) -> anyhow::Result<()> 
         }
         if Instant::now() > deadline {
             bail!(
-                "{} was not ready at http://{addr}{path} within 60 s",
-                p.name
+                "{} was not ready at http://{addr}{path} within 60 s; {}",
+                p.name,
+                p.log_tail()
             );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -360,6 +384,9 @@ struct EventsReport {
 #[derive(Debug, Clone, Serialize)]
 struct Report {
     nproc: usize,
+    nats_nodes: u8,
+    /// `--nats-gomaxprocs`, when given.
+    nats_gomaxprocs: Option<u16>,
     servers: usize,
     agents: usize,
     agents_connect_seconds: f64,
@@ -452,6 +479,11 @@ async fn start_stack(args: &Args, dir: &Path) -> anyhow::Result<(Stack, kube::Cl
     let ports: Vec<(u16, u16, u16)> = (0..nodes)
         .map(|_| Ok((free_port()?, free_port()?, free_port()?)))
         .collect::<anyhow::Result<_>>()?;
+    let nats_env: Vec<(&str, String)> = args
+        .nats_gomaxprocs
+        .map(|n| ("GOMAXPROCS", n.to_string()))
+        .into_iter()
+        .collect();
     let mut urls = Vec::new();
     let mut nats_procs = Vec::new();
     for (i, (port, mon, route)) in ports.iter().enumerate() {
@@ -490,7 +522,7 @@ async fn start_stack(args: &Args, dir: &Path) -> anyhow::Result<(Stack, kube::Cl
             ]);
         }
         nats_procs.push((
-            spawn(&name, &args.nats_server, &node_args, &[], &logs)?,
+            spawn(&name, &args.nats_server, &node_args, &nats_env, &logs)?,
             *mon,
         ));
         urls.push(format!("nats://127.0.0.1:{port}"));
@@ -967,7 +999,10 @@ async fn main() -> anyhow::Result<()> {
     };
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
     eprintln!(
-        "tink-scale: {nproc} CPUs, load {}, data in {}",
+        "tink-scale: {nproc} CPUs, {} NATS node(s), GOMAXPROCS for NATS {}, load {}, data in {}",
+        args.nats_nodes,
+        args.nats_gomaxprocs
+            .map_or_else(|| "Go's default".to_string(), |n| n.to_string()),
         tink_scale_bench::loadavg(),
         dir.display()
     );
@@ -1096,6 +1131,7 @@ async fn run(
             name: format!("agents-{k}"),
             child: agents,
             pid,
+            log: None,
         });
     }
     let all_ready = async {
@@ -1219,6 +1255,8 @@ async fn run(
     };
     let report = Report {
         nproc,
+        nats_nodes: args.nats_nodes,
+        nats_gomaxprocs: args.nats_gomaxprocs,
         servers: args.servers,
         agents: args.agents,
         agents_connect_seconds: (agents_connect_seconds * 10.0).round() / 10.0,
