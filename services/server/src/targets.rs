@@ -5,8 +5,9 @@
 //! their dispatch; [`crate::auth`] checks them against this record on whichever replica they
 //! arrive. The first record of a dispatch is a create-if-absent write, so of two replicas that
 //! race to forward it, one wins. A dispatch id names one attempt of one Workflow and goes to one
-//! agent, so a record never changes agent and is cached for good (bounded); only "went to a stream without
-//! credentials" can be added later, by a redelivery to such a stream, and is then written again.
+//! agent, so a record never changes agent and is cached for good (bounded); only "went to a
+//! stream without credentials" can be added later, by a redelivery to such a stream, and is then
+//! written again.
 //! That a dispatch has no record yet is remembered for [`MISSING_TTL`] only (an event about a
 //! dispatch nobody forwarded, e.g. from a benchmark, costs one read per second, not one each),
 //! except by the forwarding replica, which records it at once.
@@ -84,24 +85,35 @@ impl DispatchTargets {
         if let Some(Some(known)) = self.cached(dispatch_id) {
             return Ok(Claim::Exists(known));
         }
-        let key =
-            tink_bus::workflow_token(dispatch_id).map_err(|e| RecordError::Store(e.to_string()))?;
-        match self.store.create(key, target.to_bytes().into()).await {
-            Ok(_) => {
-                self.remember(dispatch_id, Some(target.clone()));
-                Ok(Claim::Created)
-            }
+        let store_error = |e: &dyn std::fmt::Display| RecordError::Store(e.to_string());
+        let key = tink_bus::workflow_token(dispatch_id).map_err(|e| store_error(&e))?;
+        match self.store.create(&key, target.to_bytes().into()).await {
+            Ok(_) => {}
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                match self.read(dispatch_id).await? {
-                    Some(known) => Ok(Claim::Exists(known)),
+                let entry = self.store.entry(&key).await.map_err(|e| store_error(&e))?;
+                let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else {
                     // A follower answered the read before it stored the record.
-                    None => Err(RecordError::Store(format!(
+                    return Err(RecordError::Store(format!(
                         "the record of {dispatch_id} exists but could not be read yet"
-                    ))),
+                    )));
+                };
+                match DispatchTarget::from_bytes(&entry.value) {
+                    Ok(known) => return Ok(Claim::Exists(known)),
+                    Err(e) => {
+                        // Unreadable, so it names nobody: replaced as if absent, unless it
+                        // changed since it was read.
+                        warn!(dispatch = %dispatch_id, error = %e, "replacing a malformed dispatch target record");
+                        self.store
+                            .update(&key, target.to_bytes().into(), entry.revision)
+                            .await
+                            .map_err(|e| store_error(&e))?;
+                    }
                 }
             }
-            Err(e) => Err(RecordError::Store(e.to_string())),
+            Err(e) => return Err(store_error(&e)),
         }
+        self.remember(dispatch_id, Some(target.clone()));
+        Ok(Claim::Created)
     }
 
     /// Completes a claim that found `known` recorded: refused when it names another agent

@@ -256,3 +256,29 @@ async fn a_start_queued_for_two_agents_reaches_one_even_from_two_replicas_at_onc
     }
     assert_eq!(won[0] + won[1], ROUNDS);
 }
+
+/// A target record that cannot be parsed names nobody: the start is forwarded and the record
+/// replaced with this agent's, not retried for ever.
+#[tokio::test]
+async fn a_malformed_target_record_is_replaced_and_the_start_forwarded() {
+    let nats = NatsServer::start().await.expect("nats");
+    let js = jetstream(&nats.url()).await;
+    let replica = replica(&nats.url(), Duration::from_secs(30)).await;
+    let targets = js
+        .get_key_value(tink_bus::DISPATCH_TARGETS_BUCKET)
+        .await
+        .expect("the targets bucket");
+    let key = tink_bus::workflow_token("ns/garbled").expect("a key");
+    targets
+        .put(&key, "not json".into())
+        .await
+        .expect("a garbled record");
+    dispatch(&js, AGENT, "ns/garbled").await;
+    let mut client = replica.client().await;
+    let mut commands = connect_agent(&mut client, AGENT).await;
+    assert_eq!(receive(&mut client, &mut commands).await, "ns/garbled");
+    let entry = targets.get(&key).await.expect("read").expect("a record");
+    let target = tink_bus::DispatchTarget::from_bytes(&entry).expect("a readable record");
+    assert_eq!(target.agent_id, AGENT);
+    assert_eq!(replica.metrics.error_count("dispatch_target"), 0);
+}
